@@ -1,0 +1,143 @@
+//! The admin listener: metrics, health, readiness and state.
+//!
+//! With `gateway.admin_token_env` set, every route but `/healthz` and
+//! `/readyz` (which reveal nothing and must work for probes) needs
+//! `Authorization: Bearer <token>`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{header, Method, Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde_json::json;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::state::Shared;
+
+pub struct Admin {
+    shared: Arc<Shared>,
+}
+
+impl Admin {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        let path = req.uri.path().to_string();
+        let method = req.method.clone();
+        let authorization = req.headers.get(header::AUTHORIZATION).cloned();
+        let open_route = matches!(path.as_str(), "/healthz" | "/readyz");
+        let runtime = self.shared.runtime();
+        if let Some(token) = &runtime.config.gateway.admin_token {
+            let presented = authorization
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            if !open_route && !constant_time_eq(presented.as_bytes(), token.expose().as_bytes()) {
+                return error(&ApiError::new(ErrorCode::Unauthorized, "The admin routes need a bearer token."));
+            }
+        }
+        if method != Method::GET && method != Method::HEAD {
+            return error(&ApiError::new(ErrorCode::MethodNotAllowed, "The admin routes only answer GET."));
+        }
+        match path.as_str() {
+            "/metrics" => respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.shared.metrics.render()),
+            "/healthz" => json_response(StatusCode::OK, &json!({"status": "ok"})),
+            "/readyz" => {
+                if self.shared.is_shutting_down() {
+                    json_response(StatusCode::SERVICE_UNAVAILABLE, &json!({"ready": false, "reason": "shutting down"}))
+                } else {
+                    json_response(StatusCode::OK, &json!({"ready": true}))
+                }
+            }
+            "/admin/state" => json_response(StatusCode::OK, &self.state()),
+            _ => error(&ApiError::new(ErrorCode::NotFound, "No admin route at this path.")),
+        }
+    }
+}
+
+impl Admin {
+    /// The fields of `/admin/state` that exist so far.
+    fn state(&self) -> serde_json::Value {
+        let rt = self.shared.runtime();
+        let config = &rt.config;
+        let status = self.shared.reload_status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let rooms: Vec<_> = config
+            .rooms
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "release_per_second": r.release_per_second.get(),
+                    "max_active": r.max_active.get(),
+                    "queue_capacity": r.queue_capacity.get(),
+                })
+            })
+            .collect();
+        let (cache_bytes, cache_entries) = rt.origin_cache.usage();
+        json!({
+            "admissions": config.gateway.admissions.as_str(),
+            "rooms": rooms,
+            "config": {
+                "source": config.source.display().to_string(),
+                "last_reload_success_unix": status.last_success_unix,
+                "last_reload_error": status.last_error,
+            },
+            "catalog": {"files": rt.catalog.len(), "bytes": rt.catalog.total_bytes()},
+            "origin_cache": {"entries": cache_entries, "bytes": cache_bytes},
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, body.len())
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .expect("static header names are valid")
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<u8>> {
+    let mut body = serde_json::to_vec(value).expect("JSON values serialize");
+    body.push(b'\n');
+    respond(status, "application/json", body)
+}
+
+fn error(e: &ApiError) -> Response<Vec<u8>> {
+    let body = e.body().to_vec();
+    let mut builder = Response::builder()
+        .status(e.status())
+        .header(header::CONTENT_LENGTH, body.len());
+    for (name, value) in e.headers() {
+        builder = builder.header(name, value);
+    }
+    builder.body(body).expect("static header names are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"secret-token", b"secret-token"));
+        assert!(!constant_time_eq(b"secret-token", b"secret-tokeN"));
+        assert!(!constant_time_eq(b"secret", b"secret-token"));
+    }
+}

@@ -1,0 +1,84 @@
+//! `sluice`: the command line. It only parses and dispatches; the work is
+//! in the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sluice_gateway::logging::{self, LogFormat};
+use sluice_gateway::state::Overrides;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Edge waiting-room gateway for flash sales")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// The policy file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Public listener address, overriding gateway.listen.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Admin listener address, overriding gateway.admin_listen.
+        #[arg(long)]
+        admin_listen: Option<SocketAddr>,
+        /// Data directory, overriding gateway.data_dir.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Log format.
+        #[arg(long, value_enum, default_value = "human")]
+        log_format: LogFormat,
+    },
+    /// Validate policy files: exit 0, or 2 with FILE:LINE:COL: message per problem.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print a fresh ticket-signing key in the config's format.
+    Keygen,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run {
+            config,
+            listen,
+            admin_listen,
+            data_dir,
+            log_format,
+        } => {
+            logging::init(log_format);
+            let overrides = Overrides {
+                listen,
+                admin_listen,
+                data_dir,
+            };
+            match sluice_gateway::server::run(&config, overrides) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Check { files } => {
+            if sluice_gateway::server::check(&files) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
+        Command::Keygen => {
+            print!("{}", sluice_gateway::keygen::hs256_entry());
+            ExitCode::SUCCESS
+        }
+    }
+}

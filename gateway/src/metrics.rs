@@ -1,0 +1,150 @@
+//! Prometheus metrics of the gateway, in one registry of its own.
+//!
+//! Labels never name a person: only `result`/`state` style values.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Requests answered, by status class (`2xx` … `5xx`).
+    pub requests: IntCounterVec,
+    /// Requests being handled now.
+    pub inflight: IntGauge,
+    /// How each request was served: `catalog`, `origin`, `cache_hit`, `local`.
+    pub served: IntCounterVec,
+    /// Time from sending the request to the origin to its response header.
+    pub upstream_seconds: Histogram,
+    /// Origin answers that failed: `connect`, `timeout`, `error`.
+    pub origin_errors: IntCounterVec,
+    pub origin_cache: IntCounterVec,
+    pub origin_cache_bytes: IntGauge,
+    pub origin_cache_entries: IntGauge,
+    pub catalog_files: IntGauge,
+    pub catalog_bytes: IntGauge,
+    pub config_reloads: IntCounterVec,
+    pub config_last_reload_success: IntGauge,
+    /// The kill switch: 1 when new admissions are open.
+    pub admissions_open: IntGauge,
+    pub body_too_large: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let m = Self {
+            requests: IntCounterVec::new(
+                Opts::new("sluice_http_requests_total", "HTTP requests answered by the public listener, by status class."),
+                &["result"],
+            )
+            .expect("valid metric"),
+            inflight: IntGauge::new("sluice_http_inflight_requests", "Requests being handled now.").expect("valid metric"),
+            served: IntCounterVec::new(
+                Opts::new("sluice_http_served_total", "Requests by where their answer came from."),
+                &["result"],
+            )
+            .expect("valid metric"),
+            upstream_seconds: Histogram::with_opts(
+                HistogramOpts::new("sluice_upstream_seconds", "Origin time to response header.").buckets(vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]),
+            )
+            .expect("valid metric"),
+            origin_errors: IntCounterVec::new(
+                Opts::new("sluice_origin_errors_total", "Failed origin requests, by kind of failure."),
+                &["result"],
+            )
+            .expect("valid metric"),
+            origin_cache: IntCounterVec::new(
+                Opts::new("sluice_origin_cache_total", "Origin cache look-ups and fills, by result."),
+                &["result"],
+            )
+            .expect("valid metric"),
+            origin_cache_bytes: IntGauge::new("sluice_origin_cache_bytes", "Bytes held by the origin cache.")
+                .expect("valid metric"),
+            origin_cache_entries: IntGauge::new("sluice_origin_cache_entries", "Responses held by the origin cache.")
+                .expect("valid metric"),
+            catalog_files: IntGauge::new("sluice_catalog_files", "Files of the catalog held in memory.")
+                .expect("valid metric"),
+            catalog_bytes: IntGauge::new("sluice_catalog_bytes", "Bytes of catalog files held in memory.")
+                .expect("valid metric"),
+            config_reloads: IntCounterVec::new(
+                Opts::new("sluice_config_reloads_total", "Config reloads, by result (success, failure)."),
+                &["result"],
+            )
+            .expect("valid metric"),
+            config_last_reload_success: IntGauge::new(
+                "sluice_config_last_reload_success_timestamp_seconds",
+                "Unix time of the last config load that went live.",
+            )
+            .expect("valid metric"),
+            admissions_open: IntGauge::new(
+                "sluice_admissions_open",
+                "1 when new admissions are open, 0 when the kill switch has paused them.",
+            )
+            .expect("valid metric"),
+            body_too_large: IntCounter::new(
+                "sluice_request_body_too_large_total",
+                "Requests refused because their body was over gateway.max_body_bytes.",
+            )
+            .expect("valid metric"),
+            registry,
+        };
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.requests.clone()),
+            Box::new(m.inflight.clone()),
+            Box::new(m.served.clone()),
+            Box::new(m.upstream_seconds.clone()),
+            Box::new(m.origin_errors.clone()),
+            Box::new(m.origin_cache.clone()),
+            Box::new(m.origin_cache_bytes.clone()),
+            Box::new(m.origin_cache_entries.clone()),
+            Box::new(m.catalog_files.clone()),
+            Box::new(m.catalog_bytes.clone()),
+            Box::new(m.config_reloads.clone()),
+            Box::new(m.config_last_reload_success.clone()),
+            Box::new(m.admissions_open.clone()),
+            Box::new(m.body_too_large.clone()),
+        ];
+        for c in collectors {
+            m.registry.register(c).expect("metric names are unique");
+        }
+        // Expose the label values up front so dashboards and alerts see zeros.
+        for r in ["success", "failure"] {
+            m.config_reloads.with_label_values(&[r]);
+        }
+        m
+    }
+
+    /// The registry, for the other crates' metrics to join.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding into a Vec cannot fail");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `2xx`-style class of a status code.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}

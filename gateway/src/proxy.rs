@@ -1,0 +1,392 @@
+//! The public listener: a pingora `ProxyHttp` service.
+//!
+//! Phase chart (what each hook does, in the order pingora calls them):
+//!
+//! | phase | here |
+//! | --- | --- |
+//! | `new_ctx` | take the current [`Runtime`] snapshot for the whole request |
+//! | `request_filter` | request id, then [`route`]: catalog, error, cache hit, or on to the origin |
+//! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
+//! | `upstream_peer` | the configured origin, with its timeouts |
+//! | `upstream_request_filter` | forwarding headers, drop hop-by-hop headers |
+//! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
+//! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
+//! | `response_filter` | echo the request id, drop hop-by-hop headers |
+//! | `fail_to_proxy` | origin down → 502, slow → 504, in the contract's JSON |
+//! | `logging` | one access-log line and the request metrics |
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use http::{header, HeaderName, HeaderValue, Method};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::ErrorType;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::headers;
+use crate::metrics::status_class;
+use crate::origin_cache::RequestKey;
+use crate::route::{route, LocalResponse, RequestFacts, Route};
+use crate::runtime::Runtime;
+use crate::state::Shared;
+
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// Per-request state.
+pub struct Ctx {
+    runtime: Arc<Runtime>,
+    request_id: String,
+    started: Instant,
+    /// How the answer was produced, for metrics and the access log.
+    source: &'static str,
+    upstream_sent: Option<Instant>,
+    upstream_time: Option<Duration>,
+    cache: Option<RequestKey>,
+    fill: Option<Fill>,
+    body_bytes: u64,
+    _inflight: InflightGuard,
+}
+
+/// A cacheable origin response being collected.
+struct Fill {
+    key: String,
+    status: u16,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    ttl: Duration,
+    age: Duration,
+    body: BytesMut,
+}
+
+struct InflightGuard(prometheus::IntGauge);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Proxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        self.shared.metrics.inflight.inc();
+        Ctx {
+            runtime: self.shared.runtime(),
+            request_id: String::new(),
+            started: Instant::now(),
+            source: "local",
+            upstream_sent: None,
+            upstream_time: None,
+            cache: None,
+            fill: None,
+            body_bytes: 0,
+            _inflight: InflightGuard(self.shared.metrics.inflight.clone()),
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let req = session.req_header();
+        ctx.request_id = headers::request_id(req.headers.get(headers::X_REQUEST_ID));
+        let host = req
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or(req.uri.host())
+            .unwrap_or("");
+        let facts = RequestFacts {
+            method: &req.method,
+            path: req.uri.path(),
+            query: req.uri.query(),
+            host,
+            headers: &req.headers,
+        };
+        match route(&ctx.runtime, &facts, Instant::now()) {
+            Route::Local(local) => {
+                ctx.source = local.source;
+                self.write_local(session, ctx, local).await?;
+                Ok(true)
+            }
+            Route::CacheHit { response, not_modified } => {
+                ctx.source = "cache_hit";
+                self.shared.metrics.origin_cache.with_label_values(&["hit"]).inc();
+                let status = if not_modified { 304 } else { response.status };
+                let mut head = ResponseHeader::build(status, Some(response.headers.len() + 3))?;
+                for (name, value) in &response.headers {
+                    head.append_header(name.clone(), value.clone())?;
+                }
+                let age = response.age(Instant::now()).as_secs();
+                head.insert_header(header::AGE, age.to_string())?;
+                head.insert_header("x-cache", "HIT")?;
+                head.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+                let body = (!not_modified && session.req_header().method != Method::HEAD).then(|| response.body.clone());
+                if not_modified {
+                    head.remove_header(&header::CONTENT_LENGTH);
+                }
+                session.write_response_header(Box::new(head), body.is_none()).await?;
+                if let Some(body) = body {
+                    session.write_response_body(Some(body), true).await?;
+                }
+                Ok(true)
+            }
+            Route::Origin { cache } => {
+                ctx.source = "origin";
+                if cache.is_some() {
+                    self.shared.metrics.origin_cache.with_label_values(&["miss"]).inc();
+                }
+                ctx.cache = cache;
+                Ok(false)
+            }
+        }
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(chunk) = body {
+            ctx.body_bytes += chunk.len() as u64;
+            if ctx.body_bytes > ctx.runtime.config.gateway.max_body_bytes.get() {
+                self.shared.metrics.body_too_large.inc();
+                return Error::e_explain(ErrorType::HTTPStatus(413), "request body over max_body_bytes");
+            }
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let gateway = &ctx.runtime.config.gateway;
+        let Some(origin) = &gateway.origin else {
+            // route() answers 404 itself when there is no origin.
+            return Error::e_explain(ErrorType::HTTPStatus(404), "no origin configured");
+        };
+        let mut peer = HttpPeer::new(origin.address(), origin.tls, origin.host.clone());
+        peer.options.connection_timeout = Some(gateway.origin_connect_timeout);
+        peer.options.read_timeout = Some(gateway.origin_read_timeout);
+        peer.options.write_timeout = Some(gateway.origin_write_timeout);
+        peer.options.idle_timeout = Some(gateway.origin_idle_timeout);
+        ctx.upstream_sent = Some(Instant::now());
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        for name in headers::hop_by_hop(&upstream.headers) {
+            upstream.remove_header(&name);
+        }
+        let client_ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_string());
+        let forwarded_for = headers::forwarded_for(upstream.headers.get(headers::X_FORWARDED_FOR), client_ip.as_deref());
+        if let Some(xff) = forwarded_for {
+            upstream.insert_header(headers::X_FORWARDED_FOR, xff)?;
+        }
+        let proto = if self.shared.tls { "https" } else { "http" };
+        upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
+        upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(sent) = ctx.upstream_sent {
+            let elapsed = sent.elapsed();
+            ctx.upstream_time = Some(elapsed);
+            self.shared.metrics.upstream_seconds.observe(elapsed.as_secs_f64());
+        }
+        for name in headers::hop_by_hop(&upstream.headers) {
+            upstream.remove_header(&name);
+        }
+        let Some(key) = ctx.cache.as_ref().filter(|k| k.fill) else { return Ok(()) };
+        let cache = &ctx.runtime.origin_cache;
+        match cache.freshness(upstream.status.as_u16(), &upstream.headers, SystemTime::now()) {
+            Ok((ttl, age)) => {
+                let headers = upstream
+                    .headers
+                    .iter()
+                    .filter(|(name, _)| *name != header::TRANSFER_ENCODING && *name != header::AGE)
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect();
+                ctx.fill = Some(Fill {
+                    key: key.key.clone(),
+                    status: upstream.status.as_u16(),
+                    headers,
+                    ttl,
+                    age,
+                    body: BytesMut::new(),
+                });
+            }
+            Err(_) => self.shared.metrics.origin_cache.with_label_values(&["uncacheable"]).inc(),
+        }
+        Ok(())
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        let Some(fill) = ctx.fill.as_mut() else { return Ok(None) };
+        if let Some(chunk) = body {
+            if fill.body.len() + chunk.len() > ctx.runtime.origin_cache.max_object_bytes() {
+                ctx.fill = None;
+                self.shared.metrics.origin_cache.with_label_values(&["uncacheable"]).inc();
+                return Ok(None);
+            }
+            fill.body.extend_from_slice(chunk);
+        }
+        if end_of_stream {
+            if let Some(fill) = ctx.fill.take() {
+                let cache = &ctx.runtime.origin_cache;
+                let stored = cache.insert(fill.key, fill.status, fill.headers, fill.body.freeze(), fill.ttl, fill.age, Instant::now());
+                let result = if stored { "stored" } else { "uncacheable" };
+                self.shared.metrics.origin_cache.with_label_values(&[result]).inc();
+                let (bytes, entries) = cache.usage();
+                self.shared.metrics.origin_cache_bytes.set(bytes as i64);
+                self.shared.metrics.origin_cache_entries.set(entries as i64);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn response_filter(&self, _session: &mut Session, response: &mut ResponseHeader, ctx: &mut Ctx) -> Result<()> {
+        for name in headers::hop_by_hop(&response.headers) {
+            response.remove_header(&name);
+        }
+        response.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        if ctx.cache.is_some() {
+            response.insert_header("x-cache", "MISS")?;
+        }
+        Ok(())
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        let (code, failure) = classify(e);
+        if let Some(failure) = failure {
+            self.shared.metrics.origin_errors.with_label_values(&[failure]).inc();
+        }
+        ctx.source = "local";
+        let status = match code {
+            Some(code) if session.response_written().is_none() => {
+                let api = ApiError::new(code, message(code));
+                let local = LocalResponse::error(&api);
+                let status = local.status.as_u16();
+                if self.write_local(session, ctx, local).await.is_err() {
+                    0
+                } else {
+                    status
+                }
+            }
+            // The header already went out (or the client is gone): nothing
+            // more can be said on this connection.
+            _ => session.response_written().map_or(0, |r| r.status.as_u16()),
+        };
+        FailToProxy {
+            error_code: status,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let m = &self.shared.metrics;
+        m.requests.with_label_values(&[status_class(status)]).inc();
+        m.served.with_label_values(&[ctx.source]).inc();
+        let req = session.req_header();
+        // The path only: query strings and headers may carry tokens.
+        tracing::info!(
+            target: "access",
+            request_id = %ctx.request_id,
+            method = %req.method,
+            path = %req.uri.path(),
+            status,
+            source = ctx.source,
+            upstream_ms = ctx.upstream_time.map(|d| d.as_secs_f64() * 1000.0),
+            total_ms = ctx.started.elapsed().as_secs_f64() * 1000.0,
+            error = e.map(|e| e.etype().as_str()),
+        );
+    }
+}
+
+impl Proxy {
+    async fn write_local(&self, session: &mut Session, ctx: &Ctx, local: LocalResponse) -> Result<()> {
+        let mut head = ResponseHeader::build(local.status, Some(local.headers.len() + 2))?;
+        for (name, value) in local.headers {
+            head.append_header(name, value)?;
+        }
+        head.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        let is_head = session.req_header().method == Method::HEAD;
+        if !head.headers.contains_key(header::CONTENT_LENGTH) && local.status.as_u16() != 304 {
+            head.insert_header(header::CONTENT_LENGTH, local.body.len().to_string())?;
+        }
+        let body = (!is_head && !local.body.is_empty()).then_some(local.body);
+        session.write_response_header(Box::new(head), body.is_none()).await?;
+        if let Some(body) = body {
+            session.write_response_body(Some(body), true).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Maps a proxy failure to the answer and the origin-failure metric label.
+fn classify(e: &Error) -> (Option<ErrorCode>, Option<&'static str>) {
+    use ErrorType::*;
+    match e.etype() {
+        HTTPStatus(413) => (Some(ErrorCode::PayloadTooLarge), None),
+        HTTPStatus(404) => (Some(ErrorCode::NotFound), None),
+        HTTPStatus(400) => (Some(ErrorCode::BadRequest), None),
+        ConnectTimedout | ReadTimedout | WriteTimedout => (Some(ErrorCode::GatewayTimeout), Some("timeout")),
+        ConnectRefused | ConnectNoRoute | ConnectError | ConnectionClosed | TLSHandshakeFailure => {
+            if matches!(e.esource(), pingora::ErrorSource::Downstream) {
+                (None, None)
+            } else {
+                (Some(ErrorCode::BadGateway), Some("connect"))
+            }
+        }
+        _ => match e.esource() {
+            pingora::ErrorSource::Upstream => (Some(ErrorCode::BadGateway), Some("error")),
+            pingora::ErrorSource::Downstream => match e.etype() {
+                ReadError | WriteError => (None, None),
+                _ => (Some(ErrorCode::BadRequest), None),
+            },
+            _ => (Some(ErrorCode::Internal), None),
+        },
+    }
+}
+
+fn message(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::GatewayTimeout => "The store did not answer in time.",
+        ErrorCode::BadGateway => "The store cannot be reached right now.",
+        ErrorCode::PayloadTooLarge => "The request body is too large.",
+        ErrorCode::NotFound => "Nothing is served at this path.",
+        ErrorCode::BadRequest => "The request could not be read.",
+        _ => "Something went wrong on our side.",
+    }
+}

@@ -1,0 +1,251 @@
+//! The routing decision, as a plain function of (runtime, request facts, now).
+//!
+//! The proxy phases only gather the request's facts, call [`route`] and carry
+//! out the answer; everything that decides lives here and is unit-tested
+//! without a server.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+
+use crate::catalog::Lookup;
+use crate::error::{ApiError, ErrorCode};
+use crate::origin_cache::{CachedResponse, RequestKey};
+use crate::runtime::Runtime;
+
+/// What the gateway knows about a request when it decides.
+pub struct RequestFacts<'a> {
+    pub method: &'a Method,
+    /// The path as sent, still percent-encoded.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub host: &'a str,
+    pub headers: &'a HeaderMap,
+}
+
+/// An answer the gateway writes itself.
+#[derive(Debug)]
+pub struct LocalResponse {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+    /// Where it came from, for metrics: `catalog` or `local`.
+    pub source: &'static str,
+}
+
+impl LocalResponse {
+    pub fn error(e: &ApiError) -> Self {
+        let headers = e
+            .headers()
+            .into_iter()
+            .filter_map(|(k, v)| Some((HeaderName::from_static(k), HeaderValue::from_str(&v).ok()?)))
+            .collect();
+        Self {
+            status: e.status(),
+            headers,
+            body: e.body(),
+            source: "local",
+        }
+    }
+}
+
+pub enum Route {
+    Local(LocalResponse),
+    /// A fresh origin response from the cache; `not_modified` when the
+    /// client's validator matches it.
+    CacheHit {
+        response: Arc<CachedResponse>,
+        not_modified: bool,
+    },
+    /// Send to the origin; with a key when the response may be cached.
+    Origin { cache: Option<RequestKey> },
+}
+
+pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
+    let gateway = &rt.config.gateway;
+    if let Some(len) = content_length(req.headers) {
+        if len > gateway.max_body_bytes.get() {
+            return error(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("The request body is larger than {} bytes.", gateway.max_body_bytes),
+            ));
+        }
+    }
+    let lookup = rt.catalog.lookup(req.method, req.path, req.headers);
+    if let Lookup::BadPath(why) = lookup {
+        return error(ApiError::new(ErrorCode::BadRequest, why));
+    }
+    if let Some(room) = rt.protecting_room(req.path) {
+        // The waiting room that mints passes is not part of this gateway
+        // yet, so no request carries a valid pass: fail closed.
+        let queue = format!("/queue/{}", room.name);
+        if wants_html(req.headers) {
+            return Route::Local(LocalResponse {
+                status: StatusCode::SEE_OTHER,
+                headers: vec![
+                    (header::LOCATION, HeaderValue::from_str(&queue).expect("room names are header-safe")),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+                    (header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+                ],
+                body: Bytes::from(format!("See {queue}\n")),
+                source: "local",
+            });
+        }
+        return error(
+            ApiError::new(ErrorCode::InvalidPass, "This page needs an admission pass from the waiting room.")
+                .with("join", format!("{queue}/join")),
+        );
+    }
+    match lookup {
+        Lookup::Hit(hit) => {
+            return Route::Local(LocalResponse {
+                status: hit.status,
+                headers: hit.headers,
+                body: hit.body,
+                source: "catalog",
+            })
+        }
+        Lookup::MethodNotAllowed => {
+            let mut local = LocalResponse::error(&ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "Catalog files can only be read with GET or HEAD.",
+            ));
+            local.headers.push((header::ALLOW, HeaderValue::from_static("GET, HEAD")));
+            return Route::Local(local);
+        }
+        Lookup::NotFound | Lookup::BadPath(_) => {}
+    }
+    if gateway.origin.is_none() {
+        return error(ApiError::new(ErrorCode::NotFound, "Nothing is served at this path."));
+    }
+    let key = rt
+        .origin_cache
+        .request_key(req.method, req.host, req.path, req.query, req.headers);
+    if let Some(k) = &key {
+        if let Some(response) = rt.origin_cache.get(&k.key, now) {
+            let not_modified = match (req.headers.get(header::IF_NONE_MATCH), response.etag()) {
+                (Some(inm), Some(etag)) => etag_matches(inm, etag),
+                _ => false,
+            };
+            return Route::CacheHit { response, not_modified };
+        }
+    }
+    Route::Origin { cache: key }
+}
+
+fn error(e: ApiError) -> Route {
+    Route::Local(LocalResponse::error(&e))
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// A browser navigating, as opposed to an API client.
+pub fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains("text/html")))
+}
+
+/// Weak comparison of `If-None-Match` against one entity tag.
+fn etag_matches(if_none_match: &HeaderValue, etag: &HeaderValue) -> bool {
+    let Ok(list) = if_none_match.to_str() else { return false };
+    let Ok(etag) = etag.to_str() else { return false };
+    let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    list.split(',').any(|t| t.trim() == "*" || opaque(t) == opaque(etag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_policies::validate::parse_with_env;
+    use std::path::Path;
+
+    fn runtime(extra: &str) -> Runtime {
+        let dir = std::env::temp_dir().join(format!("sluice-route-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.html"), "<h1>hi</h1>").unwrap();
+        let src = format!(
+            "[gateway]\nstatic_dir = {dir:?}\nmax_body_bytes = 100\n{extra}\n[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n"
+        );
+        let config = parse_with_env(&src, Path::new("t.toml"), &|_| None).unwrap();
+        let catalog = crate::runtime::load_catalog(&config).unwrap();
+        Runtime::build(Arc::new(config), Arc::new(catalog), None)
+    }
+
+    fn facts<'a>(method: &'a Method, path: &'a str, headers: &'a HeaderMap) -> RequestFacts<'a> {
+        RequestFacts {
+            method,
+            path,
+            query: None,
+            host: "shop",
+            headers,
+        }
+    }
+
+    fn status(r: &Route) -> u16 {
+        match r {
+            Route::Local(l) => l.status.as_u16(),
+            Route::CacheHit { .. } => 1,
+            Route::Origin { .. } => 0,
+        }
+    }
+
+    #[test]
+    fn catalog_then_origin_then_404() {
+        let without = runtime("");
+        let with = runtime("origin = \"http://127.0.0.1:1\"");
+        let h = HeaderMap::new();
+        assert_eq!(status(&route(&without, &facts(&Method::GET, "/", &h), Instant::now())), 200);
+        assert_eq!(status(&route(&without, &facts(&Method::GET, "/nope", &h), Instant::now())), 404);
+        assert_eq!(status(&route(&with, &facts(&Method::GET, "/nope", &h), Instant::now())), 0);
+        assert_eq!(status(&route(&with, &facts(&Method::POST, "/index.html", &h), Instant::now())), 405);
+    }
+
+    #[test]
+    fn traversal_is_refused_even_with_an_origin() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let h = HeaderMap::new();
+        for p in ["/../etc/passwd", "/%2e%2e/etc/passwd", "/a%2fb", "/a\\b", "/%00"] {
+            assert_eq!(status(&route(&rt, &facts(&Method::GET, p, &h), Instant::now())), 400, "{p}");
+        }
+    }
+
+    #[test]
+    fn protected_paths_send_browsers_to_the_queue_and_apis_to_join() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let mut browser = HeaderMap::new();
+        browser.insert(header::ACCEPT, HeaderValue::from_static("text/html,application/xhtml+xml"));
+        let Route::Local(r) = route(&rt, &facts(&Method::GET, "/checkout", &browser), Instant::now()) else { panic!() };
+        assert_eq!(r.status, StatusCode::SEE_OTHER);
+        assert!(r.headers.contains(&(header::LOCATION, HeaderValue::from_static("/queue/drop"))));
+        let api = HeaderMap::new();
+        let Route::Local(r) = route(&rt, &facts(&Method::POST, "/orders/abc/cancel", &api), Instant::now()) else { panic!() };
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!((v["error"].as_str(), v["join"].as_str()), (Some("invalid_pass"), Some("/queue/drop/join")));
+    }
+
+    #[test]
+    fn declared_oversized_bodies_are_refused_before_anything_else() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("101"));
+        assert_eq!(status(&route(&rt, &facts(&Method::POST, "/api", &h), Instant::now())), 413);
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
+        assert_eq!(status(&route(&rt, &facts(&Method::POST, "/api", &h), Instant::now())), 0);
+    }
+
+    #[test]
+    fn if_none_match_uses_weak_comparison() {
+        let etag = HeaderValue::from_static("\"abc\"");
+        assert!(etag_matches(&HeaderValue::from_static("W/\"abc\""), &etag));
+        assert!(etag_matches(&HeaderValue::from_static("\"x\", \"abc\""), &etag));
+        assert!(etag_matches(&HeaderValue::from_static("*"), &etag));
+        assert!(!etag_matches(&HeaderValue::from_static("\"abcd\""), &etag));
+    }
+}

@@ -1,0 +1,81 @@
+//! What the proxy runs on: one snapshot derived from one config.
+//!
+//! A `Runtime` bundles the validated config with what is built from it
+//! (the in-memory catalog, compiled route patterns, the origin cache). It is
+//! swapped whole on reload, so a request sees one consistent set.
+
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use sluice_policies::model::Room;
+use sluice_policies::Config;
+
+use crate::catalog::{CacheControlRule, Catalog, CatalogLimits};
+use crate::origin_cache::OriginCache;
+
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub catalog: Arc<Catalog>,
+    pub origin_cache: Arc<OriginCache>,
+    /// One glob set per room, in `config.rooms` order.
+    protect: Vec<GlobSet>,
+}
+
+impl Runtime {
+    /// Builds everything that depends on `config`. The origin cache of the
+    /// previous runtime is kept when its settings did not change, so a
+    /// reload does not empty it.
+    pub fn build(config: Arc<Config>, catalog: Arc<Catalog>, previous: Option<&Runtime>) -> Runtime {
+        let origin_cache = match previous {
+            Some(p) if p.origin_cache.config() == &config.gateway.origin_cache => p.origin_cache.clone(),
+            _ => Arc::new(OriginCache::new(&config.gateway.origin_cache)),
+        };
+        let protect = config.rooms.iter().map(|room| glob_set(&room.protect)).collect();
+        Runtime {
+            config,
+            catalog,
+            origin_cache,
+            protect,
+        }
+    }
+
+    /// The room whose `protect` patterns cover `path`.
+    pub fn protecting_room(&self, path: &str) -> Option<&Room> {
+        self.protect
+            .iter()
+            .position(|set| set.is_match(path))
+            .map(|i| &self.config.rooms[i])
+    }
+}
+
+/// Loads the catalog a config points at.
+pub fn load_catalog(config: &Config) -> Result<Catalog, String> {
+    let g = &config.gateway;
+    let limits = CatalogLimits {
+        max_file_bytes: g.static_limits.max_file_bytes.get(),
+        max_total_bytes: g.static_limits.max_total_bytes.get(),
+        max_files: g.static_limits.max_files.get(),
+    };
+    let rules: Vec<CacheControlRule> = g
+        .cache_control
+        .iter()
+        .map(|r| CacheControlRule {
+            pattern: r.pattern.clone(),
+            value: r.value.clone(),
+        })
+        .collect();
+    Catalog::load(&g.static_dir, &limits, &rules).map_err(|e| format!("static_dir {}: {e}", g.static_dir.display()))
+}
+
+fn glob_set(patterns: &[String]) -> GlobSet {
+    let mut builder = GlobSetBuilder::new();
+    for p in patterns {
+        // Patterns were validated with the config. `*` also matches `/`,
+        // so `/orders/*` protects `/orders/{id}/cancel` too: when in doubt
+        // a pattern protects more, never less.
+        if let Ok(glob) = Glob::new(p) {
+            builder.add(glob);
+        }
+    }
+    builder.build().unwrap_or_else(|_| GlobSet::empty())
+}

@@ -1,0 +1,100 @@
+//! Wiring: one pingora server with three services (public proxy, admin
+//! listener, control loop) around one [`Shared`] state.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use pingora::listeners::tls::TlsSettings;
+use pingora::server::configuration::ServerConf;
+use pingora::server::Server;
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+
+use crate::admin::Admin;
+use crate::control::Control;
+use crate::proxy::Proxy;
+use crate::state::{Overrides, Shared};
+
+/// Loads the config and runs the gateway until SIGTERM (graceful drain) or
+/// SIGINT (fast stop).
+pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Result<()> {
+    let mut config = sluice_policies::load_file(config_path).map_err(|d| anyhow!("{d}"))?;
+    overrides.apply(&mut config);
+    let content = std::fs::read(config_path).ok();
+    let handle = sluice_policies::ConfigHandle::with_config(config_path, config, content.as_deref());
+    let shared = Shared::new(handle, overrides).map_err(|e| anyhow!(e))?;
+    let gateway = shared.runtime().config.gateway.clone();
+    std::fs::create_dir_all(&gateway.data_dir)
+        .with_context(|| format!("creating data_dir {}", gateway.data_dir.display()))?;
+
+    let conf = ServerConf {
+        threads: gateway.threads.get(),
+        // SIGTERM: stop accepting, let in-flight requests finish for this
+        // long, then stop.
+        grace_period_seconds: Some(gateway.shutdown_grace.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(1),
+        pid_file: gateway.data_dir.join("sluice.pid").display().to_string(),
+        upgrade_sock: gateway.data_dir.join("sluice-upgrade.sock").display().to_string(),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, Proxy::new(shared.clone()), "sluice proxy");
+    let listen = gateway.listen.to_string();
+    match &gateway.tls {
+        Some(tls) => {
+            let cert = tls.cert.to_str().context("tls_cert path is not UTF-8")?;
+            let key = tls.key.to_str().context("tls_key path is not UTF-8")?;
+            let mut settings = TlsSettings::intermediate(cert, key).map_err(|e| anyhow!("loading TLS certificate and key: {e}"))?;
+            settings.enable_h2();
+            proxy.add_tls_with_settings(&listen, None, settings);
+        }
+        None => proxy.add_tcp(&listen),
+    }
+
+    let mut admin = Service::new("sluice admin".to_string(), Admin::new(shared.clone()));
+    admin.add_tcp(&gateway.admin_listen.to_string());
+
+    let control = background_service("sluice control", Control::new(shared.clone()));
+
+    server.add_service(proxy);
+    server.add_service(admin);
+    server.add_service(control);
+    tracing::info!(
+        listen = %gateway.listen,
+        admin = %gateway.admin_listen,
+        tls = gateway.tls.is_some(),
+        config = %config_path.display(),
+        admissions = gateway.admissions.as_str(),
+        "sluice starting"
+    );
+    server.run(pingora::server::RunArgs::default());
+    tracing::info!("sluice stopped");
+    Ok(())
+}
+
+/// Checks config files; prints one `FILE:LINE:COL: message` per problem.
+/// Returns whether every file is valid.
+pub fn check(files: &[std::path::PathBuf]) -> bool {
+    let mut ok = true;
+    for file in files {
+        match sluice_policies::load_file(file) {
+            Ok(config) => {
+                println!(
+                    "{}: ok ({} rooms, {} products)",
+                    file.display(),
+                    config.rooms.len(),
+                    config.products.len()
+                );
+            }
+            Err(problems) => {
+                eprintln!("{problems}");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+pub type SharedState = Arc<Shared>;

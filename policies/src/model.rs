@@ -1,0 +1,169 @@
+//! The validated configuration the gateway runs on.
+//!
+//! Everything here has already been checked: units are in the types
+//! (`Duration`, `NonZero*`), cross references resolve, and a value that
+//! exists is a value that may be used. A `Config` is immutable; reload
+//! replaces it whole.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this snapshot was read from.
+    pub source: PathBuf,
+    pub gateway: Gateway,
+    pub rooms: Vec<Room>,
+    pub products: Vec<Product>,
+    /// Ticket-signing keys; the first signs, all verify (rotation).
+    pub keys: Vec<SigningKey>,
+}
+
+impl Config {
+    pub fn room(&self, name: &str) -> Option<&Room> {
+        self.rooms.iter().find(|r| r.name == name)
+    }
+}
+
+/// The kill switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admissions {
+    Open,
+    Paused,
+}
+
+impl Admissions {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Admissions::Open => "open",
+            Admissions::Paused => "paused",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub static_dir: PathBuf,
+    pub origin: Option<Origin>,
+    pub admissions: Admissions,
+    /// Bearer token for the admin listener, read from the environment
+    /// variable named by `admin_token_env` when the config was loaded.
+    pub admin_token: Option<Secret>,
+    pub threads: NonZeroUsize,
+    pub max_body_bytes: NonZeroU64,
+    pub origin_connect_timeout: Duration,
+    pub origin_read_timeout: Duration,
+    pub origin_write_timeout: Duration,
+    pub origin_idle_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub tls: Option<Tls>,
+    pub static_limits: StaticLimits,
+    /// First match wins; no match means the default `public, max-age=60`.
+    pub cache_control: Vec<CacheControlRule>,
+    pub origin_cache: OriginCache,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Origin {
+    /// `host:port`, as pingora's `HttpPeer` wants it.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticLimits {
+    pub max_file_bytes: NonZeroU64,
+    pub max_total_bytes: NonZeroU64,
+    pub max_files: NonZeroUsize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheControlRule {
+    pub pattern: String,
+    pub value: String,
+}
+
+/// Bounded cache of origin responses under `paths`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginCache {
+    /// Glob patterns of URL paths whose origin responses may be cached.
+    /// Empty: nothing from the origin is cached.
+    pub paths: Vec<String>,
+    pub max_bytes: NonZeroUsize,
+    pub max_object_bytes: NonZeroUsize,
+    /// Upper bound on any freshness lifetime the origin asks for.
+    pub max_ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Room {
+    pub name: String,
+    pub protect: Vec<String>,
+    pub release_per_second: NonZeroU32,
+    pub max_active: NonZeroU32,
+    pub queue_capacity: NonZeroU32,
+    pub pass_ttl: Duration,
+    pub ticket_ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Product {
+    pub sku: String,
+    pub stock: u32,
+    pub price_cents: u64,
+    pub room: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlg {
+    Hs256,
+}
+
+#[derive(Debug, Clone)]
+pub struct SigningKey {
+    pub kid: String,
+    pub alg: KeyAlg,
+    pub secret: Secret,
+}
+
+/// A value that must never reach a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}

@@ -1,0 +1,450 @@
+//! File → model: every check the config must pass, with every problem
+//! reported at once and located in the file.
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, Diagnostics, Locator};
+use crate::file::{ConfigFile, GatewayFile, KeyFile, OriginCacheFile, ProductFile, RoomFile};
+use crate::model::*;
+
+const MIB: i64 = 1024 * 1024;
+const DAY_S: i64 = 24 * 3600;
+
+/// Reads and validates a config file.
+pub fn load_file(path: &Path) -> Result<Config, Diagnostics> {
+    let source = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: path.to_path_buf(),
+            line: 0,
+            col: 0,
+            message: format!("cannot read config file: {e}"),
+        }])
+    })?;
+    parse_str(&source, path)
+}
+
+/// Validates config text; `path` names it in diagnostics.
+pub fn parse_str(source: &str, path: &Path) -> Result<Config, Diagnostics> {
+    parse_with_env(source, path, &|name| std::env::var(name).ok())
+}
+
+/// Like [`parse_str`], with the environment injected (tests).
+pub fn parse_with_env(
+    source: &str,
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Diagnostics> {
+    let loc = Locator::new(path, source);
+    let file: ConfigFile = match toml::from_str(source) {
+        Ok(file) => file,
+        Err(e) => {
+            let message = e.message().trim().to_string();
+            return Err(Diagnostics(vec![loc.at(e.span(), message)]));
+        }
+    };
+    let mut v = Validator {
+        loc,
+        problems: Vec::new(),
+        env,
+    };
+    let config = v.config(file, path);
+    if v.problems.is_empty() {
+        Ok(config)
+    } else {
+        v.problems.sort_by_key(|d| (d.line, d.col));
+        Err(Diagnostics(v.problems))
+    }
+}
+
+struct Validator<'a> {
+    loc: Locator<'a>,
+    problems: Vec<Diagnostic>,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Validator<'_> {
+    fn problem<T>(&mut self, value: &Spanned<T>, message: impl Into<String>) {
+        let d = self.loc.at(Some(value.span()), message);
+        self.problems.push(d);
+    }
+
+    fn config(&mut self, file: ConfigFile, path: &Path) -> Config {
+        let gateway = self.gateway(file.gateway.into_inner());
+        let rooms = self.rooms(file.rooms);
+        let products = self.products(file.products, &rooms);
+        let keys = self.keys(file.keys);
+        Config {
+            source: path.to_path_buf(),
+            gateway,
+            rooms,
+            products,
+            keys,
+        }
+    }
+
+    /// An integer within `range`, or `default` when absent. On a problem it
+    /// records it and returns the default so validation can go on.
+    fn int(&mut self, value: Option<Spanned<i64>>, key: &str, range: RangeInclusive<i64>, default: i64) -> i64 {
+        match value {
+            None => default,
+            Some(v) if range.contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                self.problem(
+                    &v,
+                    format!("`{key}` must be between {} and {}, got {}", range.start(), range.end(), v.get_ref()),
+                );
+                default
+            }
+        }
+    }
+
+    fn addr(&mut self, value: Option<Spanned<String>>, key: &str, default: &str) -> SocketAddr {
+        let fallback: SocketAddr = default.parse().expect("default address parses");
+        match value {
+            None => fallback,
+            Some(v) => match v.get_ref().parse() {
+                Ok(addr) => addr,
+                Err(_) => {
+                    self.problem(&v, format!("`{key}` must be IP:PORT (like \"{default}\"), got {:?}", v.get_ref()));
+                    fallback
+                }
+            },
+        }
+    }
+
+    fn gateway(&mut self, g: GatewayFile) -> Gateway {
+        let listen = self.addr(g.listen, "listen", "127.0.0.1:8080");
+        let admin_listen_span = g.admin_listen.as_ref().map(|s| s.span());
+        let admin_listen = self.addr(g.admin_listen, "admin_listen", "127.0.0.1:9090");
+        if listen == admin_listen {
+            self.problems.push(self.loc.at(admin_listen_span.clone(), "`admin_listen` must differ from `listen`"));
+        }
+        let data_dir = self.dir(g.data_dir, "var");
+        let static_dir = self.dir(g.static_dir, "static");
+        let origin = g.origin.and_then(|o| self.origin(o));
+        let admissions = match g.admissions {
+            None => Admissions::Open,
+            Some(v) => match v.get_ref().as_str() {
+                "open" => Admissions::Open,
+                "paused" => Admissions::Paused,
+                other => {
+                    self.problem(&v, format!("`admissions` must be \"open\" or \"paused\", got {other:?}"));
+                    Admissions::Open
+                }
+            },
+        };
+        let token_configured = g.admin_token_env.is_some();
+        let admin_token = g.admin_token_env.and_then(|name| self.admin_token(name));
+        if !token_configured && !admin_listen.ip().is_loopback() {
+            self.problems.push(self.loc.at(
+                admin_listen_span,
+                format!(
+                    "`admin_listen` {admin_listen} is not a loopback address: set `admin_token_env` so the admin routes need a token"
+                ),
+            ));
+        }
+        let threads = self.int(g.threads, "threads", 1..=256, 2);
+        let max_body_bytes = self.int(g.max_body_bytes, "max_body_bytes", 1..=1024 * MIB, MIB);
+        let connect_ms = self.int(g.origin_connect_timeout_ms, "origin_connect_timeout_ms", 1..=60_000, 2_000);
+        let read_ms = self.int(g.origin_read_timeout_ms, "origin_read_timeout_ms", 1..=600_000, 10_000);
+        let write_ms = self.int(g.origin_write_timeout_ms, "origin_write_timeout_ms", 1..=600_000, 10_000);
+        let idle_s = self.int(g.origin_idle_timeout_s, "origin_idle_timeout_s", 1..=3_600, 60);
+        let grace_s = self.int(g.shutdown_grace_s, "shutdown_grace_s", 0..=3_600, 10);
+        let tls = self.tls(g.tls_cert, g.tls_key);
+        let static_limits = StaticLimits {
+            max_file_bytes: nz64(self.int(g.static_max_file_bytes, "static_max_file_bytes", 1..=256 * MIB, 8 * MIB)),
+            max_total_bytes: nz64(self.int(g.static_max_total_bytes, "static_max_total_bytes", 1..=4096 * MIB, 64 * MIB)),
+            max_files: nzusize(self.int(g.static_max_files, "static_max_files", 1..=1_000_000, 10_000)),
+        };
+        let cache_control = g
+            .cache_control
+            .into_iter()
+            .filter_map(|rule| {
+                let rule = rule.into_inner();
+                let pattern = self.path_glob(rule.pattern, "pattern")?;
+                let value = self.header_value(rule.value, "value")?;
+                Some(CacheControlRule { pattern, value })
+            })
+            .collect();
+        let origin_cache = self.origin_cache(g.origin_cache.map(Spanned::into_inner));
+        Gateway {
+            listen,
+            admin_listen,
+            data_dir,
+            static_dir,
+            origin,
+            admissions,
+            admin_token,
+            threads: nzusize(threads),
+            max_body_bytes: nz64(max_body_bytes),
+            origin_connect_timeout: Duration::from_millis(connect_ms as u64),
+            origin_read_timeout: Duration::from_millis(read_ms as u64),
+            origin_write_timeout: Duration::from_millis(write_ms as u64),
+            origin_idle_timeout: Duration::from_secs(idle_s as u64),
+            shutdown_grace: Duration::from_secs(grace_s as u64),
+            tls,
+            static_limits,
+            cache_control,
+            origin_cache,
+        }
+    }
+
+    fn dir(&mut self, value: Option<Spanned<String>>, default: &str) -> PathBuf {
+        match value {
+            None => PathBuf::from(default),
+            Some(v) if v.get_ref().trim().is_empty() => {
+                self.problem(&v, "a directory must not be empty");
+                PathBuf::from(default)
+            }
+            Some(v) => PathBuf::from(v.into_inner()),
+        }
+    }
+
+    fn origin(&mut self, value: Spanned<String>) -> Option<Origin> {
+        let text = value.get_ref().trim();
+        let (tls, rest) = if let Some(rest) = text.strip_prefix("http://") {
+            (false, rest)
+        } else if let Some(rest) = text.strip_prefix("https://") {
+            (true, rest)
+        } else {
+            self.problem(&value, format!("`origin` must start with http:// or https://, got {text:?}"));
+            return None;
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
+            self.problem(&value, "`origin` must be scheme://host[:port] with no path, query or credentials");
+            return None;
+        }
+        let default_port = if tls { 443 } else { 80 };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            match v6.split_once(']') {
+                Some((host, "")) => (host.to_string(), Some(default_port)),
+                Some((host, port)) => (host.to_string(), port.strip_prefix(':').and_then(|p| p.parse().ok())),
+                None => (String::new(), None),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host.to_string(), port.parse().ok()),
+                None => (authority.to_string(), Some(default_port)),
+            }
+        };
+        match port {
+            Some(port) if port != 0 && !host.is_empty() => Some(Origin { tls, host, port }),
+            _ => {
+                self.problem(&value, format!("`origin` has no valid host and port: {text:?}"));
+                None
+            }
+        }
+    }
+
+    fn admin_token(&mut self, name: Spanned<String>) -> Option<Secret> {
+        let var = name.get_ref();
+        let valid_name = !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            self.problem(&name, format!("`admin_token_env` must name an environment variable, got {var:?}"));
+            return None;
+        }
+        match (self.env)(var) {
+            Some(token) if token.len() >= 16 => Some(Secret::new(token)),
+            Some(_) => {
+                self.problem(&name, format!("environment variable {var} holds a token shorter than 16 characters"));
+                None
+            }
+            None => {
+                self.problem(&name, format!("environment variable {var} (the admin token) is not set"));
+                None
+            }
+        }
+    }
+
+    fn tls(&mut self, cert: Option<Spanned<String>>, key: Option<Spanned<String>>) -> Option<Tls> {
+        match (cert, key) {
+            (None, None) => None,
+            (Some(c), None) => {
+                self.problem(&c, "`tls_cert` needs `tls_key` too");
+                None
+            }
+            (None, Some(k)) => {
+                self.problem(&k, "`tls_key` needs `tls_cert` too");
+                None
+            }
+            (Some(c), Some(k)) => {
+                let mut ok = true;
+                for (v, key) in [(&c, "tls_cert"), (&k, "tls_key")] {
+                    if let Err(e) = std::fs::metadata(v.get_ref()) {
+                        self.problem(v, format!("`{key}` {:?}: {e}", v.get_ref()));
+                        ok = false;
+                    }
+                }
+                ok.then(|| Tls {
+                    cert: PathBuf::from(c.into_inner()),
+                    key: PathBuf::from(k.into_inner()),
+                })
+            }
+        }
+    }
+
+    /// A glob over URL paths, like `/catalog/**` or `*.css`.
+    fn path_glob(&mut self, value: Spanned<String>, key: &str) -> Option<String> {
+        let pattern = value.get_ref();
+        if !(pattern.starts_with('/') || pattern.starts_with('*')) {
+            self.problem(&value, format!("`{key}` must be a URL path pattern starting with / or *, got {pattern:?}"));
+            return None;
+        }
+        if let Err(e) = globset::Glob::new(pattern) {
+            self.problem(&value, format!("`{key}` is not a valid pattern: {}", e.kind()));
+            return None;
+        }
+        Some(value.into_inner())
+    }
+
+    fn header_value(&mut self, value: Spanned<String>, key: &str) -> Option<String> {
+        let text = value.get_ref();
+        if text.is_empty() || !text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            self.problem(&value, format!("`{key}` must be non-empty printable ASCII"));
+            return None;
+        }
+        Some(value.into_inner())
+    }
+
+    fn origin_cache(&mut self, file: Option<OriginCacheFile>) -> OriginCache {
+        let file = file.unwrap_or(OriginCacheFile {
+            paths: Vec::new(),
+            max_bytes: None,
+            max_object_bytes: None,
+            max_ttl_s: None,
+        });
+        let paths = file.paths.into_iter().filter_map(|p| self.path_glob(p, "origin_cache.paths")).collect();
+        let max_bytes = self.int(file.max_bytes, "origin_cache.max_bytes", 1..=16 * 1024 * MIB, 64 * MIB);
+        let max_object_bytes = self.int(file.max_object_bytes, "origin_cache.max_object_bytes", 1..=256 * MIB, MIB);
+        let max_ttl_s = self.int(file.max_ttl_s, "origin_cache.max_ttl_s", 1..=DAY_S, 300);
+        OriginCache {
+            paths,
+            max_bytes: nzusize(max_bytes),
+            max_object_bytes: nzusize(max_object_bytes.min(max_bytes)),
+            max_ttl: Duration::from_secs(max_ttl_s as u64),
+        }
+    }
+
+    fn rooms(&mut self, rooms: Vec<Spanned<RoomFile>>) -> Vec<Room> {
+        let mut out: Vec<Room> = Vec::with_capacity(rooms.len());
+        for room in rooms {
+            let r = room.into_inner();
+            let name = r.name.get_ref().clone();
+            if !is_identifier(&name) {
+                self.problem(&r.name, format!("room name must be 1-64 of a-z, 0-9, '-', '_' starting with a letter or digit, got {name:?}"));
+            } else if out.iter().any(|o| o.name == name) {
+                self.problem(&r.name, format!("room {name:?} is defined twice"));
+            }
+            let mut protect = Vec::with_capacity(r.protect.len());
+            for p in r.protect {
+                let taken_by = out.iter().find(|o| o.protect.contains(p.get_ref())).map(|o| o.name.clone());
+                if let Some(other) = taken_by {
+                    self.problem(&p, format!("path {:?} is already protected by room {other:?}", p.get_ref()));
+                } else if let Some(p) = self.path_glob(p, "protect") {
+                    protect.push(p);
+                }
+            }
+            let release = self.int(Some(r.release_per_second), "release_per_second", 1..=1_000_000, 1);
+            let max_active = self.int(Some(r.max_active), "max_active", 1..=10_000_000, 1);
+            let capacity = self.int(Some(r.queue_capacity), "queue_capacity", 1..=100_000_000, 1);
+            let pass_ttl_s = self.int(r.pass_ttl_s, "pass_ttl_s", 1..=DAY_S, 600);
+            let ticket_ttl_s = self.int(r.ticket_ttl_s, "ticket_ttl_s", 1..=7 * DAY_S, 3600);
+            out.push(Room {
+                name,
+                protect,
+                release_per_second: nz32(release),
+                max_active: nz32(max_active),
+                queue_capacity: nz32(capacity),
+                pass_ttl: Duration::from_secs(pass_ttl_s as u64),
+                ticket_ttl: Duration::from_secs(ticket_ttl_s as u64),
+            });
+        }
+        out
+    }
+
+    fn products(&mut self, products: Vec<Spanned<ProductFile>>, rooms: &[Room]) -> Vec<Product> {
+        let mut out: Vec<Product> = Vec::with_capacity(products.len());
+        for product in products {
+            let p = product.into_inner();
+            let sku = p.sku.get_ref().clone();
+            if !is_sku(&sku) {
+                self.problem(&p.sku, format!("sku must be 1-64 of letters, digits, '.', '-', '_', got {sku:?}"));
+            } else if out.iter().any(|o| o.sku == sku) {
+                self.problem(&p.sku, format!("product {sku:?} is defined twice"));
+            }
+            if !rooms.iter().any(|r| &r.name == p.room.get_ref()) {
+                self.problem(&p.room, format!("product {sku:?} names room {:?}, which is not defined", p.room.get_ref()));
+            }
+            let stock = self.int(Some(p.stock), "stock", 0..=1_000_000_000, 0);
+            let price = self.int(Some(p.price_cents), "price_cents", 0..=1_000_000_000_000, 0);
+            out.push(Product {
+                sku,
+                stock: stock as u32,
+                price_cents: price as u64,
+                room: p.room.into_inner(),
+            });
+        }
+        out
+    }
+}
+
+impl Validator<'_> {
+    fn keys(&mut self, keys: Vec<Spanned<KeyFile>>) -> Vec<SigningKey> {
+        use base64::Engine;
+        let mut out: Vec<SigningKey> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let k = key.into_inner();
+            let kid = k.kid.get_ref().clone();
+            let kid_ok = (1..=64).contains(&kid.len()) && kid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !kid_ok {
+                self.problem(&k.kid, format!("`kid` must be 1-64 of letters, digits, '-', '_', got {kid:?}"));
+            } else if out.iter().any(|o| o.kid == kid) {
+                self.problem(&k.kid, format!("key {kid:?} is defined twice"));
+            }
+            if k.alg.get_ref() != "HS256" {
+                self.problem(&k.alg, format!("`alg` must be \"HS256\", got {:?}", k.alg.get_ref()));
+            }
+            let text = k.secret.get_ref().trim_end_matches('=');
+            match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text) {
+                Ok(bytes) if bytes.len() >= 32 => out.push(SigningKey {
+                    kid,
+                    alg: KeyAlg::Hs256,
+                    secret: Secret::new(k.secret.into_inner()),
+                }),
+                Ok(bytes) => self.problem(&k.secret, format!("`secret` must hold at least 32 bytes, got {}", bytes.len())),
+                Err(_) => self.problem(&k.secret, "`secret` must be base64url (use `sluice keygen`)"),
+            }
+        }
+        out
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+fn is_sku(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+// The callers have range-checked these values to be at least 1.
+fn nz64(v: i64) -> NonZeroU64 {
+    NonZeroU64::new(v.max(1) as u64).expect("at least 1")
+}
+fn nz32(v: i64) -> NonZeroU32 {
+    NonZeroU32::new(v.clamp(1, u32::MAX as i64) as u32).expect("at least 1")
+}
+fn nzusize(v: i64) -> NonZeroUsize {
+    NonZeroUsize::new(v.max(1) as usize).expect("at least 1")
+}

@@ -1,0 +1,145 @@
+//! Bad config files are refused with every problem located at FILE:LINE:COL.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice_policies::model::Admissions;
+use sluice_policies::validate::parse_with_env;
+use sluice_policies::Diagnostics;
+
+const ROOM: &str = r#"
+[[rooms]]
+name = "drop"
+protect = ["/checkout", "/orders/*"]
+release_per_second = 50
+max_active = 500
+queue_capacity = 100000
+"#;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(src: &str) -> Result<sluice_policies::Config, Diagnostics> {
+    parse_with_env(src, Path::new("p.toml"), &no_env)
+}
+
+/// Asserts exactly one problem, at `line:col`, whose message contains `needle`.
+fn refused_at(src: &str, line: usize, col: usize, needle: &str) {
+    let problems = parse(src).expect_err("config should be refused").0;
+    assert_eq!(problems.len(), 1, "one problem expected: {problems:?}");
+    let p = &problems[0];
+    assert!(p.message.contains(needle), "message {:?} should contain {needle:?}", p.message);
+    assert_eq!((p.line, p.col), (line, col), "wrong place for {:?}", p.message);
+    let rendered = p.to_string();
+    assert!(rendered.starts_with(&format!("p.toml:{line}:{col}: ")), "{rendered}");
+}
+
+#[test]
+fn minimal_file_gets_documented_defaults() {
+    let c = parse("[gateway]\n").unwrap();
+    let g = &c.gateway;
+    assert_eq!(g.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(g.admin_listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(g.admissions, Admissions::Open);
+    assert_eq!(g.max_body_bytes.get(), 1024 * 1024);
+    assert_eq!(g.origin_connect_timeout, Duration::from_secs(2));
+    assert_eq!(g.origin_read_timeout, Duration::from_secs(10));
+    assert!(g.origin.is_none());
+    assert!(g.origin_cache.paths.is_empty());
+    assert!(c.rooms.is_empty() && c.products.is_empty());
+}
+
+#[test]
+fn full_room_and_product_convert_with_units() {
+    let src = format!("[gateway]\nadmissions = \"paused\"\norigin = \"http://127.0.0.1:3000\"\n{ROOM}pass_ttl_s = 30\n[[products]]\nsku = \"a-1\"\nstock = 5\nprice_cents = 100\nroom = \"drop\"\n");
+    let c = parse(&src).unwrap();
+    assert_eq!(c.gateway.admissions, Admissions::Paused);
+    let origin = c.gateway.origin.as_ref().unwrap();
+    assert_eq!((origin.tls, origin.address().as_str()), (false, "127.0.0.1:3000"));
+    let room = c.room("drop").unwrap();
+    assert_eq!(room.pass_ttl, Duration::from_secs(30));
+    assert_eq!(room.ticket_ttl, Duration::from_secs(3600));
+    assert_eq!(room.release_per_second.get(), 50);
+    assert_eq!(c.products[0].stock, 5);
+}
+
+#[test]
+fn syntax_error_points_at_the_line() {
+    refused_at("[gateway]\nlisten = \"127.0.0.1:8080\n", 2, 25, "invalid basic string");
+}
+
+#[test]
+fn unknown_key_is_refused_where_it_stands() {
+    refused_at("[gateway]\nlisten = \"127.0.0.1:8080\"\nadmisions = \"open\"\n", 3, 1, "unknown field `admisions`");
+}
+
+#[test]
+fn bad_values_are_located() {
+    refused_at("[gateway]\nadmissions = \"closed\"\n", 2, 14, "\"open\" or \"paused\"");
+    refused_at("[gateway]\nlisten = \"localhost\"\n", 2, 10, "IP:PORT");
+    refused_at("[gateway]\nmax_body_bytes = 0\n", 2, 18, "between 1 and");
+    refused_at("[gateway]\norigin = \"ftp://x\"\n", 2, 10, "http:// or https://");
+    refused_at("[gateway]\norigin = \"http://x:1/path\"\n", 2, 10, "no path");
+    refused_at("[gateway]\ntls_cert = \"/nonexistent/cert.pem\"\n", 2, 12, "needs `tls_key`");
+    refused_at("[gateway]\n[[gateway.cache_control]]\npattern = \"catalog\"\nvalue = \"public\"\n", 3, 11, "starting with /");
+    refused_at("[gateway]\n[[gateway.cache_control]]\npattern = \"/a/**\"\nvalue = \"x\\r\\nSet-Cookie: a\"\n", 4, 9, "printable ASCII");
+}
+
+#[test]
+fn admin_listener_off_loopback_needs_a_token() {
+    refused_at("[gateway]\nadmin_listen = \"0.0.0.0:9090\"\n", 2, 16, "not a loopback address");
+    let src = "[gateway]\nadmin_listen = \"0.0.0.0:9090\"\nadmin_token_env = \"TOK\"\n";
+    refused_at(src, 3, 19, "TOK (the admin token) is not set");
+    let short = |_: &str| Some("short".to_string());
+    let err = parse_with_env(src, Path::new("p.toml"), &short).unwrap_err();
+    assert!(err.0[0].message.contains("shorter than 16"), "{err}");
+    let good = |_: &str| Some("a-long-enough-admin-token".to_string());
+    let c = parse_with_env(src, Path::new("p.toml"), &good).unwrap();
+    assert_eq!(c.gateway.admin_token.unwrap().expose(), "a-long-enough-admin-token");
+}
+
+#[test]
+fn rooms_and_products_are_cross_checked() {
+    let dup_room = format!("[gateway]\n{ROOM}{ROOM}");
+    let problems = parse(&dup_room).unwrap_err().0;
+    let messages: Vec<_> = problems.iter().map(|p| p.message.as_str()).collect();
+    assert!(messages.iter().any(|m| m.contains("room \"drop\" is defined twice")), "{messages:?}");
+    assert!(messages.iter().any(|m| m.contains("already protected by room \"drop\"")), "{messages:?}");
+
+    let orphan = format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = 1\nprice_cents = 1\nroom = \"nope\"\n");
+    refused_at(&orphan, 13, 8, "room \"nope\", which is not defined");
+
+    let negative = format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = -1\nprice_cents = 1\nroom = \"drop\"\n");
+    refused_at(&negative, 11, 9, "`stock` must be between 0");
+
+    let zero_rate = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 0\nmax_active = 1\nqueue_capacity = 1\n";
+    refused_at(zero_rate, 4, 22, "`release_per_second` must be between 1");
+
+    let bad_name = "[gateway]\n[[rooms]]\nname = \"Drop Room\"\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n";
+    refused_at(bad_name, 3, 8, "room name");
+}
+
+#[test]
+fn every_problem_is_reported_in_file_order() {
+    let src = "[gateway]\nlisten = \"nope\"\nadmissions = \"maybe\"\nthreads = 0\n";
+    let problems = parse(src).unwrap_err().0;
+    let lines: Vec<_> = problems.iter().map(|p| p.line).collect();
+    assert_eq!(lines, vec![2, 3, 4]);
+}
+
+#[test]
+fn missing_file_is_a_diagnostic_not_a_panic() {
+    let err = sluice_policies::load_file(Path::new("/nonexistent/sluice.toml")).unwrap_err();
+    assert!(err.to_string().starts_with("/nonexistent/sluice.toml:1:1: cannot read config file"), "{err}");
+}
+
+#[test]
+fn signing_keys_are_checked() {
+    let good = "[gateway]\n[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"\n";
+    let c = parse(good).unwrap();
+    assert_eq!(c.keys[0].kid, "k1");
+    refused_at(&good.replace("HS256", "none"), 4, 7, "`alg` must be");
+    refused_at(&good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "AAAA"), 5, 10, "at least 32 bytes");
+    refused_at(&good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "not base64!"), 5, 10, "base64url");
+}
