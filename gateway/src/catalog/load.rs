@@ -23,7 +23,7 @@ use super::{
 pub(super) const MIN_COMPRESS_BYTES: usize = 256;
 /// Files up to this size get brotli's best (slow) quality; larger ones a
 /// quality that keeps a reload of a big catalog within seconds.
-const BROTLI_BEST_UP_TO: usize = 1024 * 1024;
+const BROTLI_BEST_UP_TO: usize = 256 * 1024;
 
 pub(super) fn load(
     dir: &Path,
