@@ -41,24 +41,40 @@ impl ServeHttp for Admin {
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or("");
             if !open_route && !constant_time_eq(presented.as_bytes(), token.expose().as_bytes()) {
-                return error(&ApiError::new(ErrorCode::Unauthorized, "The admin routes need a bearer token."));
+                return error(&ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "The admin routes need a bearer token.",
+                ));
             }
         }
         if method != Method::GET && method != Method::HEAD {
-            return error(&ApiError::new(ErrorCode::MethodNotAllowed, "The admin routes only answer GET."));
+            return error(&ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "The admin routes only answer GET.",
+            ));
         }
         match path.as_str() {
-            "/metrics" => respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.shared.metrics.render()),
+            "/metrics" => respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.shared.metrics.render(),
+            ),
             "/healthz" => json_response(StatusCode::OK, &json!({"status": "ok"})),
             "/readyz" => {
                 if self.shared.is_shutting_down() {
-                    json_response(StatusCode::SERVICE_UNAVAILABLE, &json!({"ready": false, "reason": "shutting down"}))
+                    json_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({"ready": false, "reason": "shutting down"}),
+                    )
                 } else {
                     json_response(StatusCode::OK, &json!({"ready": true}))
                 }
             }
             "/admin/state" => json_response(StatusCode::OK, &self.state()),
-            _ => error(&ApiError::new(ErrorCode::NotFound, "No admin route at this path.")),
+            _ => error(&ApiError::new(
+                ErrorCode::NotFound,
+                "No admin route at this path.",
+            )),
         }
     }
 }
@@ -68,7 +84,12 @@ impl Admin {
     fn state(&self) -> serde_json::Value {
         let rt = self.shared.runtime();
         let config = &rt.config;
-        let status = self.shared.reload_status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let status = self
+            .shared
+            .reload_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let rooms: Vec<_> = config
             .rooms
             .iter()

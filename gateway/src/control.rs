@@ -34,7 +34,11 @@ impl Control {
                 let admissions = self.shared.runtime().config.gateway.admissions.as_str();
                 tracing::info!(trigger, config = %path, admissions, "config reloaded");
                 for key in outcome.restart_required {
-                    tracing::warn!(trigger, key, "this key changed but only takes effect after a restart");
+                    tracing::warn!(
+                        trigger,
+                        key,
+                        "this key changed but only takes effect after a restart"
+                    );
                 }
             }
             Some(Err(e)) => tracing::error!(trigger, config = %path, "{e}"),

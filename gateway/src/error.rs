@@ -167,17 +167,27 @@ mod tests {
     fn body_has_the_contract_shape() {
         let e = ApiError::new(ErrorCode::QueueFull, "The queue is full.").retry_after(30);
         let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
-        assert_eq!(v, serde_json::json!({"error":"queue_full","message":"The queue is full.","retry_after_s":30}));
+        assert_eq!(
+            v,
+            serde_json::json!({"error":"queue_full","message":"The queue is full.","retry_after_s":30})
+        );
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(e.headers().contains(&("retry-after", "30".to_string())));
     }
 
     #[test]
     fn retry_after_is_only_default_for_429_and_503() {
-        assert_eq!(ApiError::new(ErrorCode::RateLimited, "x").retry_after_s, Some(1));
-        assert_eq!(ApiError::new(ErrorCode::AdmissionsPaused, "x").retry_after_s, Some(1));
+        assert_eq!(
+            ApiError::new(ErrorCode::RateLimited, "x").retry_after_s,
+            Some(1)
+        );
+        assert_eq!(
+            ApiError::new(ErrorCode::AdmissionsPaused, "x").retry_after_s,
+            Some(1)
+        );
         assert_eq!(ApiError::new(ErrorCode::NotFound, "x").retry_after_s, None);
-        let v: serde_json::Value = serde_json::from_slice(&ApiError::new(ErrorCode::NotFound, "x").body()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&ApiError::new(ErrorCode::NotFound, "x").body()).unwrap();
         assert!(v.get("retry_after_s").is_none());
     }
 

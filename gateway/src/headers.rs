@@ -15,7 +15,11 @@ const FORWARDED_FOR_LEN_MAX: usize = 1024;
 /// fresh UUID. Ids end up in logs, so nothing else is trusted.
 pub fn request_id(incoming: Option<&HeaderValue>) -> String {
     match incoming.map(HeaderValue::as_bytes) {
-        Some(id) if !id.is_empty() && id.len() <= REQUEST_ID_LEN_MAX && id.iter().all(|b| (0x21..0x7f).contains(b)) => {
+        Some(id)
+            if !id.is_empty()
+                && id.len() <= REQUEST_ID_LEN_MAX
+                && id.iter().all(|b| (0x21..0x7f).contains(b)) =>
+        {
             String::from_utf8_lossy(id).into_owned()
         }
         _ => uuid::Uuid::new_v4().to_string(),
@@ -83,10 +87,16 @@ mod tests {
     #[test]
     fn forwarded_for_appends_the_client() {
         let chain = HeaderValue::from_static("203.0.113.7");
-        assert_eq!(forwarded_for(Some(&chain), Some("10.0.0.1")).unwrap(), "203.0.113.7, 10.0.0.1");
+        assert_eq!(
+            forwarded_for(Some(&chain), Some("10.0.0.1")).unwrap(),
+            "203.0.113.7, 10.0.0.1"
+        );
         assert_eq!(forwarded_for(None, Some("10.0.0.1")).unwrap(), "10.0.0.1");
         let huge = HeaderValue::from_str(&"1.1.1.1, ".repeat(200)).unwrap();
-        assert_eq!(forwarded_for(Some(&huge), Some("10.0.0.1")).unwrap(), "10.0.0.1");
+        assert_eq!(
+            forwarded_for(Some(&huge), Some("10.0.0.1")).unwrap(),
+            "10.0.0.1"
+        );
     }
 
     #[test]

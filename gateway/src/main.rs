@@ -10,7 +10,11 @@ use sluice_gateway::logging::{self, LogFormat};
 use sluice_gateway::state::Overrides;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "Edge waiting-room gateway for flash sales")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Edge waiting-room gateway for flash sales"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -3,7 +3,8 @@
 //! Labels never name a person: only `result`/`state` style values.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -35,42 +36,75 @@ impl Metrics {
         let registry = Registry::new();
         let m = Self {
             requests: IntCounterVec::new(
-                Opts::new("sluice_http_requests_total", "HTTP requests answered by the public listener, by status class."),
+                Opts::new(
+                    "sluice_http_requests_total",
+                    "HTTP requests answered by the public listener, by status class.",
+                ),
                 &["result"],
             )
             .expect("valid metric"),
-            inflight: IntGauge::new("sluice_http_inflight_requests", "Requests being handled now.").expect("valid metric"),
+            inflight: IntGauge::new(
+                "sluice_http_inflight_requests",
+                "Requests being handled now.",
+            )
+            .expect("valid metric"),
             served: IntCounterVec::new(
-                Opts::new("sluice_http_served_total", "Requests by where their answer came from."),
+                Opts::new(
+                    "sluice_http_served_total",
+                    "Requests by where their answer came from.",
+                ),
                 &["result"],
             )
             .expect("valid metric"),
             upstream_seconds: Histogram::with_opts(
-                HistogramOpts::new("sluice_upstream_seconds", "Origin time to response header.").buckets(vec![
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ]),
+                HistogramOpts::new("sluice_upstream_seconds", "Origin time to response header.")
+                    .buckets(vec![
+                        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        10.0,
+                    ]),
             )
             .expect("valid metric"),
             origin_errors: IntCounterVec::new(
-                Opts::new("sluice_origin_errors_total", "Failed origin requests, by kind of failure."),
+                Opts::new(
+                    "sluice_origin_errors_total",
+                    "Failed origin requests, by kind of failure.",
+                ),
                 &["result"],
             )
             .expect("valid metric"),
             origin_cache: IntCounterVec::new(
-                Opts::new("sluice_origin_cache_total", "Origin cache look-ups and fills, by result."),
+                Opts::new(
+                    "sluice_origin_cache_total",
+                    "Origin cache look-ups and fills, by result.",
+                ),
                 &["result"],
             )
             .expect("valid metric"),
-            origin_cache_bytes: IntGauge::new("sluice_origin_cache_bytes", "Bytes held by the origin cache.")
-                .expect("valid metric"),
-            origin_cache_entries: IntGauge::new("sluice_origin_cache_entries", "Responses held by the origin cache.")
-                .expect("valid metric"),
-            catalog_files: IntGauge::new("sluice_catalog_files", "Files of the catalog held in memory.")
-                .expect("valid metric"),
-            catalog_bytes: IntGauge::new("sluice_catalog_bytes", "Bytes of catalog files held in memory.")
-                .expect("valid metric"),
+            origin_cache_bytes: IntGauge::new(
+                "sluice_origin_cache_bytes",
+                "Bytes held by the origin cache.",
+            )
+            .expect("valid metric"),
+            origin_cache_entries: IntGauge::new(
+                "sluice_origin_cache_entries",
+                "Responses held by the origin cache.",
+            )
+            .expect("valid metric"),
+            catalog_files: IntGauge::new(
+                "sluice_catalog_files",
+                "Files of the catalog held in memory.",
+            )
+            .expect("valid metric"),
+            catalog_bytes: IntGauge::new(
+                "sluice_catalog_bytes",
+                "Bytes of catalog files held in memory.",
+            )
+            .expect("valid metric"),
             config_reloads: IntCounterVec::new(
-                Opts::new("sluice_config_reloads_total", "Config reloads, by result (success, failure)."),
+                Opts::new(
+                    "sluice_config_reloads_total",
+                    "Config reloads, by result (success, failure).",
+                ),
                 &["result"],
             )
             .expect("valid metric"),

@@ -40,12 +40,20 @@ impl CachedResponse {
     }
 
     fn size(&self) -> usize {
-        self.body.len() + self.headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum::<usize>()
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.as_str().len() + v.len())
+                .sum::<usize>()
     }
 
     /// The strong or weak validator, for `If-None-Match`.
     pub fn etag(&self) -> Option<&HeaderValue> {
-        self.headers.iter().find(|(k, _)| k == header::ETAG).map(|(_, v)| v)
+        self.headers
+            .iter()
+            .find(|(k, _)| k == header::ETAG)
+            .map(|(_, v)| v)
     }
 }
 
@@ -92,8 +100,18 @@ impl OriginCache {
 
     /// The cache key of a request if the request may be answered from the
     /// cache (`lookup`) and, without credentials, fill it (`fill`).
-    pub fn request_key(&self, method: &Method, host: &str, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<RequestKey> {
-        if !self.enabled() || !(method == Method::GET || method == Method::HEAD) || !self.paths.is_match(path) {
+    pub fn request_key(
+        &self,
+        method: &Method,
+        host: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Option<RequestKey> {
+        if !self.enabled()
+            || !(method == Method::GET || method == Method::HEAD)
+            || !self.paths.is_match(path)
+        {
             return None;
         }
         if headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::RANGE) {
@@ -123,7 +141,12 @@ impl OriginCache {
     }
 
     /// Decides whether an origin response may be stored, and for how long.
-    pub fn freshness(&self, status: u16, headers: &HeaderMap, now: SystemTime) -> Result<(Duration, Duration), Uncacheable> {
+    pub fn freshness(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Result<(Duration, Duration), Uncacheable> {
         if status != 200 {
             return Err(Uncacheable::Status);
         }
@@ -133,13 +156,20 @@ impl OriginCache {
         for vary in headers.get_all(header::VARY) {
             let ok = vary
                 .to_str()
-                .map(|v| v.split(',').map(str::trim).all(|f| f.is_empty() || f.eq_ignore_ascii_case("accept-encoding")))
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .all(|f| f.is_empty() || f.eq_ignore_ascii_case("accept-encoding"))
+                })
                 .unwrap_or(false);
             if !ok {
                 return Err(Uncacheable::Vary);
             }
         }
-        if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
+        if let Some(len) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        {
             if len > self.config.max_object_bytes.get() {
                 return Err(Uncacheable::TooLarge);
             }
@@ -171,7 +201,16 @@ impl OriginCache {
     /// Stores a response whose `freshness` was accepted. Returns false when
     /// it is too large to hold.
     #[allow(clippy::too_many_arguments)]
-    pub fn insert(&self, key: String, status: u16, headers: Vec<(HeaderName, HeaderValue)>, body: Bytes, ttl: Duration, initial_age: Duration, now: Instant) -> bool {
+    pub fn insert(
+        &self,
+        key: String,
+        status: u16,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        body: Bytes,
+        ttl: Duration,
+        initial_age: Duration,
+        now: Instant,
+    ) -> bool {
         let entry = CachedResponse {
             status,
             headers,
@@ -216,7 +255,10 @@ impl Lru {
         self.tick += 1;
         let tick = self.tick;
         let (entry, used) = self.entries.get_mut(key)?;
-        let key = self.by_use.remove(used).expect("index in step with entries");
+        let key = self
+            .by_use
+            .remove(used)
+            .expect("index in step with entries");
         *used = tick;
         self.by_use.insert(tick, key);
         Some(entry.clone())
@@ -233,7 +275,9 @@ impl Lru {
         self.remove(&key);
         let size = entry.size();
         while self.bytes + size > max_bytes {
-            let Some((_, oldest)) = self.by_use.pop_first() else { break };
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
             if let Some((old, _)) = self.entries.remove(&oldest) {
                 self.bytes -= old.size();
             }
@@ -302,7 +346,12 @@ fn encoding_class(headers: &HeaderMap) -> &'static str {
                 let coding = parts.next().unwrap_or("").trim();
                 let q_zero = parts.any(|p| {
                     let p = p.trim();
-                    p.starts_with("q=") && p[2..].trim().parse::<f32>().map(|q| q == 0.0).unwrap_or(false)
+                    p.starts_with("q=")
+                        && p[2..]
+                            .trim()
+                            .parse::<f32>()
+                            .map(|q| q == 0.0)
+                            .unwrap_or(false)
                 });
                 coding.eq_ignore_ascii_case(name) && !q_zero
             })
@@ -334,7 +383,10 @@ mod tests {
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
         }
         h
     }
@@ -343,15 +395,27 @@ mod tests {
     fn only_listed_paths_and_safe_methods_are_candidates() {
         let c = cache(1 << 20);
         let h = HeaderMap::new();
-        assert!(c.request_key(&Method::GET, "h", "/api/catalog/items", None, &h).is_some());
-        assert!(c.request_key(&Method::GET, "h", "/api/cart", None, &h).is_none());
-        assert!(c.request_key(&Method::POST, "h", "/api/catalog/items", None, &h).is_none());
+        assert!(c
+            .request_key(&Method::GET, "h", "/api/catalog/items", None, &h)
+            .is_some());
+        assert!(c
+            .request_key(&Method::GET, "h", "/api/cart", None, &h)
+            .is_none());
+        assert!(c
+            .request_key(&Method::POST, "h", "/api/catalog/items", None, &h)
+            .is_none());
         let auth = headers(&[("authorization", "Bearer x")]);
-        assert!(c.request_key(&Method::GET, "h", "/api/catalog/items", None, &auth).is_none());
+        assert!(c
+            .request_key(&Method::GET, "h", "/api/catalog/items", None, &auth)
+            .is_none());
         let cookie = headers(&[("cookie", "session=1")]);
-        let k = c.request_key(&Method::GET, "h", "/api/catalog/items", None, &cookie).unwrap();
+        let k = c
+            .request_key(&Method::GET, "h", "/api/catalog/items", None, &cookie)
+            .unwrap();
         assert!(!k.fill, "a request with credentials never fills the cache");
-        let head = c.request_key(&Method::HEAD, "h", "/api/catalog/items", None, &h).unwrap();
+        let head = c
+            .request_key(&Method::HEAD, "h", "/api/catalog/items", None, &h)
+            .unwrap();
         assert!(!head.fill);
     }
 
@@ -361,7 +425,11 @@ mod tests {
         let plain = HeaderMap::new();
         let br = headers(&[("accept-encoding", "gzip, br")]);
         let no_br = headers(&[("accept-encoding", "br;q=0, gzip")]);
-        let k = |host, q, h: &HeaderMap| c.request_key(&Method::GET, host, "/api/catalog/x", q, h).unwrap().key;
+        let k = |host, q, h: &HeaderMap| {
+            c.request_key(&Method::GET, host, "/api/catalog/x", q, h)
+                .unwrap()
+                .key
+        };
         let keys = [
             k("a", None, &plain),
             k("a", Some("page=2"), &plain),
@@ -381,23 +449,67 @@ mod tests {
         let c = cache(1 << 20);
         let now = SystemTime::now();
         let f = |pairs: &[(&str, &str)]| c.freshness(200, &headers(pairs), now);
-        assert_eq!(f(&[("cache-control", "public, max-age=60")]).unwrap().0, Duration::from_secs(60));
-        assert_eq!(f(&[("cache-control", "max-age=60, s-maxage=30")]).unwrap().0, Duration::from_secs(30));
-        assert_eq!(f(&[("cache-control", "max-age=99999")]).unwrap().0, Duration::from_secs(300), "capped by max_ttl");
-        assert_eq!(f(&[("cache-control", "max-age=60"), ("age", "50")]).unwrap().0, Duration::from_secs(10));
-        assert_eq!(f(&[("cache-control", "max-age=60"), ("age", "60")]), Err(Uncacheable::NoFreshness));
+        assert_eq!(
+            f(&[("cache-control", "public, max-age=60")]).unwrap().0,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60, s-maxage=30")])
+                .unwrap()
+                .0,
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=99999")]).unwrap().0,
+            Duration::from_secs(300),
+            "capped by max_ttl"
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60"), ("age", "50")])
+                .unwrap()
+                .0,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60"), ("age", "60")]),
+            Err(Uncacheable::NoFreshness)
+        );
         assert_eq!(f(&[]), Err(Uncacheable::NoFreshness));
-        assert_eq!(f(&[("cache-control", "private, max-age=60")]), Err(Uncacheable::Private));
-        assert_eq!(f(&[("cache-control", "no-store")]), Err(Uncacheable::Private));
-        assert_eq!(f(&[("cache-control", "no-cache, max-age=60")]), Err(Uncacheable::Private));
-        assert_eq!(f(&[("cache-control", "max-age=60"), ("set-cookie", "a=b")]), Err(Uncacheable::SetCookie));
-        assert_eq!(f(&[("cache-control", "max-age=60"), ("vary", "Cookie")]), Err(Uncacheable::Vary));
-        assert_eq!(f(&[("cache-control", "max-age=60"), ("vary", "*")]), Err(Uncacheable::Vary));
+        assert_eq!(
+            f(&[("cache-control", "private, max-age=60")]),
+            Err(Uncacheable::Private)
+        );
+        assert_eq!(
+            f(&[("cache-control", "no-store")]),
+            Err(Uncacheable::Private)
+        );
+        assert_eq!(
+            f(&[("cache-control", "no-cache, max-age=60")]),
+            Err(Uncacheable::Private)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60"), ("set-cookie", "a=b")]),
+            Err(Uncacheable::SetCookie)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60"), ("vary", "Cookie")]),
+            Err(Uncacheable::Vary)
+        );
+        assert_eq!(
+            f(&[("cache-control", "max-age=60"), ("vary", "*")]),
+            Err(Uncacheable::Vary)
+        );
         assert!(f(&[("cache-control", "max-age=60"), ("vary", "Accept-Encoding")]).is_ok());
-        assert_eq!(c.freshness(404, &headers(&[("cache-control", "max-age=60")]), now), Err(Uncacheable::Status));
+        assert_eq!(
+            c.freshness(404, &headers(&[("cache-control", "max-age=60")]), now),
+            Err(Uncacheable::Status)
+        );
         let date = httpdate::fmt_http_date(now);
         let expires = httpdate::fmt_http_date(now + Duration::from_secs(120));
-        assert_eq!(f(&[("date", &date), ("expires", &expires)]).unwrap().0, Duration::from_secs(120));
+        assert_eq!(
+            f(&[("date", &date), ("expires", &expires)]).unwrap().0,
+            Duration::from_secs(120)
+        );
     }
 
     #[test]
@@ -405,7 +517,15 @@ mod tests {
         let c = cache(1000);
         let t0 = Instant::now();
         let put = |key: &str, len: usize, now| {
-            c.insert(key.into(), 200, vec![], Bytes::from(vec![b'x'; len]), Duration::from_secs(10), Duration::ZERO, now)
+            c.insert(
+                key.into(),
+                200,
+                vec![],
+                Bytes::from(vec![b'x'; len]),
+                Duration::from_secs(10),
+                Duration::ZERO,
+                now,
+            )
         };
         assert!(put("a", 400, t0));
         assert!(put("b", 400, t0));
@@ -414,8 +534,14 @@ mod tests {
         assert!(c.get("b", t0).is_none(), "least recently used is evicted");
         assert!(c.get("a", t0).is_some() && c.get("c", t0).is_some());
         assert!(c.usage().0 <= 1000);
-        assert!(!put("huge", 2000, t0), "an object over the limit is not stored");
-        assert!(c.get("a", t0 + Duration::from_secs(11)).is_none(), "stale entries are not served");
+        assert!(
+            !put("huge", 2000, t0),
+            "an object over the limit is not stored"
+        );
+        assert!(
+            c.get("a", t0 + Duration::from_secs(11)).is_none(),
+            "stale entries are not served"
+        );
         assert_eq!(c.usage().1, 1);
     }
 }

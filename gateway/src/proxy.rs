@@ -119,9 +119,16 @@ impl ProxyHttp for Proxy {
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
             }
-            Route::CacheHit { response, not_modified } => {
+            Route::CacheHit {
+                response,
+                not_modified,
+            } => {
                 ctx.source = "cache_hit";
-                self.shared.metrics.origin_cache.with_label_values(&["hit"]).inc();
+                self.shared
+                    .metrics
+                    .origin_cache
+                    .with_label_values(&["hit"])
+                    .inc();
                 let status = if not_modified { 304 } else { response.status };
                 let mut head = ResponseHeader::build(status, Some(response.headers.len() + 3))?;
                 for (name, value) in &response.headers {
@@ -131,11 +138,14 @@ impl ProxyHttp for Proxy {
                 head.insert_header(header::AGE, age.to_string())?;
                 head.insert_header("x-cache", "HIT")?;
                 head.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
-                let body = (!not_modified && session.req_header().method != Method::HEAD).then(|| response.body.clone());
+                let body = (!not_modified && session.req_header().method != Method::HEAD)
+                    .then(|| response.body.clone());
                 if not_modified {
                     head.remove_header(&header::CONTENT_LENGTH);
                 }
-                session.write_response_header(Box::new(head), body.is_none()).await?;
+                session
+                    .write_response_header(Box::new(head), body.is_none())
+                    .await?;
                 if let Some(body) = body {
                     session.write_response_body(Some(body), true).await?;
                 }
@@ -144,7 +154,11 @@ impl ProxyHttp for Proxy {
             Route::Origin { cache } => {
                 ctx.source = "origin";
                 if cache.is_some() {
-                    self.shared.metrics.origin_cache.with_label_values(&["miss"]).inc();
+                    self.shared
+                        .metrics
+                        .origin_cache
+                        .with_label_values(&["miss"])
+                        .inc();
                 }
                 ctx.cache = cache;
                 Ok(false)
@@ -163,7 +177,10 @@ impl ProxyHttp for Proxy {
             ctx.body_bytes += chunk.len() as u64;
             if ctx.body_bytes > ctx.runtime.config.gateway.max_body_bytes.get() {
                 self.shared.metrics.body_too_large.inc();
-                return Error::e_explain(ErrorType::HTTPStatus(413), "request body over max_body_bytes");
+                return Error::e_explain(
+                    ErrorType::HTTPStatus(413),
+                    "request body over max_body_bytes",
+                );
             }
         }
         Ok(())
@@ -197,7 +214,10 @@ impl ProxyHttp for Proxy {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip().to_string());
-        let forwarded_for = headers::forwarded_for(upstream.headers.get(headers::X_FORWARDED_FOR), client_ip.as_deref());
+        let forwarded_for = headers::forwarded_for(
+            upstream.headers.get(headers::X_FORWARDED_FOR),
+            client_ip.as_deref(),
+        );
         if let Some(xff) = forwarded_for {
             upstream.insert_header(headers::X_FORWARDED_FOR, xff)?;
         }
@@ -216,14 +236,23 @@ impl ProxyHttp for Proxy {
         if let Some(sent) = ctx.upstream_sent {
             let elapsed = sent.elapsed();
             ctx.upstream_time = Some(elapsed);
-            self.shared.metrics.upstream_seconds.observe(elapsed.as_secs_f64());
+            self.shared
+                .metrics
+                .upstream_seconds
+                .observe(elapsed.as_secs_f64());
         }
         for name in headers::hop_by_hop(&upstream.headers) {
             upstream.remove_header(&name);
         }
-        let Some(key) = ctx.cache.as_ref().filter(|k| k.fill) else { return Ok(()) };
+        let Some(key) = ctx.cache.as_ref().filter(|k| k.fill) else {
+            return Ok(());
+        };
         let cache = &ctx.runtime.origin_cache;
-        match cache.freshness(upstream.status.as_u16(), &upstream.headers, SystemTime::now()) {
+        match cache.freshness(
+            upstream.status.as_u16(),
+            &upstream.headers,
+            SystemTime::now(),
+        ) {
             Ok((ttl, age)) => {
                 let headers = upstream
                     .headers
@@ -240,7 +269,12 @@ impl ProxyHttp for Proxy {
                     body: BytesMut::new(),
                 });
             }
-            Err(_) => self.shared.metrics.origin_cache.with_label_values(&["uncacheable"]).inc(),
+            Err(_) => self
+                .shared
+                .metrics
+                .origin_cache
+                .with_label_values(&["uncacheable"])
+                .inc(),
         }
         Ok(())
     }
@@ -252,11 +286,17 @@ impl ProxyHttp for Proxy {
         end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<Duration>> {
-        let Some(fill) = ctx.fill.as_mut() else { return Ok(None) };
+        let Some(fill) = ctx.fill.as_mut() else {
+            return Ok(None);
+        };
         if let Some(chunk) = body {
             if fill.body.len() + chunk.len() > ctx.runtime.origin_cache.max_object_bytes() {
                 ctx.fill = None;
-                self.shared.metrics.origin_cache.with_label_values(&["uncacheable"]).inc();
+                self.shared
+                    .metrics
+                    .origin_cache
+                    .with_label_values(&["uncacheable"])
+                    .inc();
                 return Ok(None);
             }
             fill.body.extend_from_slice(chunk);
@@ -264,9 +304,21 @@ impl ProxyHttp for Proxy {
         if end_of_stream {
             if let Some(fill) = ctx.fill.take() {
                 let cache = &ctx.runtime.origin_cache;
-                let stored = cache.insert(fill.key, fill.status, fill.headers, fill.body.freeze(), fill.ttl, fill.age, Instant::now());
+                let stored = cache.insert(
+                    fill.key,
+                    fill.status,
+                    fill.headers,
+                    fill.body.freeze(),
+                    fill.ttl,
+                    fill.age,
+                    Instant::now(),
+                );
                 let result = if stored { "stored" } else { "uncacheable" };
-                self.shared.metrics.origin_cache.with_label_values(&[result]).inc();
+                self.shared
+                    .metrics
+                    .origin_cache
+                    .with_label_values(&[result])
+                    .inc();
                 let (bytes, entries) = cache.usage();
                 self.shared.metrics.origin_cache_bytes.set(bytes as i64);
                 self.shared.metrics.origin_cache_entries.set(entries as i64);
@@ -275,7 +327,12 @@ impl ProxyHttp for Proxy {
         Ok(None)
     }
 
-    async fn response_filter(&self, _session: &mut Session, response: &mut ResponseHeader, ctx: &mut Ctx) -> Result<()> {
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
         for name in headers::hop_by_hop(&response.headers) {
             response.remove_header(&name);
         }
@@ -289,7 +346,11 @@ impl ProxyHttp for Proxy {
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let (code, failure) = classify(e);
         if let Some(failure) = failure {
-            self.shared.metrics.origin_errors.with_label_values(&[failure]).inc();
+            self.shared
+                .metrics
+                .origin_errors
+                .with_label_values(&[failure])
+                .inc();
         }
         ctx.source = "local";
         let status = match code {
@@ -335,7 +396,12 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
-    async fn write_local(&self, session: &mut Session, ctx: &Ctx, local: LocalResponse) -> Result<()> {
+    async fn write_local(
+        &self,
+        session: &mut Session,
+        ctx: &Ctx,
+        local: LocalResponse,
+    ) -> Result<()> {
         let mut head = ResponseHeader::build(local.status, Some(local.headers.len() + 2))?;
         for (name, value) in local.headers {
             head.append_header(name, value)?;
@@ -346,7 +412,9 @@ impl Proxy {
             head.insert_header(header::CONTENT_LENGTH, local.body.len().to_string())?;
         }
         let body = (!is_head && !local.body.is_empty()).then_some(local.body);
-        session.write_response_header(Box::new(head), body.is_none()).await?;
+        session
+            .write_response_header(Box::new(head), body.is_none())
+            .await?;
         if let Some(body) = body {
             session.write_response_body(Some(body), true).await?;
         }
@@ -361,7 +429,9 @@ fn classify(e: &Error) -> (Option<ErrorCode>, Option<&'static str>) {
         HTTPStatus(413) => (Some(ErrorCode::PayloadTooLarge), None),
         HTTPStatus(404) => (Some(ErrorCode::NotFound), None),
         HTTPStatus(400) => (Some(ErrorCode::BadRequest), None),
-        ConnectTimedout | ReadTimedout | WriteTimedout => (Some(ErrorCode::GatewayTimeout), Some("timeout")),
+        ConnectTimedout | ReadTimedout | WriteTimedout => {
+            (Some(ErrorCode::GatewayTimeout), Some("timeout"))
+        }
         ConnectRefused | ConnectNoRoute | ConnectError | ConnectionClosed | TLSHandshakeFailure => {
             if matches!(e.esource(), pingora::ErrorSource::Downstream) {
                 (None, None)

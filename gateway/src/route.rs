@@ -40,7 +40,9 @@ impl LocalResponse {
         let headers = e
             .headers()
             .into_iter()
-            .filter_map(|(k, v)| Some((HeaderName::from_static(k), HeaderValue::from_str(&v).ok()?)))
+            .filter_map(|(k, v)| {
+                Some((HeaderName::from_static(k), HeaderValue::from_str(&v).ok()?))
+            })
             .collect();
         Self {
             status: e.status(),
@@ -60,7 +62,9 @@ pub enum Route {
         not_modified: bool,
     },
     /// Send to the origin; with a key when the response may be cached.
-    Origin { cache: Option<RequestKey> },
+    Origin {
+        cache: Option<RequestKey>,
+    },
 }
 
 pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
@@ -69,7 +73,10 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
         if len > gateway.max_body_bytes.get() {
             return error(ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("The request body is larger than {} bytes.", gateway.max_body_bytes),
+                format!(
+                    "The request body is larger than {} bytes.",
+                    gateway.max_body_bytes
+                ),
             ));
         }
     }
@@ -85,17 +92,26 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
             return Route::Local(LocalResponse {
                 status: StatusCode::SEE_OTHER,
                 headers: vec![
-                    (header::LOCATION, HeaderValue::from_str(&queue).expect("room names are header-safe")),
+                    (
+                        header::LOCATION,
+                        HeaderValue::from_str(&queue).expect("room names are header-safe"),
+                    ),
                     (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-                    (header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; charset=utf-8"),
+                    ),
                 ],
                 body: Bytes::from(format!("See {queue}\n")),
                 source: "local",
             });
         }
         return error(
-            ApiError::new(ErrorCode::InvalidPass, "This page needs an admission pass from the waiting room.")
-                .with("join", format!("{queue}/join")),
+            ApiError::new(
+                ErrorCode::InvalidPass,
+                "This page needs an admission pass from the waiting room.",
+            )
+            .with("join", format!("{queue}/join")),
         );
     }
     match lookup {
@@ -112,13 +128,18 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
                 ErrorCode::MethodNotAllowed,
                 "Catalog files can only be read with GET or HEAD.",
             ));
-            local.headers.push((header::ALLOW, HeaderValue::from_static("GET, HEAD")));
+            local
+                .headers
+                .push((header::ALLOW, HeaderValue::from_static("GET, HEAD")));
             return Route::Local(local);
         }
         Lookup::NotFound | Lookup::BadPath(_) => {}
     }
     if gateway.origin.is_none() {
-        return error(ApiError::new(ErrorCode::NotFound, "Nothing is served at this path."));
+        return error(ApiError::new(
+            ErrorCode::NotFound,
+            "Nothing is served at this path.",
+        ));
     }
     let key = rt
         .origin_cache
@@ -129,7 +150,10 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
                 (Some(inm), Some(etag)) => etag_matches(inm, etag),
                 _ => false,
             };
-            return Route::CacheHit { response, not_modified };
+            return Route::CacheHit {
+                response,
+                not_modified,
+            };
         }
     }
     Route::Origin { cache: key }
@@ -140,7 +164,13 @@ fn error(e: ApiError) -> Route {
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A browser navigating, as opposed to an API client.
@@ -153,10 +183,15 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 
 /// Weak comparison of `If-None-Match` against one entity tag.
 fn etag_matches(if_none_match: &HeaderValue, etag: &HeaderValue) -> bool {
-    let Ok(list) = if_none_match.to_str() else { return false };
-    let Ok(etag) = etag.to_str() else { return false };
+    let Ok(list) = if_none_match.to_str() else {
+        return false;
+    };
+    let Ok(etag) = etag.to_str() else {
+        return false;
+    };
     let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
-    list.split(',').any(|t| t.trim() == "*" || opaque(t) == opaque(etag))
+    list.split(',')
+        .any(|t| t.trim() == "*" || opaque(t) == opaque(etag))
 }
 
 #[cfg(test)]
@@ -200,18 +235,56 @@ mod tests {
         let without = runtime("");
         let with = runtime("origin = \"http://127.0.0.1:1\"");
         let h = HeaderMap::new();
-        assert_eq!(status(&route(&without, &facts(&Method::GET, "/", &h), Instant::now())), 200);
-        assert_eq!(status(&route(&without, &facts(&Method::GET, "/nope", &h), Instant::now())), 404);
-        assert_eq!(status(&route(&with, &facts(&Method::GET, "/nope", &h), Instant::now())), 0);
-        assert_eq!(status(&route(&with, &facts(&Method::POST, "/index.html", &h), Instant::now())), 405);
+        assert_eq!(
+            status(&route(
+                &without,
+                &facts(&Method::GET, "/", &h),
+                Instant::now()
+            )),
+            200
+        );
+        assert_eq!(
+            status(&route(
+                &without,
+                &facts(&Method::GET, "/nope", &h),
+                Instant::now()
+            )),
+            404
+        );
+        assert_eq!(
+            status(&route(
+                &with,
+                &facts(&Method::GET, "/nope", &h),
+                Instant::now()
+            )),
+            0
+        );
+        assert_eq!(
+            status(&route(
+                &with,
+                &facts(&Method::POST, "/index.html", &h),
+                Instant::now()
+            )),
+            405
+        );
     }
 
     #[test]
     fn traversal_is_refused_even_with_an_origin() {
         let rt = runtime("origin = \"http://127.0.0.1:1\"");
         let h = HeaderMap::new();
-        for p in ["/../etc/passwd", "/%2e%2e/etc/passwd", "/a%2fb", "/a\\b", "/%00"] {
-            assert_eq!(status(&route(&rt, &facts(&Method::GET, p, &h), Instant::now())), 400, "{p}");
+        for p in [
+            "/../etc/passwd",
+            "/%2e%2e/etc/passwd",
+            "/a%2fb",
+            "/a\\b",
+            "/%00",
+        ] {
+            assert_eq!(
+                status(&route(&rt, &facts(&Method::GET, p, &h), Instant::now())),
+                400,
+                "{p}"
+            );
         }
     }
 
@@ -219,15 +292,35 @@ mod tests {
     fn protected_paths_send_browsers_to_the_queue_and_apis_to_join() {
         let rt = runtime("origin = \"http://127.0.0.1:1\"");
         let mut browser = HeaderMap::new();
-        browser.insert(header::ACCEPT, HeaderValue::from_static("text/html,application/xhtml+xml"));
-        let Route::Local(r) = route(&rt, &facts(&Method::GET, "/checkout", &browser), Instant::now()) else { panic!() };
+        browser.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/html,application/xhtml+xml"),
+        );
+        let Route::Local(r) = route(
+            &rt,
+            &facts(&Method::GET, "/checkout", &browser),
+            Instant::now(),
+        ) else {
+            panic!()
+        };
         assert_eq!(r.status, StatusCode::SEE_OTHER);
-        assert!(r.headers.contains(&(header::LOCATION, HeaderValue::from_static("/queue/drop"))));
+        assert!(r
+            .headers
+            .contains(&(header::LOCATION, HeaderValue::from_static("/queue/drop"))));
         let api = HeaderMap::new();
-        let Route::Local(r) = route(&rt, &facts(&Method::POST, "/orders/abc/cancel", &api), Instant::now()) else { panic!() };
+        let Route::Local(r) = route(
+            &rt,
+            &facts(&Method::POST, "/orders/abc/cancel", &api),
+            Instant::now(),
+        ) else {
+            panic!()
+        };
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!((v["error"].as_str(), v["join"].as_str()), (Some("invalid_pass"), Some("/queue/drop/join")));
+        assert_eq!(
+            (v["error"].as_str(), v["join"].as_str()),
+            (Some("invalid_pass"), Some("/queue/drop/join"))
+        );
     }
 
     #[test]
@@ -235,16 +328,33 @@ mod tests {
         let rt = runtime("origin = \"http://127.0.0.1:1\"");
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("101"));
-        assert_eq!(status(&route(&rt, &facts(&Method::POST, "/api", &h), Instant::now())), 413);
+        assert_eq!(
+            status(&route(
+                &rt,
+                &facts(&Method::POST, "/api", &h),
+                Instant::now()
+            )),
+            413
+        );
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
-        assert_eq!(status(&route(&rt, &facts(&Method::POST, "/api", &h), Instant::now())), 0);
+        assert_eq!(
+            status(&route(
+                &rt,
+                &facts(&Method::POST, "/api", &h),
+                Instant::now()
+            )),
+            0
+        );
     }
 
     #[test]
     fn if_none_match_uses_weak_comparison() {
         let etag = HeaderValue::from_static("\"abc\"");
         assert!(etag_matches(&HeaderValue::from_static("W/\"abc\""), &etag));
-        assert!(etag_matches(&HeaderValue::from_static("\"x\", \"abc\""), &etag));
+        assert!(etag_matches(
+            &HeaderValue::from_static("\"x\", \"abc\""),
+            &etag
+        ));
         assert!(etag_matches(&HeaderValue::from_static("*"), &etag));
         assert!(!etag_matches(&HeaderValue::from_static("\"abcd\""), &etag));
     }

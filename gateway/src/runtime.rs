@@ -25,12 +25,22 @@ impl Runtime {
     /// Builds everything that depends on `config`. The origin cache of the
     /// previous runtime is kept when its settings did not change, so a
     /// reload does not empty it.
-    pub fn build(config: Arc<Config>, catalog: Arc<Catalog>, previous: Option<&Runtime>) -> Runtime {
+    pub fn build(
+        config: Arc<Config>,
+        catalog: Arc<Catalog>,
+        previous: Option<&Runtime>,
+    ) -> Runtime {
         let origin_cache = match previous {
-            Some(p) if p.origin_cache.config() == &config.gateway.origin_cache => p.origin_cache.clone(),
+            Some(p) if p.origin_cache.config() == &config.gateway.origin_cache => {
+                p.origin_cache.clone()
+            }
             _ => Arc::new(OriginCache::new(&config.gateway.origin_cache)),
         };
-        let protect = config.rooms.iter().map(|room| glob_set(&room.protect)).collect();
+        let protect = config
+            .rooms
+            .iter()
+            .map(|room| glob_set(&room.protect))
+            .collect();
         Runtime {
             config,
             catalog,
@@ -64,7 +74,8 @@ pub fn load_catalog(config: &Config) -> Result<Catalog, String> {
             value: r.value.clone(),
         })
         .collect();
-    Catalog::load(&g.static_dir, &limits, &rules).map_err(|e| format!("static_dir {}: {e}", g.static_dir.display()))
+    Catalog::load(&g.static_dir, &limits, &rules)
+        .map_err(|e| format!("static_dir {}: {e}", g.static_dir.display()))
 }
 
 fn glob_set(patterns: &[String]) -> GlobSet {

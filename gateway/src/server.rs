@@ -21,7 +21,8 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     let mut config = sluice_policies::load_file(config_path).map_err(|d| anyhow!("{d}"))?;
     overrides.apply(&mut config);
     let content = std::fs::read(config_path).ok();
-    let handle = sluice_policies::ConfigHandle::with_config(config_path, config, content.as_deref());
+    let handle =
+        sluice_policies::ConfigHandle::with_config(config_path, config, content.as_deref());
     let shared = Shared::new(handle, overrides).map_err(|e| anyhow!(e))?;
     let gateway = shared.runtime().config.gateway.clone();
     std::fs::create_dir_all(&gateway.data_dir)
@@ -34,19 +35,28 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         grace_period_seconds: Some(gateway.shutdown_grace.as_secs()),
         graceful_shutdown_timeout_seconds: Some(1),
         pid_file: gateway.data_dir.join("sluice.pid").display().to_string(),
-        upgrade_sock: gateway.data_dir.join("sluice-upgrade.sock").display().to_string(),
+        upgrade_sock: gateway
+            .data_dir
+            .join("sluice-upgrade.sock")
+            .display()
+            .to_string(),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, Proxy::new(shared.clone()), "sluice proxy");
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Proxy::new(shared.clone()),
+        "sluice proxy",
+    );
     let listen = gateway.listen.to_string();
     match &gateway.tls {
         Some(tls) => {
             let cert = tls.cert.to_str().context("tls_cert path is not UTF-8")?;
             let key = tls.key.to_str().context("tls_key path is not UTF-8")?;
-            let mut settings = TlsSettings::intermediate(cert, key).map_err(|e| anyhow!("loading TLS certificate and key: {e}"))?;
+            let mut settings = TlsSettings::intermediate(cert, key)
+                .map_err(|e| anyhow!("loading TLS certificate and key: {e}"))?;
             settings.enable_h2();
             proxy.add_tls_with_settings(&listen, None, settings);
         }

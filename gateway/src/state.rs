@@ -101,16 +101,23 @@ impl Shared {
                 let catalog = catalog.into_inner().unwrap_or_else(|p| p.into_inner());
                 let catalog = catalog.expect("prepare ran and succeeded");
                 let previous = self.runtime();
-                let next = Runtime::build(self.config.current(), Arc::new(catalog), Some(&previous));
+                let next =
+                    Runtime::build(self.config.current(), Arc::new(catalog), Some(&previous));
                 self.runtime.store(Arc::new(next));
-                self.metrics.config_reloads.with_label_values(&["success"]).inc();
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["success"])
+                    .inc();
                 status.last_success_unix = unix_now();
                 status.last_error = None;
                 drop(status);
                 self.publish_gauges();
             }
             Err(e) => {
-                self.metrics.config_reloads.with_label_values(&["failure"]).inc();
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
                 status.last_error = Some(e.to_string());
             }
         }
@@ -124,7 +131,11 @@ impl Shared {
             .set(i64::from(rt.config.gateway.admissions == Admissions::Open));
         m.catalog_files.set(rt.catalog.len() as i64);
         m.catalog_bytes.set(rt.catalog.total_bytes() as i64);
-        let last = self.reload_status.lock().unwrap_or_else(|p| p.into_inner()).last_success_unix;
+        let last = self
+            .reload_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_success_unix;
         m.config_last_reload_success.set(last as i64);
     }
 
@@ -134,5 +145,7 @@ impl Shared {
 }
 
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

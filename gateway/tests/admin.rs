@@ -19,13 +19,27 @@ async fn admin_token_guards_everything_but_the_probes() {
         assert_eq!(r.headers()["www-authenticate"], "Bearer");
         let v: serde_json::Value = r.json().await.unwrap();
         assert_eq!(v["error"], "unauthorized");
-        let r = c.get(gw.admin_url(path)).bearer_auth("wrong-token-0123456789").send().await.unwrap();
+        let r = c
+            .get(gw.admin_url(path))
+            .bearer_auth("wrong-token-0123456789")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 401, "{path} with a wrong token");
-        let r = c.get(gw.admin_url(path)).bearer_auth(token).send().await.unwrap();
+        let r = c
+            .get(gw.admin_url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "{path} with the token");
     }
     for path in ["/healthz", "/readyz"] {
-        assert_eq!(c.get(gw.admin_url(path)).send().await.unwrap().status(), 200, "{path}");
+        assert_eq!(
+            c.get(gw.admin_url(path)).send().await.unwrap().status(),
+            200,
+            "{path}"
+        );
     }
     assert!(!gw.log().contains(token), "the token never reaches the log");
 }
@@ -33,7 +47,14 @@ async fn admin_token_guards_everything_but_the_probes() {
 #[tokio::test]
 async fn state_lists_rooms_and_the_kill_switch() {
     let gw = Gateway::start(GatewayOptions::default());
-    let v: serde_json::Value = client().get(gw.admin_url("/admin/state")).send().await.unwrap().json().await.unwrap();
+    let v: serde_json::Value = client()
+        .get(gw.admin_url("/admin/state"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["admissions"], "open");
     assert_eq!(v["rooms"][0]["name"], "drop");
     assert_eq!(v["rooms"][0]["release_per_second"], 10);
@@ -56,7 +77,14 @@ async fn metrics_pass_promtool() {
     // sent, so give it a moment.
     let mut text = String::new();
     for _ in 0..50 {
-        text = c.get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+        text = c
+            .get(gw.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         if text.contains("sluice_http_served_total{result=\"origin\"} 1") {
             break;
         }
@@ -71,8 +99,14 @@ async fn metrics_pass_promtool() {
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
-    assert!(text.contains("sluice_http_served_total{result=\"catalog\"} 1"), "{text}");
-    assert!(text.contains("sluice_http_served_total{result=\"origin\"} 1"), "{text}");
+    assert!(
+        text.contains("sluice_http_served_total{result=\"catalog\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_http_served_total{result=\"origin\"} 1"),
+        "{text}"
+    );
 
     let promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
@@ -84,13 +118,21 @@ async fn metrics_pass_promtool() {
         Ok(child) => child,
         Err(e) => {
             // The test command installs promtool; a bare `cargo test` may not have it.
-            assert!(std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(), "promtool is required: {e}");
+            assert!(
+                std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(),
+                "promtool is required: {e}"
+            );
             eprintln!("promtool not installed, skipping the exposition check");
             return;
         }
     };
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

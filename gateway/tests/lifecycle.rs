@@ -25,14 +25,23 @@ async fn tls_listener_speaks_h2_and_http11() {
     let url = format!("https://localhost:{}/", gw.listen.port());
     let echo = format!("https://localhost:{}/echo", gw.listen.port());
 
-    let h2 = reqwest::Client::builder().add_root_certificate(root.clone()).no_proxy().build().unwrap();
+    let h2 = reqwest::Client::builder()
+        .add_root_certificate(root.clone())
+        .no_proxy()
+        .build()
+        .unwrap();
     let r = h2.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.version(), reqwest::Version::HTTP_2, "ALPN picks h2");
     let seen: serde_json::Value = h2.get(&echo).send().await.unwrap().json().await.unwrap();
     assert_eq!(seen["x-forwarded-proto"], "https");
 
-    let h1 = reqwest::Client::builder().add_root_certificate(root).http1_only().no_proxy().build().unwrap();
+    let h1 = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .http1_only()
+        .no_proxy()
+        .build()
+        .unwrap();
     let r = h1.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.version(), reqwest::Version::HTTP_11);
@@ -52,7 +61,9 @@ async fn sigterm_drains_requests_in_flight() {
     let r = slow.await.unwrap().expect("in-flight request completes");
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "slow answer");
-    let exited = eventually(Duration::from_secs(10), || matches!(gw.child.try_wait(), Ok(Some(_))));
+    let exited = eventually(Duration::from_secs(10), || {
+        matches!(gw.child.try_wait(), Ok(Some(_)))
+    });
     assert!(exited.is_some(), "gateway exits after draining");
     assert!(gw.child.try_wait().unwrap().unwrap().success());
 }

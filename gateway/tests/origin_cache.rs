@@ -13,7 +13,11 @@ fn gateway(origin: &Origin) -> Gateway {
     })
 }
 
-async fn get(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> (u16, String, reqwest::header::HeaderMap) {
+async fn get(
+    gw: &Gateway,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, reqwest::header::HeaderMap) {
     let mut req = client().get(gw.url(path));
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -36,13 +40,20 @@ async fn public_responses_are_served_from_cache() {
     assert_eq!(h1["x-cache"], "MISS");
     assert_eq!(h2["x-cache"], "HIT");
     assert!(h2.contains_key("age"));
-    assert_ne!(h1["x-request-id"], h2["x-request-id"], "hits get their own request id");
+    assert_ne!(
+        h1["x-request-id"], h2["x-request-id"],
+        "hits get their own request id"
+    );
 
     let etag = h2["etag"].to_str().unwrap().to_string();
     let (s3, _, _) = get(&gw, "/api/catalog/public", &[("if-none-match", &etag)]).await;
     assert_eq!(s3, 304);
     assert_eq!(origin.hits(), 1);
-    assert!(gw.metric("sluice_origin_cache_total{result=\"hit\"}").unwrap() >= 2.0);
+    assert!(
+        gw.metric("sluice_origin_cache_total{result=\"hit\"}")
+            .unwrap()
+            >= 2.0
+    );
 }
 
 #[tokio::test]
@@ -54,7 +65,10 @@ async fn private_no_store_and_cookie_responses_are_never_stored() {
         get(&gw, &format!("/api/catalog/{name}"), &[]).await;
         let (_, body, _) = get(&gw, &format!("/api/catalog/{name}"), &[]).await;
         assert_eq!(origin.hits(), before + 2, "{name} was served from cache");
-        assert!(body.ends_with(&format!("number {}", before + 2)), "{name}: {body}");
+        assert!(
+            body.ends_with(&format!("number {}", before + 2)),
+            "{name}: {body}"
+        );
     }
 }
 
@@ -63,13 +77,27 @@ async fn requests_with_credentials_do_not_fill_the_cache() {
     let origin = Origin::start();
     let gw = gateway(&origin);
     get(&gw, "/api/catalog/public", &[("cookie", "session=alice")]).await;
-    get(&gw, "/api/catalog/public", &[("authorization", "Bearer alice")]).await;
+    get(
+        &gw,
+        "/api/catalog/public",
+        &[("authorization", "Bearer alice")],
+    )
+    .await;
     assert_eq!(origin.hits(), 2);
     get(&gw, "/api/catalog/public", &[]).await;
     get(&gw, "/api/catalog/public", &[]).await;
-    assert_eq!(origin.hits(), 3, "the anonymous request filled it, the next one hit");
+    assert_eq!(
+        origin.hits(),
+        3,
+        "the anonymous request filled it, the next one hit"
+    );
     // An Authorization request is never answered from the shared cache.
-    get(&gw, "/api/catalog/public", &[("authorization", "Bearer bob")]).await;
+    get(
+        &gw,
+        "/api/catalog/public",
+        &[("authorization", "Bearer bob")],
+    )
+    .await;
     assert_eq!(origin.hits(), 4);
 }
 

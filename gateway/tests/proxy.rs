@@ -19,7 +19,12 @@ async fn forwards_with_request_id_and_forwarding_headers() {
     let gw = gateway_with_origin(&origin, "");
     let c = client();
 
-    let r = c.get(gw.url("/echo")).header("x-forwarded-for", "203.0.113.9").send().await.unwrap();
+    let r = c
+        .get(gw.url("/echo"))
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
     assert_eq!(id.len(), 36, "a request id is made when missing");
@@ -28,7 +33,12 @@ async fn forwards_with_request_id_and_forwarding_headers() {
     assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
     assert_eq!(seen["x-forwarded-proto"], "http");
 
-    let r = c.get(gw.url("/echo")).header("x-request-id", "trace-42").send().await.unwrap();
+    let r = c
+        .get(gw.url("/echo"))
+        .header("x-request-id", "trace-42")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["x-request-id"], "trace-42");
     let seen: serde_json::Value = r.json().await.unwrap();
     assert_eq!(seen["x-request-id"], "trace-42");
@@ -47,13 +57,22 @@ async fn hop_by_hop_headers_do_not_cross_the_proxy() {
     assert_eq!(raw_status(&resp), 200, "{resp}");
     let body = resp.split_once("\r\n\r\n").unwrap().1;
     for dropped in ["x-private-hop", "proxy-authorization", "upgrade", "\"te\""] {
-        assert!(!body.contains(dropped), "{dropped} reached the origin: {body}");
+        assert!(
+            !body.contains(dropped),
+            "{dropped} reached the origin: {body}"
+        );
     }
-    assert!(body.contains("x-end-to-end"), "end-to-end headers pass: {body}");
+    assert!(
+        body.contains("x-end-to-end"),
+        "end-to-end headers pass: {body}"
+    );
 
     let r = client().get(gw.url("/hop")).send().await.unwrap();
     assert_eq!(r.headers()["x-end-to-end"], "kept");
-    assert!(r.headers().get("x-hop-header").is_none(), "header named by Connection is dropped");
+    assert!(
+        r.headers().get("x-hop-header").is_none(),
+        "header named by Connection is dropped"
+    );
     assert!(r.headers().get("keep-alive").is_none());
 }
 
@@ -62,19 +81,35 @@ async fn bodies_over_the_limit_get_413_in_the_contract_shape() {
     let origin = Origin::start();
     let gw = gateway_with_origin(&origin, "max_body_bytes = 1000");
     let c = client();
-    let ok = c.post(gw.url("/upload")).body(vec![b'a'; 1000]).send().await.unwrap();
+    let ok = c
+        .post(gw.url("/upload"))
+        .body(vec![b'a'; 1000])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ok.status(), 200);
     assert_eq!(ok.text().await.unwrap(), "got 1000 bytes");
 
-    let big = c.post(gw.url("/upload")).body(vec![b'a'; 1001]).send().await.unwrap();
+    let big = c
+        .post(gw.url("/upload"))
+        .body(vec![b'a'; 1001])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(big.status(), 413);
     let v: serde_json::Value = big.json().await.unwrap();
     assert_eq!(v["error"], "payload_too_large");
 
     // Chunked, no declared length: caught while streaming.
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![Ok(vec![b'b'; 600]), Ok(vec![b'b'; 600])];
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        vec![Ok(vec![b'b'; 600]), Ok(vec![b'b'; 600])];
     let stream = futures_util::stream::iter(chunks);
-    let r = c.post(gw.url("/upload")).body(reqwest::Body::wrap_stream(stream)).send().await.unwrap();
+    let r = c
+        .post(gw.url("/upload"))
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 413);
     assert!(gw.metric("sluice_request_body_too_large_total").unwrap() >= 1.0);
 }
@@ -99,13 +134,21 @@ async fn origin_down_is_502_and_slow_is_504() {
     assert_eq!(r.status(), 504);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"], "gateway_timeout");
-    assert!(gw.metric("sluice_origin_errors_total{result=\"timeout\"}").unwrap() >= 1.0);
+    assert!(
+        gw.metric("sluice_origin_errors_total{result=\"timeout\"}")
+            .unwrap()
+            >= 1.0
+    );
 }
 
 #[tokio::test]
 async fn no_origin_means_404_in_json() {
     let gw = Gateway::start(GatewayOptions::default());
-    let r = client().get(gw.url("/not/in/catalog")).send().await.unwrap();
+    let r = client()
+        .get(gw.url("/not/in/catalog"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"], "not_found");
@@ -122,5 +165,9 @@ async fn keep_alive_connections_to_the_origin_are_reused() {
         let _ = r.text().await.unwrap();
     }
     let used = origin.peer_ports();
-    assert!(!used.is_empty() && used.len() <= 2, "ten sequential requests used {} origin connections", used.len());
+    assert!(
+        !used.is_empty() && used.len() <= 2,
+        "ten sequential requests used {} origin connections",
+        used.len()
+    );
 }

@@ -9,7 +9,10 @@ use common::*;
 use nix::sys::signal::Signal;
 
 fn admissions(gw: &Gateway) -> String {
-    gw.admin_json("/admin/state")["admissions"].as_str().unwrap().to_string()
+    gw.admin_json("/admin/state")["admissions"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[test]
@@ -20,9 +23,16 @@ fn kill_switch_by_saving_the_file_shows_within_a_second() {
 
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     let took = eventually(Duration::from_secs(1), || admissions(&gw) == "paused");
-    assert!(took.is_some(), "kill switch not visible within 1 s; log:\n{}", gw.log());
+    assert!(
+        took.is_some(),
+        "kill switch not visible within 1 s; log:\n{}",
+        gw.log()
+    );
     assert_eq!(gw.metric("sluice_admissions_open"), Some(0.0));
-    assert_eq!(gw.metric("sluice_config_reloads_total{result=\"success\"}"), Some(1.0));
+    assert_eq!(
+        gw.metric("sluice_config_reloads_total{result=\"success\"}"),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -51,11 +61,17 @@ fn a_bad_reload_is_refused_with_its_location_and_the_last_good_config_runs_on() 
     assert_eq!(state["admissions"], "paused", "last good config still runs");
     let error = state["config"]["last_reload_error"].as_str().unwrap();
     let expected = format!("{}:2:14:", gw.config_path.display());
-    assert!(error.contains(&expected), "error {error:?} should point at {expected}");
+    assert!(
+        error.contains(&expected),
+        "error {error:?} should point at {expected}"
+    );
     assert!(gw.log().contains(&expected), "the log says why");
 
     // Still serving.
-    let resp = raw_request(gw.listen, "GET / HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n");
+    let resp = raw_request(
+        gw.listen,
+        "GET / HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n",
+    );
     assert_eq!(raw_status(&resp), 200);
 }
 

@@ -89,7 +89,10 @@ impl ConfigHandle {
     /// Reloads only if the file's content changed since it was last read.
     /// `None` when nothing changed (or the file is momentarily unreadable,
     /// as while an editor replaces it).
-    pub fn reload_if_changed(&self, prepare: Prepare<'_>) -> Option<Result<ReloadOutcome, ReloadError>> {
+    pub fn reload_if_changed(
+        &self,
+        prepare: Prepare<'_>,
+    ) -> Option<Result<ReloadOutcome, ReloadError>> {
         let content = std::fs::read(&self.path).ok()?;
         let h = hash(&content);
         if *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == Some(h) {

@@ -90,14 +90,25 @@ impl Validator<'_> {
 
     /// An integer within `range`, or `default` when absent. On a problem it
     /// records it and returns the default so validation can go on.
-    fn int(&mut self, value: Option<Spanned<i64>>, key: &str, range: RangeInclusive<i64>, default: i64) -> i64 {
+    fn int(
+        &mut self,
+        value: Option<Spanned<i64>>,
+        key: &str,
+        range: RangeInclusive<i64>,
+        default: i64,
+    ) -> i64 {
         match value {
             None => default,
             Some(v) if range.contains(v.get_ref()) => *v.get_ref(),
             Some(v) => {
                 self.problem(
                     &v,
-                    format!("`{key}` must be between {} and {}, got {}", range.start(), range.end(), v.get_ref()),
+                    format!(
+                        "`{key}` must be between {} and {}, got {}",
+                        range.start(),
+                        range.end(),
+                        v.get_ref()
+                    ),
                 );
                 default
             }
@@ -111,7 +122,13 @@ impl Validator<'_> {
             Some(v) => match v.get_ref().parse() {
                 Ok(addr) => addr,
                 Err(_) => {
-                    self.problem(&v, format!("`{key}` must be IP:PORT (like \"{default}\"), got {:?}", v.get_ref()));
+                    self.problem(
+                        &v,
+                        format!(
+                            "`{key}` must be IP:PORT (like \"{default}\"), got {:?}",
+                            v.get_ref()
+                        ),
+                    );
                     fallback
                 }
             },
@@ -123,7 +140,10 @@ impl Validator<'_> {
         let admin_listen_span = g.admin_listen.as_ref().map(|s| s.span());
         let admin_listen = self.addr(g.admin_listen, "admin_listen", "127.0.0.1:9090");
         if listen == admin_listen {
-            self.problems.push(self.loc.at(admin_listen_span.clone(), "`admin_listen` must differ from `listen`"));
+            self.problems.push(self.loc.at(
+                admin_listen_span.clone(),
+                "`admin_listen` must differ from `listen`",
+            ));
         }
         let data_dir = self.dir(g.data_dir, "var");
         let static_dir = self.dir(g.static_dir, "static");
@@ -134,7 +154,10 @@ impl Validator<'_> {
                 "open" => Admissions::Open,
                 "paused" => Admissions::Paused,
                 other => {
-                    self.problem(&v, format!("`admissions` must be \"open\" or \"paused\", got {other:?}"));
+                    self.problem(
+                        &v,
+                        format!("`admissions` must be \"open\" or \"paused\", got {other:?}"),
+                    );
                     Admissions::Open
                 }
             },
@@ -151,16 +174,51 @@ impl Validator<'_> {
         }
         let threads = self.int(g.threads, "threads", 1..=256, 2);
         let max_body_bytes = self.int(g.max_body_bytes, "max_body_bytes", 1..=1024 * MIB, MIB);
-        let connect_ms = self.int(g.origin_connect_timeout_ms, "origin_connect_timeout_ms", 1..=60_000, 2_000);
-        let read_ms = self.int(g.origin_read_timeout_ms, "origin_read_timeout_ms", 1..=600_000, 10_000);
-        let write_ms = self.int(g.origin_write_timeout_ms, "origin_write_timeout_ms", 1..=600_000, 10_000);
-        let idle_s = self.int(g.origin_idle_timeout_s, "origin_idle_timeout_s", 1..=3_600, 60);
+        let connect_ms = self.int(
+            g.origin_connect_timeout_ms,
+            "origin_connect_timeout_ms",
+            1..=60_000,
+            2_000,
+        );
+        let read_ms = self.int(
+            g.origin_read_timeout_ms,
+            "origin_read_timeout_ms",
+            1..=600_000,
+            10_000,
+        );
+        let write_ms = self.int(
+            g.origin_write_timeout_ms,
+            "origin_write_timeout_ms",
+            1..=600_000,
+            10_000,
+        );
+        let idle_s = self.int(
+            g.origin_idle_timeout_s,
+            "origin_idle_timeout_s",
+            1..=3_600,
+            60,
+        );
         let grace_s = self.int(g.shutdown_grace_s, "shutdown_grace_s", 0..=3_600, 10);
         let tls = self.tls(g.tls_cert, g.tls_key);
         let static_limits = StaticLimits {
-            max_file_bytes: nz64(self.int(g.static_max_file_bytes, "static_max_file_bytes", 1..=256 * MIB, 8 * MIB)),
-            max_total_bytes: nz64(self.int(g.static_max_total_bytes, "static_max_total_bytes", 1..=4096 * MIB, 64 * MIB)),
-            max_files: nzusize(self.int(g.static_max_files, "static_max_files", 1..=1_000_000, 10_000)),
+            max_file_bytes: nz64(self.int(
+                g.static_max_file_bytes,
+                "static_max_file_bytes",
+                1..=256 * MIB,
+                8 * MIB,
+            )),
+            max_total_bytes: nz64(self.int(
+                g.static_max_total_bytes,
+                "static_max_total_bytes",
+                1..=4096 * MIB,
+                64 * MIB,
+            )),
+            max_files: nzusize(self.int(
+                g.static_max_files,
+                "static_max_files",
+                1..=1_000_000,
+                10_000,
+            )),
         };
         let cache_control = g
             .cache_control
@@ -213,19 +271,28 @@ impl Validator<'_> {
         } else if let Some(rest) = text.strip_prefix("https://") {
             (true, rest)
         } else {
-            self.problem(&value, format!("`origin` must start with http:// or https://, got {text:?}"));
+            self.problem(
+                &value,
+                format!("`origin` must start with http:// or https://, got {text:?}"),
+            );
             return None;
         };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
-            self.problem(&value, "`origin` must be scheme://host[:port] with no path, query or credentials");
+            self.problem(
+                &value,
+                "`origin` must be scheme://host[:port] with no path, query or credentials",
+            );
             return None;
         }
         let default_port = if tls { 443 } else { 80 };
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             match v6.split_once(']') {
                 Some((host, "")) => (host.to_string(), Some(default_port)),
-                Some((host, port)) => (host.to_string(), port.strip_prefix(':').and_then(|p| p.parse().ok())),
+                Some((host, port)) => (
+                    host.to_string(),
+                    port.strip_prefix(':').and_then(|p| p.parse().ok()),
+                ),
                 None => (String::new(), None),
             }
         } else {
@@ -237,7 +304,10 @@ impl Validator<'_> {
         match port {
             Some(port) if port != 0 && !host.is_empty() => Some(Origin { tls, host, port }),
             _ => {
-                self.problem(&value, format!("`origin` has no valid host and port: {text:?}"));
+                self.problem(
+                    &value,
+                    format!("`origin` has no valid host and port: {text:?}"),
+                );
                 None
             }
         }
@@ -245,19 +315,29 @@ impl Validator<'_> {
 
     fn admin_token(&mut self, name: Spanned<String>) -> Option<Secret> {
         let var = name.get_ref();
-        let valid_name = !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let valid_name =
+            !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid_name {
-            self.problem(&name, format!("`admin_token_env` must name an environment variable, got {var:?}"));
+            self.problem(
+                &name,
+                format!("`admin_token_env` must name an environment variable, got {var:?}"),
+            );
             return None;
         }
         match (self.env)(var) {
             Some(token) if token.len() >= 16 => Some(Secret::new(token)),
             Some(_) => {
-                self.problem(&name, format!("environment variable {var} holds a token shorter than 16 characters"));
+                self.problem(
+                    &name,
+                    format!("environment variable {var} holds a token shorter than 16 characters"),
+                );
                 None
             }
             None => {
-                self.problem(&name, format!("environment variable {var} (the admin token) is not set"));
+                self.problem(
+                    &name,
+                    format!("environment variable {var} (the admin token) is not set"),
+                );
                 None
             }
         }
@@ -294,11 +374,17 @@ impl Validator<'_> {
     fn path_glob(&mut self, value: Spanned<String>, key: &str) -> Option<String> {
         let pattern = value.get_ref();
         if !(pattern.starts_with('/') || pattern.starts_with('*')) {
-            self.problem(&value, format!("`{key}` must be a URL path pattern starting with / or *, got {pattern:?}"));
+            self.problem(
+                &value,
+                format!("`{key}` must be a URL path pattern starting with / or *, got {pattern:?}"),
+            );
             return None;
         }
         if let Err(e) = globset::Glob::new(pattern) {
-            self.problem(&value, format!("`{key}` is not a valid pattern: {}", e.kind()));
+            self.problem(
+                &value,
+                format!("`{key}` is not a valid pattern: {}", e.kind()),
+            );
             return None;
         }
         Some(value.into_inner())
@@ -320,9 +406,23 @@ impl Validator<'_> {
             max_object_bytes: None,
             max_ttl_s: None,
         });
-        let paths = file.paths.into_iter().filter_map(|p| self.path_glob(p, "origin_cache.paths")).collect();
-        let max_bytes = self.int(file.max_bytes, "origin_cache.max_bytes", 1..=16 * 1024 * MIB, 64 * MIB);
-        let max_object_bytes = self.int(file.max_object_bytes, "origin_cache.max_object_bytes", 1..=256 * MIB, MIB);
+        let paths = file
+            .paths
+            .into_iter()
+            .filter_map(|p| self.path_glob(p, "origin_cache.paths"))
+            .collect();
+        let max_bytes = self.int(
+            file.max_bytes,
+            "origin_cache.max_bytes",
+            1..=16 * 1024 * MIB,
+            64 * MIB,
+        );
+        let max_object_bytes = self.int(
+            file.max_object_bytes,
+            "origin_cache.max_object_bytes",
+            1..=256 * MIB,
+            MIB,
+        );
         let max_ttl_s = self.int(file.max_ttl_s, "origin_cache.max_ttl_s", 1..=DAY_S, 300);
         OriginCache {
             paths,
@@ -344,14 +444,28 @@ impl Validator<'_> {
             }
             let mut protect = Vec::with_capacity(r.protect.len());
             for p in r.protect {
-                let taken_by = out.iter().find(|o| o.protect.contains(p.get_ref())).map(|o| o.name.clone());
+                let taken_by = out
+                    .iter()
+                    .find(|o| o.protect.contains(p.get_ref()))
+                    .map(|o| o.name.clone());
                 if let Some(other) = taken_by {
-                    self.problem(&p, format!("path {:?} is already protected by room {other:?}", p.get_ref()));
+                    self.problem(
+                        &p,
+                        format!(
+                            "path {:?} is already protected by room {other:?}",
+                            p.get_ref()
+                        ),
+                    );
                 } else if let Some(p) = self.path_glob(p, "protect") {
                     protect.push(p);
                 }
             }
-            let release = self.int(Some(r.release_per_second), "release_per_second", 1..=1_000_000, 1);
+            let release = self.int(
+                Some(r.release_per_second),
+                "release_per_second",
+                1..=1_000_000,
+                1,
+            );
             let max_active = self.int(Some(r.max_active), "max_active", 1..=10_000_000, 1);
             let capacity = self.int(Some(r.queue_capacity), "queue_capacity", 1..=100_000_000, 1);
             let pass_ttl_s = self.int(r.pass_ttl_s, "pass_ttl_s", 1..=DAY_S, 600);
@@ -375,12 +489,21 @@ impl Validator<'_> {
             let p = product.into_inner();
             let sku = p.sku.get_ref().clone();
             if !is_sku(&sku) {
-                self.problem(&p.sku, format!("sku must be 1-64 of letters, digits, '.', '-', '_', got {sku:?}"));
+                self.problem(
+                    &p.sku,
+                    format!("sku must be 1-64 of letters, digits, '.', '-', '_', got {sku:?}"),
+                );
             } else if out.iter().any(|o| o.sku == sku) {
                 self.problem(&p.sku, format!("product {sku:?} is defined twice"));
             }
             if !rooms.iter().any(|r| &r.name == p.room.get_ref()) {
-                self.problem(&p.room, format!("product {sku:?} names room {:?}, which is not defined", p.room.get_ref()));
+                self.problem(
+                    &p.room,
+                    format!(
+                        "product {sku:?} names room {:?}, which is not defined",
+                        p.room.get_ref()
+                    ),
+                );
             }
             let stock = self.int(Some(p.stock), "stock", 0..=1_000_000_000, 0);
             let price = self.int(Some(p.price_cents), "price_cents", 0..=1_000_000_000_000, 0);
@@ -402,14 +525,23 @@ impl Validator<'_> {
         for key in keys {
             let k = key.into_inner();
             let kid = k.kid.get_ref().clone();
-            let kid_ok = (1..=64).contains(&kid.len()) && kid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            let kid_ok = (1..=64).contains(&kid.len())
+                && kid
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
             if !kid_ok {
-                self.problem(&k.kid, format!("`kid` must be 1-64 of letters, digits, '-', '_', got {kid:?}"));
+                self.problem(
+                    &k.kid,
+                    format!("`kid` must be 1-64 of letters, digits, '-', '_', got {kid:?}"),
+                );
             } else if out.iter().any(|o| o.kid == kid) {
                 self.problem(&k.kid, format!("key {kid:?} is defined twice"));
             }
             if k.alg.get_ref() != "HS256" {
-                self.problem(&k.alg, format!("`alg` must be \"HS256\", got {:?}", k.alg.get_ref()));
+                self.problem(
+                    &k.alg,
+                    format!("`alg` must be \"HS256\", got {:?}", k.alg.get_ref()),
+                );
             }
             let text = k.secret.get_ref().trim_end_matches('=');
             match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text) {
@@ -418,8 +550,14 @@ impl Validator<'_> {
                     alg: KeyAlg::Hs256,
                     secret: Secret::new(k.secret.into_inner()),
                 }),
-                Ok(bytes) => self.problem(&k.secret, format!("`secret` must hold at least 32 bytes, got {}", bytes.len())),
-                Err(_) => self.problem(&k.secret, "`secret` must be base64url (use `sluice keygen`)"),
+                Ok(bytes) => self.problem(
+                    &k.secret,
+                    format!("`secret` must hold at least 32 bytes, got {}", bytes.len()),
+                ),
+                Err(_) => self.problem(
+                    &k.secret,
+                    "`secret` must be base64url (use `sluice keygen`)",
+                ),
             }
         }
         out
@@ -429,13 +567,15 @@ impl Validator<'_> {
 fn is_identifier(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
 fn is_sku(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
 // The callers have range-checked these values to be at least 1.

@@ -26,7 +26,9 @@ fn good_reload_swaps_and_bad_reload_keeps_last_good() {
 
     std::fs::write(&path, "[gateway]\nadmissions = \"paus\"\n").unwrap();
     let err = handle.reload(&|_| Ok(())).unwrap_err();
-    let ReloadError::Invalid(d) = err else { panic!("{err}") };
+    let ReloadError::Invalid(d) = err else {
+        panic!("{err}")
+    };
     assert_eq!((d.0[0].line, d.0[0].col), (2, 14));
     assert_eq!(handle.current().gateway.admissions, Admissions::Paused);
 }
@@ -48,10 +50,12 @@ fn overrides_are_reapplied_on_reload() {
     let handle = ConfigHandle::load(&path).unwrap();
     std::fs::write(&path, "[gateway]\nadmissions = \"paused\"\n").unwrap();
     let port = "127.0.0.1:18080".parse().unwrap();
-    handle.reload(&|c| {
+    handle
+        .reload(&|c| {
             c.gateway.listen = port;
             Ok(())
-        }).unwrap();
+        })
+        .unwrap();
     assert_eq!(handle.current().gateway.listen, port);
 }
 
@@ -60,7 +64,12 @@ fn a_refusing_prepare_step_keeps_the_last_good_snapshot() {
     let path = temp_file("prepare", "[gateway]\n");
     let handle = ConfigHandle::load(&path).unwrap();
     std::fs::write(&path, "[gateway]\nadmissions = \"paused\"\n").unwrap();
-    let err = handle.reload(&|_| Err("catalog unreadable".into())).unwrap_err();
-    assert!(matches!(err, ReloadError::Rejected(ref m) if m == "catalog unreadable"), "{err}");
+    let err = handle
+        .reload(&|_| Err("catalog unreadable".into()))
+        .unwrap_err();
+    assert!(
+        matches!(err, ReloadError::Rejected(ref m) if m == "catalog unreadable"),
+        "{err}"
+    );
     assert_eq!(handle.current().gateway.admissions, Admissions::Open);
 }

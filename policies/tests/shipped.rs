@@ -20,10 +20,14 @@ fn shipped_files() -> Vec<PathBuf> {
 #[test]
 fn every_shipped_policy_file_validates() {
     let files = shipped_files();
-    assert!(files.len() >= 2, "demo.toml and at least one example ship: {files:?}");
+    assert!(
+        files.len() >= 2,
+        "demo.toml and at least one example ship: {files:?}"
+    );
     // Examples that protect their admin listener name the token variable;
     // give it a value so the rest of the file is what gets checked.
-    let env = |name: &str| (name == "SLUICE_ADMIN_TOKEN").then(|| "0123456789abcdef-example".to_string());
+    let env =
+        |name: &str| (name == "SLUICE_ADMIN_TOKEN").then(|| "0123456789abcdef-example".to_string());
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();
         if let Err(problems) = parse_with_env(&source, &file, &env) {
@@ -38,10 +42,22 @@ fn demo_matches_the_demo_store() {
     let config = sluice_policies::load_file(&file).unwrap();
     assert_eq!(config.gateway.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(config.gateway.admin_listen.to_string(), "127.0.0.1:9090");
-    assert!(config.gateway.origin.is_none(), "the demo runs with nothing but the binary");
-    let static_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&config.gateway.static_dir);
+    assert!(
+        config.gateway.origin.is_none(),
+        "the demo runs with nothing but the binary"
+    );
+    let static_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(&config.gateway.static_dir);
     for product in &config.products {
-        let page = static_dir.join("products").join(format!("{}.html", product.sku));
-        assert!(page.is_file(), "demo product {} has no page at {}", product.sku, page.display());
+        let page = static_dir
+            .join("products")
+            .join(format!("{}.html", product.sku));
+        assert!(
+            page.is_file(),
+            "demo product {} has no page at {}",
+            product.sku,
+            page.display()
+        );
     }
 }

@@ -29,10 +29,22 @@ fn refused_at(src: &str, line: usize, col: usize, needle: &str) {
     let problems = parse(src).expect_err("config should be refused").0;
     assert_eq!(problems.len(), 1, "one problem expected: {problems:?}");
     let p = &problems[0];
-    assert!(p.message.contains(needle), "message {:?} should contain {needle:?}", p.message);
-    assert_eq!((p.line, p.col), (line, col), "wrong place for {:?}", p.message);
+    assert!(
+        p.message.contains(needle),
+        "message {:?} should contain {needle:?}",
+        p.message
+    );
+    assert_eq!(
+        (p.line, p.col),
+        (line, col),
+        "wrong place for {:?}",
+        p.message
+    );
     let rendered = p.to_string();
-    assert!(rendered.starts_with(&format!("p.toml:{line}:{col}: ")), "{rendered}");
+    assert!(
+        rendered.starts_with(&format!("p.toml:{line}:{col}: ")),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -56,7 +68,10 @@ fn full_room_and_product_convert_with_units() {
     let c = parse(&src).unwrap();
     assert_eq!(c.gateway.admissions, Admissions::Paused);
     let origin = c.gateway.origin.as_ref().unwrap();
-    assert_eq!((origin.tls, origin.address().as_str()), (false, "127.0.0.1:3000"));
+    assert_eq!(
+        (origin.tls, origin.address().as_str()),
+        (false, "127.0.0.1:3000")
+    );
     let room = c.room("drop").unwrap();
     assert_eq!(room.pass_ttl, Duration::from_secs(30));
     assert_eq!(room.ticket_ttl, Duration::from_secs(3600));
@@ -66,29 +81,69 @@ fn full_room_and_product_convert_with_units() {
 
 #[test]
 fn syntax_error_points_at_the_line() {
-    refused_at("[gateway]\nlisten = \"127.0.0.1:8080\n", 2, 25, "invalid basic string");
+    refused_at(
+        "[gateway]\nlisten = \"127.0.0.1:8080\n",
+        2,
+        25,
+        "invalid basic string",
+    );
 }
 
 #[test]
 fn unknown_key_is_refused_where_it_stands() {
-    refused_at("[gateway]\nlisten = \"127.0.0.1:8080\"\nadmisions = \"open\"\n", 3, 1, "unknown field `admisions`");
+    refused_at(
+        "[gateway]\nlisten = \"127.0.0.1:8080\"\nadmisions = \"open\"\n",
+        3,
+        1,
+        "unknown field `admisions`",
+    );
 }
 
 #[test]
 fn bad_values_are_located() {
-    refused_at("[gateway]\nadmissions = \"closed\"\n", 2, 14, "\"open\" or \"paused\"");
+    refused_at(
+        "[gateway]\nadmissions = \"closed\"\n",
+        2,
+        14,
+        "\"open\" or \"paused\"",
+    );
     refused_at("[gateway]\nlisten = \"localhost\"\n", 2, 10, "IP:PORT");
     refused_at("[gateway]\nmax_body_bytes = 0\n", 2, 18, "between 1 and");
-    refused_at("[gateway]\norigin = \"ftp://x\"\n", 2, 10, "http:// or https://");
-    refused_at("[gateway]\norigin = \"http://x:1/path\"\n", 2, 10, "no path");
-    refused_at("[gateway]\ntls_cert = \"/nonexistent/cert.pem\"\n", 2, 12, "needs `tls_key`");
-    refused_at("[gateway]\n[[gateway.cache_control]]\npattern = \"catalog\"\nvalue = \"public\"\n", 3, 11, "starting with /");
+    refused_at(
+        "[gateway]\norigin = \"ftp://x\"\n",
+        2,
+        10,
+        "http:// or https://",
+    );
+    refused_at(
+        "[gateway]\norigin = \"http://x:1/path\"\n",
+        2,
+        10,
+        "no path",
+    );
+    refused_at(
+        "[gateway]\ntls_cert = \"/nonexistent/cert.pem\"\n",
+        2,
+        12,
+        "needs `tls_key`",
+    );
+    refused_at(
+        "[gateway]\n[[gateway.cache_control]]\npattern = \"catalog\"\nvalue = \"public\"\n",
+        3,
+        11,
+        "starting with /",
+    );
     refused_at("[gateway]\n[[gateway.cache_control]]\npattern = \"/a/**\"\nvalue = \"x\\r\\nSet-Cookie: a\"\n", 4, 9, "printable ASCII");
 }
 
 #[test]
 fn admin_listener_off_loopback_needs_a_token() {
-    refused_at("[gateway]\nadmin_listen = \"0.0.0.0:9090\"\n", 2, 16, "not a loopback address");
+    refused_at(
+        "[gateway]\nadmin_listen = \"0.0.0.0:9090\"\n",
+        2,
+        16,
+        "not a loopback address",
+    );
     let src = "[gateway]\nadmin_listen = \"0.0.0.0:9090\"\nadmin_token_env = \"TOK\"\n";
     refused_at(src, 3, 19, "TOK (the admin token) is not set");
     let short = |_: &str| Some("short".to_string());
@@ -96,7 +151,10 @@ fn admin_listener_off_loopback_needs_a_token() {
     assert!(err.0[0].message.contains("shorter than 16"), "{err}");
     let good = |_: &str| Some("a-long-enough-admin-token".to_string());
     let c = parse_with_env(src, Path::new("p.toml"), &good).unwrap();
-    assert_eq!(c.gateway.admin_token.unwrap().expose(), "a-long-enough-admin-token");
+    assert_eq!(
+        c.gateway.admin_token.unwrap().expose(),
+        "a-long-enough-admin-token"
+    );
 }
 
 #[test]
@@ -104,10 +162,22 @@ fn rooms_and_products_are_cross_checked() {
     let dup_room = format!("[gateway]\n{ROOM}{ROOM}");
     let problems = parse(&dup_room).unwrap_err().0;
     let messages: Vec<_> = problems.iter().map(|p| p.message.as_str()).collect();
-    assert!(messages.iter().any(|m| m.contains("room \"drop\" is defined twice")), "{messages:?}");
-    assert!(messages.iter().any(|m| m.contains("already protected by room \"drop\"")), "{messages:?}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("room \"drop\" is defined twice")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("already protected by room \"drop\"")),
+        "{messages:?}"
+    );
 
-    let orphan = format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = 1\nprice_cents = 1\nroom = \"nope\"\n");
+    let orphan = format!(
+        "[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = 1\nprice_cents = 1\nroom = \"nope\"\n"
+    );
     refused_at(&orphan, 13, 8, "room \"nope\", which is not defined");
 
     let negative = format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = -1\nprice_cents = 1\nroom = \"drop\"\n");
@@ -131,7 +201,11 @@ fn every_problem_is_reported_in_file_order() {
 #[test]
 fn missing_file_is_a_diagnostic_not_a_panic() {
     let err = sluice_policies::load_file(Path::new("/nonexistent/sluice.toml")).unwrap_err();
-    assert!(err.to_string().starts_with("/nonexistent/sluice.toml:1:1: cannot read config file"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/sluice.toml:1:1: cannot read config file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -140,6 +214,16 @@ fn signing_keys_are_checked() {
     let c = parse(good).unwrap();
     assert_eq!(c.keys[0].kid, "k1");
     refused_at(&good.replace("HS256", "none"), 4, 7, "`alg` must be");
-    refused_at(&good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "AAAA"), 5, 10, "at least 32 bytes");
-    refused_at(&good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "not base64!"), 5, 10, "base64url");
+    refused_at(
+        &good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "AAAA"),
+        5,
+        10,
+        "at least 32 bytes",
+    );
+    refused_at(
+        &good.replace("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "not base64!"),
+        5,
+        10,
+        "base64url",
+    );
 }

@@ -19,7 +19,11 @@ use axum::Router;
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The test origin: a storefront stand-in with routes that misbehave on
@@ -115,7 +119,12 @@ async fn echo(
     state.peers.lock().unwrap().insert(peer.port());
     let map: serde_json::Map<String, serde_json::Value> = headers
         .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_str().unwrap_or("").to_string())))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                serde_json::Value::String(v.to_str().unwrap_or("").to_string()),
+            )
+        })
         .collect();
     axum::Json(serde_json::Value::Object(map))
 }
@@ -128,7 +137,12 @@ async fn slow(State(hits): State<Arc<AtomicUsize>>) -> &'static str {
 
 async fn hop() -> impl IntoResponse {
     (
-        [("connection", "x-hop-header"), ("x-hop-header", "1"), ("keep-alive", "timeout=5"), ("x-end-to-end", "kept")],
+        [
+            ("connection", "x-hop-header"),
+            ("x-hop-header", "1"),
+            ("keep-alive", "timeout=5"),
+            ("x-end-to-end", "kept"),
+        ],
         "hop",
     )
 }
@@ -159,7 +173,11 @@ async fn catalog(
         headers.insert("set-cookie", "session=abc".parse().unwrap());
     }
     headers.insert("etag", format!("\"v{n}\"").parse().unwrap());
-    (StatusCode::OK, headers, format!("{name} response number {n}"))
+    (
+        StatusCode::OK,
+        headers,
+        format!("{name} response number {n}"),
+    )
 }
 
 /// A running `sluice run`, killed when dropped.
@@ -206,7 +224,10 @@ impl Gateway {
         }
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let origin = opts.origin.map(|o| format!("origin = \"{o}\"\n")).unwrap_or_default();
+        let origin = opts
+            .origin
+            .map(|o| format!("origin = \"{o}\"\n"))
+            .unwrap_or_default();
         let config = format!(
             "[gateway]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\ndata_dir = {:?}\nstatic_dir = {:?}\nshutdown_grace_s = 2\n{origin}{}\n\n{}",
             dir.path().join("var"),
@@ -299,11 +320,17 @@ impl Drop for Gateway {
 mod reqwest {
     pub fn blocking_get(url: &str) -> String {
         let rest = url.strip_prefix("http://").unwrap();
-        let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();
-        super::raw_request(host.parse().unwrap(), &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default()
+        let (host, path) = rest
+            .split_once('/')
+            .map(|(h, p)| (h, format!("/{p}")))
+            .unwrap();
+        super::raw_request(
+            host.parse().unwrap(),
+            &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        )
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
     }
 }
 
@@ -320,7 +347,11 @@ pub fn raw_request(addr: SocketAddr, request: &str) -> String {
 
 /// Status code of a raw HTTP/1.1 response.
 pub fn raw_status(response: &str) -> u16 {
-    response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 pub fn client() -> ::reqwest::Client {
