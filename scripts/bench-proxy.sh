@@ -10,12 +10,12 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx-light >/dev/null; }
 cargo build --release -p sluice-gateway --bin sluice >/dev/null
 
-work=$(mktemp -d)
+work=$(mktemp -d); chmod 755 "$work"   # nginx workers read it as www-data
 trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN=$(free_port); NGX=$(free_port); SLU=$(free_port); ADM=$(free_port)
 mkdir -p "$work/www" "$work/static"
-head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
+chmod 755 "$work/www"; head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
 
 cat > "$work/origin.conf" <<CONF
 worker_processes 1; daemon on; pid $work/origin.pid; error_log $work/origin.err;
