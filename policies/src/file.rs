@@ -17,6 +17,26 @@ pub struct ConfigFile {
     pub products: Vec<Spanned<ProductFile>>,
     #[serde(default)]
     pub keys: Vec<Spanned<KeyFile>>,
+    #[serde(default)]
+    pub backends: Vec<Spanned<BackendFile>>,
+}
+
+/// A dependency of the purchase flow and what it can take, for
+/// `release_per_second = "auto"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendFile {
+    pub name: Spanned<String>,
+    pub max_rps: Spanned<f64>,
+    pub calls_per_checkout: Spanned<f64>,
+}
+
+/// `release_per_second`: a number, or `"auto"` from the backends.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RateFile {
+    Fixed(i64),
+    Word(String),
 }
 
 /// A ticket-signing key, as `sluice keygen` prints it.
@@ -78,11 +98,19 @@ pub struct RoomFile {
     pub name: Spanned<String>,
     #[serde(default)]
     pub protect: Vec<Spanned<String>>,
-    pub release_per_second: Spanned<i64>,
+    pub release_per_second: Spanned<RateFile>,
     pub max_active: Spanned<i64>,
     pub queue_capacity: Spanned<i64>,
     pub pass_ttl_s: Option<Spanned<i64>>,
     pub ticket_ttl_s: Option<Spanned<i64>>,
+    pub burst: Option<Spanned<i64>>,
+    pub headroom: Option<Spanned<f64>>,
+    pub idle_timeout_s: Option<Spanned<i64>>,
+    pub poll_min_s: Option<Spanned<i64>>,
+    pub poll_max_s: Option<Spanned<i64>>,
+    pub joins_per_minute_per_client: Option<Spanned<i64>>,
+    pub opens_at: Option<Spanned<toml::value::Datetime>>,
+    pub reservation_ttl_s: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -20,6 +20,7 @@ pub struct Config {
     pub products: Vec<Product>,
     /// Ticket-signing keys; the first signs, all verify (rotation).
     pub keys: Vec<SigningKey>,
+    pub backends: Vec<Backend>,
 }
 
 impl Config {
@@ -122,11 +123,46 @@ pub struct OriginCache {
 pub struct Room {
     pub name: String,
     pub protect: Vec<String>,
+    /// The rate in force: configured, or derived from the backends.
     pub release_per_second: NonZeroU32,
+    /// Where the rate comes from.
+    pub release_source: ReleaseSource,
+    /// Admissions allowed at once above the rate.
+    pub burst: NonZeroU32,
     pub max_active: NonZeroU32,
     pub queue_capacity: NonZeroU32,
     pub pass_ttl: Duration,
     pub ticket_ttl: Duration,
+    /// A waiting ticket not polled for this long has left the line.
+    pub idle_timeout: Duration,
+    /// `poll_after_s` at the front of the line and far back.
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    /// Joins allowed per client address per minute.
+    pub joins_per_minute_per_client: NonZeroU32,
+    /// Fair start: joins before this (unix seconds) are drawn at random.
+    pub opens_at_unix: Option<u64>,
+    /// How long a checkout's reservation holds stock.
+    pub reservation_ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReleaseSource {
+    Fixed,
+    /// `"auto"`: the tightest backend sets the pace.
+    Auto {
+        backend: String,
+        /// `max_rps × headroom / calls_per_checkout` of that backend.
+        exact_per_second: f64,
+    },
+}
+
+/// A declared dependency of the purchase flow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backend {
+    pub name: String,
+    pub max_rps: f64,
+    pub calls_per_checkout: f64,
 }
 
 #[derive(Debug, Clone)]

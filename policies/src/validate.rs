@@ -10,7 +10,9 @@ use std::time::Duration;
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Locator};
-use crate::file::{ConfigFile, GatewayFile, KeyFile, OriginCacheFile, ProductFile, RoomFile};
+use crate::file::{
+    BackendFile, ConfigFile, GatewayFile, KeyFile, OriginCacheFile, ProductFile, RateFile, RoomFile,
+};
 use crate::model::*;
 
 const MIB: i64 = 1024 * 1024;
@@ -76,7 +78,8 @@ impl Validator<'_> {
 
     fn config(&mut self, file: ConfigFile, path: &Path) -> Config {
         let gateway = self.gateway(file.gateway.into_inner());
-        let rooms = self.rooms(file.rooms);
+        let backends = self.backends(file.backends);
+        let rooms = self.rooms(file.rooms, &backends);
         let products = self.products(file.products, &rooms);
         let keys = self.keys(file.keys);
         Config {
@@ -85,6 +88,7 @@ impl Validator<'_> {
             rooms,
             products,
             keys,
+            backends,
         }
     }
 
@@ -432,7 +436,120 @@ impl Validator<'_> {
         }
     }
 
-    fn rooms(&mut self, rooms: Vec<Spanned<RoomFile>>) -> Vec<Room> {
+    fn backends(&mut self, backends: Vec<Spanned<BackendFile>>) -> Vec<Backend> {
+        let mut out: Vec<Backend> = Vec::with_capacity(backends.len());
+        for backend in backends {
+            let b = backend.into_inner();
+            let name = b.name.get_ref().clone();
+            if !is_identifier(&name) {
+                self.problem(
+                    &b.name,
+                    format!("backend name must be 1-64 of a-z, 0-9, '-', '_', got {name:?}"),
+                );
+            } else if out.iter().any(|o| o.name == name) {
+                self.problem(&b.name, format!("backend {name:?} is defined twice"));
+            }
+            let max_rps = *b.max_rps.get_ref();
+            if !(max_rps > 0.0 && max_rps <= 1e9) {
+                self.problem(
+                    &b.max_rps,
+                    format!("`max_rps` must be above 0 and at most 1e9, got {max_rps}"),
+                );
+            }
+            let calls = *b.calls_per_checkout.get_ref();
+            if !(calls > 0.0 && calls <= 1e6) {
+                self.problem(
+                    &b.calls_per_checkout,
+                    format!("`calls_per_checkout` must be above 0 and at most 1e6, got {calls}"),
+                );
+            }
+            out.push(Backend {
+                name,
+                max_rps,
+                calls_per_checkout: calls,
+            });
+        }
+        out
+    }
+
+    /// The release rate of a room and where it comes from.
+    fn release_rate(
+        &mut self,
+        rate: Spanned<RateFile>,
+        headroom: Option<Spanned<f64>>,
+        backends: &[Backend],
+    ) -> (i64, ReleaseSource) {
+        let headroom_value = match &headroom {
+            None => 0.8,
+            Some(h) if *h.get_ref() > 0.0 && *h.get_ref() <= 1.0 => *h.get_ref(),
+            Some(h) => {
+                self.problem(
+                    h,
+                    format!(
+                        "`headroom` must be above 0 and at most 1, got {}",
+                        h.get_ref()
+                    ),
+                );
+                0.8
+            }
+        };
+        let span = rate.span();
+        match rate.into_inner() {
+            RateFile::Fixed(n) => {
+                let n = self.int(
+                    Some(Spanned::new(span, n)),
+                    "release_per_second",
+                    1..=1_000_000,
+                    1,
+                );
+                if let Some(h) = &headroom {
+                    self.problem(
+                        h,
+                        "`headroom` only applies to release_per_second = \"auto\"",
+                    );
+                }
+                (n, ReleaseSource::Fixed)
+            }
+            RateFile::Word(w) if w == "auto" => {
+                let tightest = backends
+                    .iter()
+                    .map(|b| (b, b.max_rps * headroom_value / b.calls_per_checkout))
+                    .min_by(|a, b| a.1.total_cmp(&b.1));
+                match tightest {
+                    Some((b, exact)) if exact >= 1.0 => (
+                        exact.floor().min(1_000_000.0) as i64,
+                        ReleaseSource::Auto {
+                            backend: b.name.clone(),
+                            exact_per_second: exact,
+                        },
+                    ),
+                    Some((b, exact)) => {
+                        self.problems.push(self.loc.at(
+                            Some(span),
+                            format!("backend {:?} allows {exact:.2} checkouts per second, below 1: raise its max_rps or lower calls_per_checkout", b.name),
+                        ));
+                        (1, ReleaseSource::Fixed)
+                    }
+                    None => {
+                        self.problems.push(self.loc.at(
+                            Some(span),
+                            "release_per_second = \"auto\" needs at least one [[backends]] entry",
+                        ));
+                        (1, ReleaseSource::Fixed)
+                    }
+                }
+            }
+            RateFile::Word(w) => {
+                self.problems.push(self.loc.at(
+                    Some(span),
+                    format!("`release_per_second` must be a number or \"auto\", got {w:?}"),
+                ));
+                (1, ReleaseSource::Fixed)
+            }
+        }
+    }
+
+    fn rooms(&mut self, rooms: Vec<Spanned<RoomFile>>, backends: &[Backend]) -> Vec<Room> {
         let mut out: Vec<Room> = Vec::with_capacity(rooms.len());
         for room in rooms {
             let r = room.into_inner();
@@ -460,24 +577,64 @@ impl Validator<'_> {
                     protect.push(p);
                 }
             }
-            let release = self.int(
-                Some(r.release_per_second),
-                "release_per_second",
-                1..=1_000_000,
-                1,
-            );
+            let (release, release_source) =
+                self.release_rate(r.release_per_second, r.headroom, backends);
+            let burst = self.int(r.burst, "burst", 1..=1_000_000, release);
             let max_active = self.int(Some(r.max_active), "max_active", 1..=10_000_000, 1);
             let capacity = self.int(Some(r.queue_capacity), "queue_capacity", 1..=100_000_000, 1);
             let pass_ttl_s = self.int(r.pass_ttl_s, "pass_ttl_s", 1..=DAY_S, 600);
             let ticket_ttl_s = self.int(r.ticket_ttl_s, "ticket_ttl_s", 1..=7 * DAY_S, 3600);
+            let poll_min_s = self.int(r.poll_min_s, "poll_min_s", 1..=60, 2);
+            let poll_max_span = r.poll_max_s.as_ref().map(|s| s.span());
+            let poll_max_s = self.int(r.poll_max_s, "poll_max_s", 1..=255, 60);
+            if poll_max_s < poll_min_s {
+                self.problems.push(self.loc.at(
+                    poll_max_span.clone(),
+                    "`poll_max_s` must be at least `poll_min_s`",
+                ));
+            }
+            let idle_span = r
+                .idle_timeout_s
+                .as_ref()
+                .map(|s| s.span())
+                .or(poll_max_span);
+            let idle_timeout_s = self.int(
+                r.idle_timeout_s,
+                "idle_timeout_s",
+                1..=DAY_S,
+                (3 * poll_max_s).max(180),
+            );
+            if idle_timeout_s < 2 * poll_max_s {
+                self.problems.push(self.loc.at(
+                    idle_span,
+                    format!("`idle_timeout_s` ({idle_timeout_s}) must be at least twice `poll_max_s` ({poll_max_s}), or people still polling count as gone"),
+                ));
+            }
+            let joins = self.int(
+                r.joins_per_minute_per_client,
+                "joins_per_minute_per_client",
+                1..=100_000,
+                30,
+            );
+            let reservation_ttl_s =
+                self.int(r.reservation_ttl_s, "reservation_ttl_s", 1..=DAY_S, 600);
+            let opens_at_unix = r.opens_at.and_then(|d| self.datetime(d, "opens_at"));
             out.push(Room {
                 name,
                 protect,
                 release_per_second: nz32(release),
+                release_source,
+                burst: nz32(burst),
                 max_active: nz32(max_active),
                 queue_capacity: nz32(capacity),
                 pass_ttl: Duration::from_secs(pass_ttl_s as u64),
                 ticket_ttl: Duration::from_secs(ticket_ttl_s as u64),
+                idle_timeout: Duration::from_secs(idle_timeout_s as u64),
+                poll_min: Duration::from_secs(poll_min_s as u64),
+                poll_max: Duration::from_secs(poll_max_s as u64),
+                joins_per_minute_per_client: nz32(joins),
+                opens_at_unix,
+                reservation_ttl: Duration::from_secs(reservation_ttl_s as u64),
             });
         }
         out
@@ -562,6 +719,52 @@ impl Validator<'_> {
         }
         out
     }
+}
+
+impl Validator<'_> {
+    /// A TOML offset date-time (`2026-11-29T12:00:00Z`) as unix seconds.
+    fn datetime(&mut self, value: Spanned<toml::value::Datetime>, key: &str) -> Option<u64> {
+        let d = value.get_ref();
+        let (Some(date), Some(time), Some(offset)) = (d.date, d.time, d.offset) else {
+            self.problem(
+                &value,
+                format!(
+                    "`{key}` must be a full date-time with an offset, like 2026-11-29T12:00:00Z"
+                ),
+            );
+            return None;
+        };
+        let days = days_from_civil(
+            i64::from(date.year),
+            i64::from(date.month),
+            i64::from(date.day),
+        );
+        let offset_min = match offset {
+            toml::value::Offset::Z => 0,
+            toml::value::Offset::Custom { minutes } => i64::from(minutes),
+        };
+        let secs = days * 86_400
+            + i64::from(time.hour) * 3600
+            + i64::from(time.minute) * 60
+            + i64::from(time.second)
+            - offset_min * 60;
+        if secs < 0 {
+            self.problem(&value, format!("`{key}` is before 1970"));
+            return None;
+        }
+        Some(secs as u64)
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 fn is_identifier(s: &str) -> bool {

@@ -227,3 +227,73 @@ fn signing_keys_are_checked() {
         "base64url",
     );
 }
+
+#[test]
+fn auto_release_rate_follows_the_tightest_backend() {
+    let src = "[gateway]\n[[backends]]\nname = \"payments\"\nmax_rps = 100\ncalls_per_checkout = 2\n[[backends]]\nname = \"inventory\"\nmax_rps = 1000\ncalls_per_checkout = 3\n[[rooms]]\nname = \"r\"\nrelease_per_second = \"auto\"\nheadroom = 0.5\nmax_active = 10\nqueue_capacity = 10\n";
+    let c = parse(src).unwrap();
+    let room = c.room("r").unwrap();
+    // payments: 100 * 0.5 / 2 = 25; inventory: 1000 * 0.5 / 3 = 166.7.
+    assert_eq!(room.release_per_second.get(), 25);
+    match &room.release_source {
+        sluice_policies::model::ReleaseSource::Auto {
+            backend,
+            exact_per_second,
+        } => {
+            assert_eq!(backend, "payments");
+            assert!((exact_per_second - 25.0).abs() < 1e-9);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        room.burst.get(),
+        25,
+        "burst defaults to one second of release"
+    );
+
+    let none = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = \"auto\"\nmax_active = 10\nqueue_capacity = 10\n";
+    refused_at(none, 4, 22, "needs at least one [[backends]]");
+    let word = none.replace("\"auto\"", "\"fast\"");
+    refused_at(&word, 4, 22, "a number or \"auto\"");
+    let headroom_fixed = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nheadroom = 0.5\nmax_active = 10\nqueue_capacity = 10\n";
+    refused_at(headroom_fixed, 5, 12, "only applies");
+}
+
+#[test]
+fn polling_and_idle_bounds_are_consistent() {
+    let base = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nmax_active = 10\nqueue_capacity = 10\n";
+    let c = parse(base).unwrap();
+    let r = c.room("r").unwrap();
+    assert_eq!(
+        (r.poll_min, r.poll_max),
+        (Duration::from_secs(2), Duration::from_secs(60))
+    );
+    assert!(r.idle_timeout >= r.poll_max * 2);
+    refused_at(
+        &format!("{base}poll_max_s = 60\nidle_timeout_s = 100\n"),
+        8,
+        18,
+        "at least twice",
+    );
+    refused_at(
+        &format!("{base}poll_min_s = 10\npoll_max_s = 5\n"),
+        8,
+        14,
+        "at least `poll_min_s`",
+    );
+}
+
+#[test]
+fn opens_at_is_a_date_time_with_offset() {
+    let base = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nmax_active = 10\nqueue_capacity = 10\n";
+    let c = parse(&format!("{base}opens_at = 2026-11-29T12:00:00Z\n")).unwrap();
+    assert_eq!(c.room("r").unwrap().opens_at_unix, Some(1_795_953_600));
+    let c = parse(&format!("{base}opens_at = 2026-11-29T09:00:00-03:00\n")).unwrap();
+    assert_eq!(c.room("r").unwrap().opens_at_unix, Some(1_795_953_600));
+    refused_at(
+        &format!("{base}opens_at = 2026-11-29\n"),
+        7,
+        12,
+        "full date-time with an offset",
+    );
+}
