@@ -10,7 +10,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v promtool >/dev/null || need+=(prometheus)   # promtool checks /metrics
 command -v curl >/dev/null || need+=(curl)
 if [ "${1:-}" = "--test" ]; then
-  command -v ss >/dev/null || need+=(iproute2)
+  command -v chromium >/dev/null || need+=(chromium)            # the queue page's browser test
+  command -v chromedriver >/dev/null || need+=(chromium-driver)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

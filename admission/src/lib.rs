@@ -1,5 +1,43 @@
-//! Sluice admission: the waiting room (signed tickets and passes, release at
-//! a rate tied to backend capacity, bounded queue).
+//! Sluice admission: the waiting room.
 //!
-//! Skeleton: nothing is implemented here yet. Until it is, the gateway keeps
-//! every path a room `protect`s closed (no request can carry a valid pass).
+//! Pure logic, no I/O: every function that depends on time takes `now` as an
+//! argument, and every random choice comes from an RNG the caller seeds. The
+//! gateway wires it to HTTP.
+//!
+//! - [`tokens`]: tickets and passes as signed JWTs, several keys at once.
+//! - [`room`]: one room's line: join, poll, the release pass, pause, sold
+//!   out, fair start. Everything about time takes `now_ms`.
+//! - [`policy`]: the numbers a room runs on.
+//! - [`store`]: where the line lives ([`store::QueueStore`]), 12 bytes per
+//!   waiting person in the in-process [`store::MemoryStore`].
+//! - [`stock`]: the stock authority the room asks whether anything is left.
+//! - [`fair_start`]: the verifiable draw of the pre-queue at the opening.
+//! - [`ticket_id`]: ticket ids derived from places, so none are stored.
+//! - [`poll`]: when to ask again, and the estimated wait.
+//! - [`join_limiter`]: joins per client address.
+//! - [`stats`]: the room's numbers for metrics.
+//! - [`bucket`], [`rate_meter`]: the release rate limit and its measurement.
+//! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
+
+pub mod bucket;
+pub mod clock;
+pub mod fair_start;
+pub mod join_limiter;
+pub mod policy;
+pub mod poll;
+pub mod rate_meter;
+pub mod room;
+pub mod stats;
+pub mod stock;
+pub mod store;
+pub mod ticket_id;
+pub mod tokens;
+
+pub use policy::{Policy, PolicyError};
+pub use room::{
+    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
+    WaitingRoom,
+};
+pub use stats::RoomStats;
+pub use stock::{InMemoryStock, StockAuthority};
+pub use ticket_id::TicketId;

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Shared;
+use sluice_policies::model::ReleaseSource;
 
 pub struct Admin {
     shared: Arc<Shared>,
@@ -90,16 +91,52 @@ impl Admin {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let now = crate::queue::now_ms();
         let rooms: Vec<_> = config
             .rooms
             .iter()
             .map(|r| {
-                json!({
+                let mut room = json!({
                     "name": r.name,
                     "release_per_second": r.release_per_second.get(),
+                    "release_source": match &r.release_source {
+                        ReleaseSource::Fixed => json!({"kind": "fixed"}),
+                        ReleaseSource::Auto { backend, exact_per_second } => json!({
+                            "kind": "auto",
+                            "tightest_backend": backend,
+                            "exact_per_second": exact_per_second,
+                        }),
+                    },
                     "max_active": r.max_active.get(),
                     "queue_capacity": r.queue_capacity.get(),
-                })
+                });
+                if let Some(s) = self.shared.rooms.stats(&r.name, now) {
+                    room["waiting"] = json!(s.waiting);
+                    room["serving"] = json!(s.serving);
+                    room["active"] = json!(s.active_passes);
+                    room["admitted_total"] = json!(s.admitted_total);
+                    room["abandoned_total"] = json!(s.abandoned_total);
+                    room["oldest_wait_s"] = json!(s.oldest_wait_s);
+                    room["measured_release_rate"] = json!(s.release_rate);
+                    room["paused"] = json!(s.paused);
+                    room["sold_out"] = json!(s.sold_out);
+                }
+                if let Some(entry) = self.shared.rooms.get(&r.name) {
+                    let fair = entry
+                        .line
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .fair_start();
+                    if let Some(f) = fair {
+                        room["fair_start"] = json!({
+                            "opens_at": f.opens_at_ms / 1000,
+                            "commitment": f.commitment_hex,
+                            "seed": f.seed_hex,
+                            "entrants": f.entrants,
+                        });
+                    }
+                }
+                room
             })
             .collect();
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();

@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod origin_cache;
 pub mod proxy;
+pub mod queue;
 pub mod route;
 pub mod runtime;
 pub mod server;

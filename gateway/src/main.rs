@@ -46,7 +46,11 @@ enum Command {
         files: Vec<PathBuf>,
     },
     /// Print a fresh ticket-signing key in the config's format.
-    Keygen,
+    Keygen {
+        /// Key type.
+        #[arg(long, value_enum, default_value = "hs256")]
+        alg: sluice_gateway::keygen::Alg,
+    },
 }
 
 fn main() -> ExitCode {
@@ -80,9 +84,15 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
-        Command::Keygen => {
-            print!("{}", sluice_gateway::keygen::hs256_entry());
-            ExitCode::SUCCESS
-        }
+        Command::Keygen { alg } => match sluice_gateway::keygen::entry(alg) {
+            Ok(entry) => {
+                print!("{entry}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sluice keygen: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -29,6 +29,8 @@ pub struct Metrics {
     /// The kill switch: 1 when new admissions are open.
     pub admissions_open: IntGauge,
     pub body_too_large: IntCounter,
+    /// Tickets and passes refused, by room and reason.
+    pub ticket_rejections: IntCounterVec,
 }
 
 impl Metrics {
@@ -123,6 +125,14 @@ impl Metrics {
                 "Requests refused because their body was over gateway.max_body_bytes.",
             )
             .expect("valid metric"),
+            ticket_rejections: IntCounterVec::new(
+                Opts::new(
+                    "sluice_ticket_rejections_total",
+                    "Tickets and passes refused, by room and reason.",
+                ),
+                &["room", "reason"],
+            )
+            .expect("valid metric"),
             registry,
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -140,6 +150,7 @@ impl Metrics {
             Box::new(m.config_last_reload_success.clone()),
             Box::new(m.admissions_open.clone()),
             Box::new(m.body_too_large.clone()),
+            Box::new(m.ticket_rejections.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");

@@ -30,7 +30,8 @@ use crate::error::{ApiError, ErrorCode};
 use crate::headers;
 use crate::metrics::status_class;
 use crate::origin_cache::RequestKey;
-use crate::route::{route, LocalResponse, RequestFacts, Route};
+use crate::queue::Rooms;
+use crate::route::{route, LocalResponse, PassCheck, RequestFacts, Route};
 use crate::runtime::Runtime;
 use crate::state::Shared;
 
@@ -113,7 +114,29 @@ impl ProxyHttp for Proxy {
             host,
             headers: &req.headers,
         };
-        match route(&ctx.runtime, &facts, Instant::now()) {
+        let passes = Passes {
+            rooms: &self.shared.rooms,
+            headers: &req.headers,
+            metrics: &self.shared.metrics,
+        };
+        match route(&ctx.runtime, &facts, &passes, Instant::now()) {
+            Route::Queue => {
+                ctx.source = "queue";
+                let client = session
+                    .client_addr()
+                    .and_then(|a| a.as_inet())
+                    .map(|a| a.ip());
+                let req = session.req_header();
+                let local = self.shared.rooms.handle(
+                    &req.method,
+                    req.uri.path(),
+                    &req.headers,
+                    client,
+                    &self.shared.metrics,
+                );
+                self.write_local(session, ctx, local).await?;
+                Ok(true)
+            }
             Route::Local(local) => {
                 ctx.source = local.source;
                 self.write_local(session, ctx, local).await?;
@@ -419,6 +442,21 @@ impl Proxy {
             session.write_response_body(Some(body), true).await?;
         }
         Ok(())
+    }
+}
+
+/// The pass check of protected paths, over the request's headers.
+struct Passes<'a> {
+    rooms: &'a Rooms,
+    headers: &'a http::HeaderMap,
+    metrics: &'a crate::metrics::Metrics,
+}
+
+impl PassCheck for Passes<'_> {
+    fn has_pass(&self, room: &str) -> bool {
+        self.rooms
+            .verify_pass(room, self.headers, self.metrics)
+            .is_ok()
     }
 }
 

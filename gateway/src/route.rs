@@ -65,9 +65,25 @@ pub enum Route {
     Origin {
         cache: Option<RequestKey>,
     },
+    /// A waiting-room route (`/queue/...`), answered by the rooms.
+    Queue,
 }
 
-pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
+/// Whether the request carries a valid pass for a room.
+pub trait PassCheck {
+    fn has_pass(&self, room: &str) -> bool;
+}
+
+/// No request has a pass.
+pub struct NoPasses;
+
+impl PassCheck for NoPasses {
+    fn has_pass(&self, _room: &str) -> bool {
+        false
+    }
+}
+
+pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: Instant) -> Route {
     let gateway = &rt.config.gateway;
     if let Some(len) = content_length(req.headers) {
         if len > gateway.max_body_bytes.get() {
@@ -84,9 +100,13 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, now: Instant) -> Route {
     if let Lookup::BadPath(why) = lookup {
         return error(ApiError::new(ErrorCode::BadRequest, why));
     }
-    if let Some(room) = rt.protecting_room(req.path) {
-        // The waiting room that mints passes is not part of this gateway
-        // yet, so no request carries a valid pass: fail closed.
+    if req.path.starts_with("/queue/") {
+        return Route::Queue;
+    }
+    if let Some(room) = rt
+        .protecting_room(req.path)
+        .filter(|room| !passes.has_pass(&room.name))
+    {
         let queue = format!("/queue/{}", room.name);
         if wants_html(req.headers) {
             return Route::Local(LocalResponse {
@@ -227,6 +247,7 @@ mod tests {
             Route::Local(l) => l.status.as_u16(),
             Route::CacheHit { .. } => 1,
             Route::Origin { .. } => 0,
+            Route::Queue => 2,
         }
     }
 
@@ -239,6 +260,7 @@ mod tests {
             status(&route(
                 &without,
                 &facts(&Method::GET, "/", &h),
+                &NoPasses,
                 Instant::now()
             )),
             200
@@ -247,6 +269,7 @@ mod tests {
             status(&route(
                 &without,
                 &facts(&Method::GET, "/nope", &h),
+                &NoPasses,
                 Instant::now()
             )),
             404
@@ -255,6 +278,7 @@ mod tests {
             status(&route(
                 &with,
                 &facts(&Method::GET, "/nope", &h),
+                &NoPasses,
                 Instant::now()
             )),
             0
@@ -263,6 +287,7 @@ mod tests {
             status(&route(
                 &with,
                 &facts(&Method::POST, "/index.html", &h),
+                &NoPasses,
                 Instant::now()
             )),
             405
@@ -281,7 +306,12 @@ mod tests {
             "/%00",
         ] {
             assert_eq!(
-                status(&route(&rt, &facts(&Method::GET, p, &h), Instant::now())),
+                status(&route(
+                    &rt,
+                    &facts(&Method::GET, p, &h),
+                    &NoPasses,
+                    Instant::now()
+                )),
                 400,
                 "{p}"
             );
@@ -299,6 +329,7 @@ mod tests {
         let Route::Local(r) = route(
             &rt,
             &facts(&Method::GET, "/checkout", &browser),
+            &NoPasses,
             Instant::now(),
         ) else {
             panic!()
@@ -311,6 +342,7 @@ mod tests {
         let Route::Local(r) = route(
             &rt,
             &facts(&Method::POST, "/orders/abc/cancel", &api),
+            &NoPasses,
             Instant::now(),
         ) else {
             panic!()
@@ -332,6 +364,7 @@ mod tests {
             status(&route(
                 &rt,
                 &facts(&Method::POST, "/api", &h),
+                &NoPasses,
                 Instant::now()
             )),
             413
@@ -341,6 +374,7 @@ mod tests {
             status(&route(
                 &rt,
                 &facts(&Method::POST, "/api", &h),
+                &NoPasses,
                 Instant::now()
             )),
             0

@@ -13,6 +13,7 @@ use pingora::services::listening::Service;
 use crate::admin::Admin;
 use crate::control::Control;
 use crate::proxy::Proxy;
+use crate::queue::Releaser;
 use crate::state::{Overrides, Shared};
 
 /// Loads the config and runs the gateway until SIGTERM (graceful drain) or
@@ -67,10 +68,12 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     admin.add_tcp(&gateway.admin_listen.to_string());
 
     let control = background_service("sluice control", Control::new(shared.clone()));
+    let releaser = background_service("sluice release", Releaser::new(shared.rooms.clone()));
 
     server.add_service(proxy);
     server.add_service(admin);
     server.add_service(control);
+    server.add_service(releaser);
     tracing::info!(
         listen = %gateway.listen,
         admin = %gateway.admin_listen,

@@ -12,6 +12,7 @@ use sluice_policies::reload::ReloadOutcome;
 use sluice_policies::{Config, ConfigHandle, ReloadError};
 
 use crate::metrics::Metrics;
+use crate::queue::{now_ms, RoomCollector, Rooms};
 use crate::runtime::{load_catalog, Runtime};
 
 /// Command-line flags that win over the file, on every reload too.
@@ -52,6 +53,8 @@ pub struct Shared {
     pub tls: bool,
     pub shutting_down: AtomicBool,
     pub reload_status: Mutex<ReloadStatus>,
+    /// The waiting rooms; kept across reloads.
+    pub rooms: Arc<Rooms>,
 }
 
 impl Shared {
@@ -59,11 +62,19 @@ impl Shared {
         let current = config.current();
         let catalog = load_catalog(&current)?;
         let runtime = Runtime::build(current.clone(), Arc::new(catalog), None);
+        let tls = current.gateway.tls.is_some();
+        let rooms = Arc::new(Rooms::new(&current, tls)?);
+        let metrics = Metrics::new();
+        metrics
+            .registry()
+            .register(Box::new(RoomCollector::new(rooms.clone())))
+            .map_err(|e| format!("room metrics: {e}"))?;
         let shared = Arc::new(Self {
-            tls: current.gateway.tls.is_some(),
+            rooms,
+            tls,
             config,
             runtime: ArcSwap::from_pointee(runtime),
-            metrics: Metrics::new(),
+            metrics,
             overrides,
             shutting_down: AtomicBool::new(false),
             reload_status: Mutex::new(ReloadStatus {
@@ -88,7 +99,8 @@ impl Shared {
         let prepare = |candidate: &mut Config| {
             self.overrides.apply(candidate);
             *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(load_catalog(candidate)?);
-            Ok(())
+            // Last: the rooms take the new policy (and the kill switch).
+            self.rooms.apply(candidate, now_ms())
         };
         let result = if only_if_changed {
             self.config.reload_if_changed(&prepare)?

@@ -43,10 +43,16 @@ fn check_reports_each_problem_at_file_line_col_and_exits_2() {
 
 #[test]
 fn keygen_prints_a_key_the_config_accepts() {
-    let out = sluice().arg("keygen").output().unwrap();
+    keygen_round_trip(&[]);
+    keygen_round_trip(&["--alg", "eddsa"]);
+}
+
+fn keygen_round_trip(args: &[&str]) {
+    let out = sluice().arg("keygen").args(args).output().unwrap();
     assert!(out.status.success());
     let key = String::from_utf8(out.stdout).unwrap();
-    let again = String::from_utf8(sluice().arg("keygen").output().unwrap().stdout).unwrap();
+    let again =
+        String::from_utf8(sluice().arg("keygen").args(args).output().unwrap().stdout).unwrap();
     assert_ne!(key, again, "every key is fresh");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("k.toml");

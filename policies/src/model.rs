@@ -175,7 +175,10 @@ pub struct Product {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyAlg {
+    /// HMAC-SHA256; `secret` is the shared key.
     Hs256,
+    /// Ed25519; `secret` is the PKCS#8 private key (DER), base64url.
+    EdDsa,
 }
 
 #[derive(Debug, Clone)]

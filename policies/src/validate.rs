@@ -694,17 +694,22 @@ impl Validator<'_> {
             } else if out.iter().any(|o| o.kid == kid) {
                 self.problem(&k.kid, format!("key {kid:?} is defined twice"));
             }
-            if k.alg.get_ref() != "HS256" {
-                self.problem(
-                    &k.alg,
-                    format!("`alg` must be \"HS256\", got {:?}", k.alg.get_ref()),
-                );
-            }
+            let alg = match k.alg.get_ref().as_str() {
+                "HS256" => KeyAlg::Hs256,
+                "EdDSA" => KeyAlg::EdDsa,
+                other => {
+                    self.problem(
+                        &k.alg,
+                        format!("`alg` must be \"HS256\" or \"EdDSA\", got {other:?}"),
+                    );
+                    KeyAlg::Hs256
+                }
+            };
             let text = k.secret.get_ref().trim_end_matches('=');
             match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text) {
                 Ok(bytes) if bytes.len() >= 32 => out.push(SigningKey {
                     kid,
-                    alg: KeyAlg::Hs256,
+                    alg,
                     secret: Secret::new(k.secret.into_inner()),
                 }),
                 Ok(bytes) => self.problem(

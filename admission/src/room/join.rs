@@ -1,0 +1,120 @@
+//! Taking a place in line.
+
+use super::{JoinError, Joined, PreQueue, Status, Wait, WaitingRoom};
+use crate::poll::poll_after_s;
+use crate::store::{QueueStore, Slot};
+
+impl<S: QueueStore> WaitingRoom<S> {
+    /// A new ticket at the end of the line, or in the pre-queue before a
+    /// fair-start opening.
+    ///
+    /// Refused while paused, once sold out, and when `queue_capacity` live
+    /// tickets are already waiting.
+    pub fn join(&mut self, now_ms: u64) -> Result<Joined, JoinError> {
+        self.open_if_due(now_ms);
+        if self.paused {
+            self.counters.joins.paused += 1;
+            return Err(JoinError::Paused {
+                retry_after_s: self.retry_after_s(),
+            });
+        }
+        if !self.stock.can_sell(&self.name) {
+            self.counters.joins.sold_out += 1;
+            return Err(JoinError::SoldOut);
+        }
+        let waiting = self.store.live()
+            + self
+                .pre_queue
+                .as_ref()
+                .filter(|p| !p.opened)
+                .map_or(0, |p| p.entrants());
+        if waiting >= u64::from(self.policy.queue_capacity.get()) {
+            self.counters.joins.queue_full += 1;
+            return Err(JoinError::QueueFull {
+                retry_after_s: self.retry_after_s(),
+            });
+        }
+        let joined = if self.before_opening() {
+            self.join_pre_queue(now_ms)
+        } else {
+            self.join_line(now_ms)
+        };
+        match joined {
+            Some(joined) => {
+                self.counters.joins.queued += 1;
+                Ok(joined)
+            }
+            None => {
+                self.counters.joins.queue_full += 1;
+                Err(JoinError::QueueFull {
+                    retry_after_s: self.retry_after_s(),
+                })
+            }
+        }
+    }
+
+    fn join_line(&mut self, now_ms: u64) -> Option<Joined> {
+        let now_s = self.room_s(now_ms);
+        // Everyone live is ahead of a newcomer.
+        let ahead = self.store.live();
+        let estimated_wait_s = self.estimate_s(ahead, now_s);
+        let poll = self.poll_for(estimated_wait_s);
+        let slot = Slot::waiting(now_s, poll);
+        let place = self.store.push(slot)?;
+        // Without a pre-queue, and after one, later places are their seq.
+        let seq = place;
+        let expires_at_s = self.expires_at_s(&slot);
+        Some(Joined {
+            seq,
+            ticket_id: self.ids.derive(&self.name, seq),
+            issued_at_s: Self::unix_s(now_ms),
+            expires_at_s,
+            status: Status::Waiting(Wait {
+                position: ahead + 1,
+                ahead,
+                estimated_wait_s,
+                poll_after_s: u32::from(poll),
+                expires_at_s,
+            }),
+        })
+    }
+
+    fn join_pre_queue(&mut self, now_ms: u64) -> Option<Joined> {
+        let now_s = self.room_s(now_ms);
+        let opens_at_ms = self.pre_queue.as_ref()?.opens_at_ms;
+        let poll = self.poll_before_opening(now_ms, opens_at_ms);
+        let opening_s = self.room_s(opens_at_ms);
+        let ticket_ttl_s = self.policy.ticket_ttl.as_secs();
+        let pre = self.pre_queue.as_mut()?;
+        let seq = pre.entrants();
+        pre.slots.push(Slot::waiting(now_s, poll));
+        let expires_at_s = self.epoch_s + u64::from(opening_s) + ticket_ttl_s;
+        Some(Joined {
+            seq,
+            ticket_id: self.ids.derive(&self.name, seq),
+            issued_at_s: Self::unix_s(now_ms),
+            expires_at_s,
+            status: Status::PreQueue(PreQueue {
+                opens_at_ms,
+                entrants: seq + 1,
+                poll_after_s: u32::from(poll),
+                expires_at_s,
+            }),
+        })
+    }
+
+    /// The poll interval for someone `wait_s` from their turn.
+    pub(super) fn poll_for(&mut self, wait_s: u64) -> u8 {
+        let min = self.policy.poll_min.as_secs() as u8;
+        let max = self.policy.poll_max.as_secs() as u8;
+        poll_after_s(wait_s, min, max, &mut self.rng)
+    }
+
+    /// Before the opening: come back around the opening, never sooner than
+    /// `poll_min` nor later than `poll_max`.
+    pub(super) fn poll_before_opening(&mut self, now_ms: u64, opens_at_ms: u64) -> u8 {
+        let until_open_s = opens_at_ms.saturating_sub(now_ms).div_ceil(1000);
+        // Four times the time to opening, so `poll_for`'s quarter lands on it.
+        self.poll_for(until_open_s.saturating_mul(4))
+    }
+}

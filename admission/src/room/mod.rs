@@ -1,0 +1,326 @@
+//! The waiting room of one room: join, poll, release.
+//!
+//! - [`WaitingRoom::join`] gives a place at the end of the line (or in the
+//!   fair-start pre-queue before the opening).
+//! - [`WaitingRoom::status`] answers a poll: place, wait, when to ask again,
+//!   or the pass once the place has been released.
+//! - [`WaitingRoom::release_once`] is the release worker's one bounded pass:
+//!   it walks the line from the front, lets the next live people in while the
+//!   rate limit and `max_active` allow, and passes over the people who left
+//!   without spending any capacity on them.
+//!
+//! Time is always an argument (`now_ms`, unix milliseconds) and randomness
+//! comes from the RNG given at creation, so tests drive everything.
+
+mod join;
+mod outcome;
+mod pre_queue;
+mod release;
+mod status;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::RngCore;
+
+pub use outcome::{
+    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
+};
+
+use crate::bucket::TokenBucket;
+use crate::fair_start::FairStartInfo;
+use crate::policy::{Policy, PolicyError};
+use crate::poll::estimated_wait_s;
+use crate::rate_meter::RateMeter;
+use crate::stats::{JoinCounts, RoomStats, WaitHistogram};
+use crate::stock::StockAuthority;
+use crate::store::{MemoryStore, QueueStore, Slot, SlotState};
+use crate::ticket_id::TicketIdKey;
+use pre_queue::PreQueueState;
+
+/// Places looked at, per release pass, to notice people who left (beyond
+/// the ones the release itself walks over).
+pub const SWEEP_PLACES_PER_PASS: usize = 16_384;
+/// Places looked at from the front to find the oldest live ticket.
+const OLDEST_SCAN_PLACES: u64 = 1024;
+/// Seconds of history behind the estimated wait.
+const ESTIMATE_WINDOW_S: u32 = 30;
+/// Seconds of history behind the `release_rate` gauge.
+const RATE_GAUGE_WINDOW_S: u32 = 10;
+/// A poll up to this much sooner than told still counts as on time: clients
+/// round, and requests take time to arrive.
+const POLL_SLACK_S: u32 = 1;
+
+/// The store's hard size: live tickets are held to `queue_capacity`, and the
+/// places of people who left stay until the release walks past them. Twice
+/// the capacity bounds memory even while a paused room keeps losing people.
+pub fn store_places_max(policy: &Policy) -> usize {
+    policy.queue_capacity.get() as usize * 2
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ActivePass {
+    /// 1 for the room's first pass, 2 for the next: the release order.
+    number: u64,
+    issued_at_s: u64,
+    expires_at_s: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    joins: JoinCounts,
+    abandoned: u64,
+    expired: u64,
+    admitted: u64,
+    too_early: u64,
+    wait: WaitHistogram,
+}
+
+/// One room's line. Every operation takes `&mut self` and is short and
+/// bounded: the gateway keeps each room behind its own mutex.
+pub struct WaitingRoom<S: QueueStore = MemoryStore> {
+    name: String,
+    policy: Policy,
+    store: S,
+    stock: Arc<dyn StockAuthority>,
+    ids: TicketIdKey,
+    rng: StdRng,
+    /// Unix second that room second 0 stands for.
+    epoch_s: u64,
+    /// The next place the release looks at; every place before it has been
+    /// released or passed over.
+    cursor: u64,
+    /// Where the abandonment sweep continues.
+    sweep_at: u64,
+    bucket: TokenBucket,
+    /// Valid passes by place; never more than `max_active`.
+    active: BTreeMap<u64, ActivePass>,
+    paused: bool,
+    meter: RateMeter,
+    pre_queue: Option<PreQueueState>,
+    counters: Counters,
+}
+
+impl WaitingRoom<MemoryStore> {
+    /// A room with the in-process store. `rng` seeds the ticket-id key, the
+    /// fair-start seed and the poll jitter: give it OS entropy in
+    /// production and a fixed seed in tests.
+    pub fn new(
+        name: &str,
+        policy: Policy,
+        stock: Arc<dyn StockAuthority>,
+        rng: StdRng,
+        now_ms: u64,
+    ) -> Result<Self, PolicyError> {
+        let store = MemoryStore::new(store_places_max(&policy));
+        Self::with_store(name, policy, store, stock, rng, now_ms)
+    }
+}
+
+impl<S: QueueStore> WaitingRoom<S> {
+    /// A room over `store`, which must be empty.
+    pub fn with_store(
+        name: &str,
+        policy: Policy,
+        store: S,
+        stock: Arc<dyn StockAuthority>,
+        mut rng: StdRng,
+        now_ms: u64,
+    ) -> Result<Self, PolicyError> {
+        policy.validate()?;
+        let mut key = [0u8; 32];
+        rng.fill_bytes(&mut key);
+        let mut seed = [0u8; 32];
+        rng.fill_bytes(&mut seed);
+        let pre_queue = policy.opens_at_ms.map(|at| PreQueueState::new(at, seed));
+        let bucket = TokenBucket::new(policy.release_per_second.get(), policy.burst.get(), now_ms);
+        Ok(Self {
+            name: name.to_owned(),
+            store,
+            stock,
+            ids: TicketIdKey::new(key),
+            rng,
+            epoch_s: now_ms / 1000,
+            cursor: 0,
+            sweep_at: 0,
+            bucket,
+            active: BTreeMap::new(),
+            paused: false,
+            meter: RateMeter::default(),
+            pre_queue,
+            counters: Counters::default(),
+            policy,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Applies a reloaded policy; the line, passes and counters stay.
+    /// `opens_at_ms` is fixed when the room is created and is not changed.
+    pub fn update_policy(&mut self, mut policy: Policy) -> Result<(), PolicyError> {
+        policy.validate()?;
+        policy.opens_at_ms = self.policy.opens_at_ms;
+        self.bucket
+            .reconfigure(policy.release_per_second.get(), policy.burst.get());
+        self.policy = policy;
+        Ok(())
+    }
+
+    /// The kill switch: paused, nobody joins and nobody is let in; passes
+    /// already given keep working. Reopening continues in order.
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The checkout of pass `seq` has ended: its active slot is free.
+    /// `false` if no such pass is active.
+    pub fn pass_finished(&mut self, seq: u64) -> bool {
+        match self.place_of(seq) {
+            Some(place) => self.active.remove(&place).is_some(),
+            None => false,
+        }
+    }
+
+    /// What the room publishes about its fair-start draw, if it has one.
+    pub fn fair_start(&self) -> Option<FairStartInfo> {
+        self.pre_queue.as_ref().map(PreQueueState::info)
+    }
+
+    /// The room's numbers at `now_ms`.
+    pub fn stats(&self, now_ms: u64) -> RoomStats {
+        let now_s = self.room_s(now_ms);
+        let pre = self
+            .pre_queue
+            .as_ref()
+            .filter(|p| !p.opened)
+            .map_or(0, |p| p.entrants());
+        RoomStats {
+            joins: self.counters.joins,
+            waiting: self.store.live() + pre,
+            oldest_wait_s: self.oldest_wait_s(now_s),
+            abandoned_total: self.counters.abandoned,
+            expired_total: self.counters.expired,
+            admitted_total: self.counters.admitted,
+            too_early_total: self.counters.too_early,
+            active_passes: self.active.len() as u64,
+            release_rate: self.meter.rate(now_s, RATE_GAUGE_WINDOW_S),
+            release_per_second: self.policy.release_per_second.get(),
+            serving: self.cursor,
+            paused: self.paused,
+            sold_out: !self.stock.can_sell(&self.name),
+            wait: self.counters.wait.clone(),
+        }
+    }
+
+    fn oldest_wait_s(&self, now_s: u32) -> u64 {
+        let end = self.store.end().min(self.cursor + OLDEST_SCAN_PLACES);
+        (self.cursor..end)
+            .filter_map(|place| self.store.get(place))
+            .find(|slot| self.fate(slot, now_s) == SlotState::Waiting)
+            .map_or(0, |slot| u64::from(now_s.saturating_sub(slot.joined_s)))
+    }
+
+    /// Unix seconds.
+    fn unix_s(now_ms: u64) -> u64 {
+        now_ms / 1000
+    }
+
+    /// Room seconds (since `epoch_s`), as stored in slots.
+    fn room_s(&self, now_ms: u64) -> u32 {
+        let s = Self::unix_s(now_ms).saturating_sub(self.epoch_s);
+        u32::try_from(s).unwrap_or(u32::MAX)
+    }
+
+    fn expires_at_s(&self, slot: &Slot) -> u64 {
+        self.epoch_s + u64::from(slot.joined_s) + self.policy.ticket_ttl.as_secs()
+    }
+
+    /// Draws the pre-queue once the opening has come.
+    fn open_if_due(&mut self, now_ms: u64) {
+        let now_s = self.room_s(now_ms);
+        if let Some(pre) = self.pre_queue.as_mut() {
+            if !pre.opened && now_ms >= pre.opens_at_ms {
+                pre.open(&mut self.store, now_s);
+            }
+        }
+    }
+
+    /// Still taking pre-queue tickets.
+    fn before_opening(&self) -> bool {
+        self.pre_queue.as_ref().is_some_and(|p| !p.opened)
+    }
+
+    /// The place of a ticket, once it has one.
+    fn place_of(&self, seq: u64) -> Option<u64> {
+        match &self.pre_queue {
+            Some(pre) if !pre.opened => None,
+            Some(pre) if seq < pre.entrants() => pre.place_of(seq),
+            _ => Some(seq),
+        }
+    }
+
+    /// What a slot is at `now_s`, counting time-outs that have not been
+    /// written down yet.
+    fn fate(&self, slot: &Slot, now_s: u32) -> SlotState {
+        if slot.state != SlotState::Waiting {
+            return slot.state;
+        }
+        if u64::from(now_s.saturating_sub(slot.joined_s)) >= self.policy.ticket_ttl.as_secs() {
+            SlotState::Expired
+        } else if u64::from(now_s.saturating_sub(slot.last_poll_s))
+            > self.policy.idle_timeout.as_secs()
+        {
+            SlotState::Abandoned
+        } else {
+            SlotState::Waiting
+        }
+    }
+
+    /// Writes down a time-out found by [`Self::fate`] and counts it.
+    fn settle(&mut self, place: u64, slot: Slot, now_s: u32) -> SlotState {
+        let state = self.fate(&slot, now_s);
+        if state != slot.state {
+            match state {
+                SlotState::Abandoned => self.counters.abandoned += 1,
+                SlotState::Expired => self.counters.expired += 1,
+                SlotState::Waiting | SlotState::Released => {}
+            }
+            self.store.set(place, Slot { state, ..slot });
+        }
+        state
+    }
+
+    /// Admissions per second to plan with: measured while busy, else the
+    /// configured rate.
+    fn planning_rate(&self, now_s: u32) -> f64 {
+        self.meter
+            .busy_rate(now_s, ESTIMATE_WINDOW_S)
+            .unwrap_or(f64::from(self.policy.release_per_second.get()))
+    }
+
+    fn estimate_s(&self, ahead: u64, now_s: u32) -> u64 {
+        estimated_wait_s(ahead, self.planning_rate(now_s))
+    }
+
+    /// `Retry-After` for a full queue or a paused room: long enough for the
+    /// line to move by a hundredth of its capacity, within the poll bounds.
+    fn retry_after_s(&self) -> u64 {
+        let rate = u64::from(self.policy.release_per_second.get());
+        let hundredth = u64::from(self.policy.queue_capacity.get()) / 100;
+        hundredth.div_ceil(rate).clamp(
+            self.policy.poll_min.as_secs(),
+            self.policy.poll_max.as_secs(),
+        )
+    }
+}

@@ -1,0 +1,121 @@
+//! The release worker's bounded pass.
+
+use super::{ActivePass, ReleaseOutcome, Stop, WaitingRoom, SWEEP_PLACES_PER_PASS};
+use crate::store::{QueueStore, Slot, SlotState};
+
+impl<S: QueueStore> WaitingRoom<S> {
+    /// One release pass at `now_ms`, looking at no more than `limit` places.
+    ///
+    /// Ends passes that ran out, then walks the line from the cursor: people
+    /// who left or outlived their ticket are passed over for free; the next
+    /// live person is let in if the rate limit has a token and fewer than
+    /// `max_active` passes are valid. Nothing is released while paused, sold
+    /// out or before a fair-start opening. Call it often (every 50-100 ms):
+    /// each call does a bounded amount of work.
+    pub fn release_once(&mut self, now_ms: u64, limit: usize) -> ReleaseOutcome {
+        self.open_if_due(now_ms);
+        let expired_passes = self.expire_passes(now_ms);
+        let mut out = ReleaseOutcome {
+            released: 0,
+            skipped: 0,
+            expired_passes,
+            stop: Stop::CaughtUp,
+        };
+        let now_s = self.room_s(now_ms);
+        out.stop = if self.before_opening() {
+            Stop::NotOpen
+        } else if self.paused {
+            Stop::Paused
+        } else if !self.stock.can_sell(&self.name) {
+            Stop::SoldOut
+        } else {
+            self.walk(now_ms, limit, &mut out)
+        };
+        let busy = matches!(out.stop, Stop::RateLimited | Stop::Full | Stop::StepLimit);
+        if !matches!(out.stop, Stop::Paused | Stop::NotOpen) {
+            self.meter.record(now_s, out.released, busy);
+        }
+        let cursor = self.cursor;
+        self.store.trim_before(cursor, limit.max(1));
+        self.sweep(now_s);
+        out
+    }
+
+    fn walk(&mut self, now_ms: u64, limit: usize, out: &mut ReleaseOutcome) -> Stop {
+        let now_s = self.room_s(now_ms);
+        let mut steps = 0usize;
+        loop {
+            if self.cursor >= self.store.end() {
+                return Stop::CaughtUp;
+            }
+            if steps >= limit {
+                return Stop::StepLimit;
+            }
+            let Some(slot) = self.store.get(self.cursor) else {
+                // Only a store that lost places can get here: skip them.
+                self.cursor = self.cursor.max(self.store.start());
+                return Stop::CaughtUp;
+            };
+            steps += 1;
+            if self.settle(self.cursor, slot, now_s) != SlotState::Waiting {
+                out.skipped += 1;
+                self.cursor += 1;
+                continue;
+            }
+            if self.active.len() >= self.policy.max_active.get() as usize {
+                return Stop::Full;
+            }
+            if !self.bucket.try_take(now_ms) {
+                return Stop::RateLimited;
+            }
+            self.admit(slot, now_ms, now_s);
+            out.released += 1;
+        }
+    }
+
+    fn admit(&mut self, slot: Slot, now_ms: u64, now_s: u32) {
+        let issued_at_s = Self::unix_s(now_ms);
+        let pass = ActivePass {
+            number: self.counters.admitted + 1,
+            issued_at_s,
+            expires_at_s: issued_at_s + self.policy.pass_ttl.as_secs(),
+        };
+        self.store.set(
+            self.cursor,
+            Slot {
+                state: SlotState::Released,
+                ..slot
+            },
+        );
+        self.active.insert(self.cursor, pass);
+        self.counters.admitted += 1;
+        self.counters
+            .wait
+            .observe(u64::from(now_s.saturating_sub(slot.joined_s)));
+        self.cursor += 1;
+    }
+
+    /// Drops passes whose time is up; how many.
+    fn expire_passes(&mut self, now_ms: u64) -> u32 {
+        let now_unix_s = Self::unix_s(now_ms);
+        let before = self.active.len();
+        self.active.retain(|_, pass| now_unix_s < pass.expires_at_s);
+        (before - self.active.len()) as u32
+    }
+
+    /// Writes down people who left, a bounded stretch at a time, so that
+    /// `waiting` and "ahead of you" stop counting them within a few passes.
+    fn sweep(&mut self, now_s: u32) {
+        let end = self.store.end();
+        if self.sweep_at < self.cursor || self.sweep_at >= end {
+            self.sweep_at = self.cursor;
+        }
+        let stop = end.min(self.sweep_at + SWEEP_PLACES_PER_PASS as u64);
+        for place in self.sweep_at..stop {
+            if let Some(slot) = self.store.get(place) {
+                self.settle(place, slot, now_s);
+            }
+        }
+        self.sweep_at = stop;
+    }
+}

@@ -1,0 +1,132 @@
+//! Answering a poll.
+
+use super::{Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, POLL_SLACK_S};
+use crate::store::{QueueStore, Slot, SlotState};
+use crate::ticket_id::TicketId;
+
+impl<S: QueueStore> WaitingRoom<S> {
+    /// Where ticket `seq` (with id `ticket_id`, both from its verified JWT)
+    /// stands at `now_ms`.
+    ///
+    /// Once its place has been released the answer is `Admitted` with the
+    /// same pass every time, until the pass ends. A waiting ticket that asks
+    /// sooner than it was told gets `TooEarly`, and the early poll does not
+    /// count as a sign of life.
+    pub fn status(
+        &mut self,
+        seq: u64,
+        ticket_id: &TicketId,
+        now_ms: u64,
+    ) -> Result<Status, PollError> {
+        self.open_if_due(now_ms);
+        if self.ids.derive(&self.name, seq) != *ticket_id {
+            return Err(PollError::UnknownTicket);
+        }
+        if self.before_opening() {
+            return self.pre_queue_status(seq, now_ms);
+        }
+        let place = self.place_of(seq).ok_or(PollError::UnknownTicket)?;
+        if place < self.cursor {
+            return Ok(self.released_status(seq, ticket_id, place, now_ms));
+        }
+        let slot = self.store.get(place).ok_or(PollError::UnknownTicket)?;
+        let now_s = self.room_s(now_ms);
+        match self.settle(place, slot, now_s) {
+            SlotState::Waiting => {}
+            SlotState::Abandoned | SlotState::Expired => return Ok(Status::Expired),
+            SlotState::Released => return Ok(self.released_status(seq, ticket_id, place, now_ms)),
+        }
+        if !self.stock.can_sell(&self.name) {
+            return Ok(Status::SoldOut);
+        }
+        self.check_on_time(&slot, now_s)?;
+        let ahead = self.store.live_before(place);
+        let estimated_wait_s = self.estimate_s(ahead, now_s);
+        let poll = self.poll_for(estimated_wait_s);
+        self.store.set(
+            place,
+            Slot {
+                last_poll_s: now_s,
+                poll_after_s: poll,
+                ..slot
+            },
+        );
+        let wait = Wait {
+            position: ahead + 1,
+            ahead,
+            estimated_wait_s,
+            poll_after_s: u32::from(poll),
+            expires_at_s: self.expires_at_s(&slot),
+        };
+        Ok(if self.paused {
+            Status::Paused(wait)
+        } else {
+            Status::Waiting(wait)
+        })
+    }
+
+    fn released_status(&self, seq: u64, ticket_id: &TicketId, place: u64, now_ms: u64) -> Status {
+        match self.active.get(&place) {
+            Some(pass) if Self::unix_s(now_ms) < pass.expires_at_s => Status::Admitted(Admitted {
+                seq,
+                ticket_id: *ticket_id,
+                number: pass.number,
+                issued_at_s: pass.issued_at_s,
+                expires_at_s: pass.expires_at_s,
+            }),
+            _ => Status::Expired,
+        }
+    }
+
+    fn check_on_time(&mut self, slot: &Slot, now_s: u32) -> Result<(), PollError> {
+        let due_s = slot
+            .last_poll_s
+            .saturating_add(u32::from(slot.poll_after_s));
+        if now_s.saturating_add(POLL_SLACK_S) < due_s {
+            self.counters.too_early += 1;
+            return Err(PollError::TooEarly {
+                retry_after_s: u64::from(due_s - now_s),
+            });
+        }
+        Ok(())
+    }
+
+    fn pre_queue_status(&mut self, seq: u64, now_ms: u64) -> Result<Status, PollError> {
+        let now_s = self.room_s(now_ms);
+        let i = usize::try_from(seq).map_err(|_| PollError::UnknownTicket)?;
+        let (opens_at_ms, entrants, slot) = {
+            let pre = self.pre_queue.as_ref().ok_or(PollError::UnknownTicket)?;
+            let slot = *pre.slots.get(i).ok_or(PollError::UnknownTicket)?;
+            (pre.opens_at_ms, pre.entrants(), slot)
+        };
+        if slot.state != SlotState::Waiting {
+            return Ok(Status::Expired);
+        }
+        // The same rule as in line: silent for longer than `idle_timeout`
+        // means gone (the draw then passes the place over for free).
+        if u64::from(now_s.saturating_sub(slot.last_poll_s)) > self.policy.idle_timeout.as_secs() {
+            if let Some(entry) = self.pre_queue.as_mut().and_then(|p| p.slots.get_mut(i)) {
+                entry.state = SlotState::Abandoned;
+            }
+            self.counters.abandoned += 1;
+            return Ok(Status::Expired);
+        }
+        if !self.stock.can_sell(&self.name) {
+            return Ok(Status::SoldOut);
+        }
+        self.check_on_time(&slot, now_s)?;
+        let poll = self.poll_before_opening(now_ms, opens_at_ms);
+        let opening_s = self.room_s(opens_at_ms);
+        let expires_at_s = self.epoch_s + u64::from(opening_s) + self.policy.ticket_ttl.as_secs();
+        if let Some(entry) = self.pre_queue.as_mut().and_then(|p| p.slots.get_mut(i)) {
+            entry.last_poll_s = now_s;
+            entry.poll_after_s = poll;
+        }
+        Ok(Status::PreQueue(PreQueue {
+            opens_at_ms,
+            entrants,
+            poll_after_s: u32::from(poll),
+            expires_at_s,
+        }))
+    }
+}

@@ -1,0 +1,90 @@
+//! Ticket ids derived from the place in line, so they need not be stored.
+//!
+//! `id = HMAC-SHA256(key, room ‖ 0x00 ‖ seq as u64 big-endian)[..16]`,
+//! written as 32 lowercase hex digits. Without the key the ids are
+//! indistinguishable from random 128-bit values, which is all the contract
+//! asks of them; with it the room can check an id against its `seq` without
+//! remembering either. A fresh key per room instance also means tickets from
+//! before a restart (whose places are gone) no longer match.
+
+use std::fmt;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The secret the room derives ticket ids with.
+#[derive(Clone)]
+pub struct TicketIdKey([u8; 32]);
+
+impl TicketIdKey {
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The id of place `seq` in `room`.
+    pub fn derive(&self, room: &str, seq: u64) -> TicketId {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(room.as_bytes());
+        mac.update(&[0]);
+        mac.update(&seq.to_be_bytes());
+        let out = mac.finalize().into_bytes();
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&out[..16]);
+        TicketId(id)
+    }
+}
+
+impl fmt::Debug for TicketIdKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TicketIdKey(..)")
+    }
+}
+
+/// A ticket's 128-bit id, the JWT `sub`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TicketId([u8; 16]);
+
+impl TicketId {
+    /// Parses the 32-hex-digit form; anything else is `None`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut id = [0u8; 16];
+        hex::decode_to_slice(text, &mut id).ok()?;
+        Some(Self(id))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for TicketId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for TicketId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TicketId({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_differ_by_seq_room_and_key_and_round_trip() {
+        let k = TicketIdKey::new([7; 32]);
+        let a = k.derive("drop", 1);
+        assert_ne!(a, k.derive("drop", 2));
+        assert_ne!(a, k.derive("drop2", 1));
+        assert_ne!(a, TicketIdKey::new([8; 32]).derive("drop", 1));
+        assert_eq!(a, k.derive("drop", 1));
+        let text = a.to_string();
+        assert_eq!(text.len(), 32);
+        assert_eq!(TicketId::parse(&text), Some(a));
+        assert_eq!(TicketId::parse("xyz"), None);
+    }
+}

@@ -1,0 +1,251 @@
+//! The configured signing keys: the first signs, every one verifies.
+
+use std::fmt;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use ring::signature::{Ed25519KeyPair, KeyPair};
+use serde::Deserialize;
+use sluice_policies::model::{KeyAlg, SigningKey};
+
+use super::{Claims, KeyError, TokenError, TokenType, ISSUER};
+
+/// Longest token we even look at; ours are about 300 bytes. Bounds the work
+/// an outsider can make us do per request.
+const TOKEN_BYTES_MAX: usize = 4096;
+/// More keys than this is a misconfiguration, not rotation.
+const KEYS_MAX: usize = 16;
+const KID_BYTES_MAX: usize = 64;
+/// HS256 secrets shorter than the hash output weaken the MAC.
+const HS256_SECRET_BYTES_MIN: usize = 32;
+
+/// The secret part of one key.
+#[derive(Clone)]
+pub enum KeyMaterial {
+    /// HS256 shared secret.
+    Hs256(Vec<u8>),
+    /// EdDSA: an Ed25519 private key as PKCS#8 DER.
+    Ed25519Pkcs8Der(Vec<u8>),
+}
+
+impl KeyMaterial {
+    /// An Ed25519 private key from a PKCS#8 PEM block
+    /// (`-----BEGIN PRIVATE KEY-----`).
+    pub fn ed25519_from_pem(pem: &str) -> Option<Self> {
+        let body: String = pem
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("-----"))
+            .collect();
+        STANDARD.decode(body).ok().map(KeyMaterial::Ed25519Pkcs8Der)
+    }
+}
+
+/// One configured key.
+#[derive(Clone)]
+pub struct KeySpec {
+    pub kid: String,
+    pub material: KeyMaterial,
+}
+
+struct Key {
+    kid: String,
+    alg: Algorithm,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+/// Signs with the first key, verifies with any. Cheap to share behind an
+/// `Arc`; rebuilt whole on config reload.
+pub struct Keyring {
+    keys: Vec<Key>,
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kids: Vec<&str> = self.keys.iter().map(|k| k.kid.as_str()).collect();
+        f.debug_struct("Keyring").field("kids", &kids).finish()
+    }
+}
+
+/// The part of a JWT header we look at before choosing a key.
+#[derive(Deserialize)]
+struct RawHeader {
+    alg: String,
+    kid: Option<String>,
+}
+
+impl Keyring {
+    /// Builds a keyring; the first key signs.
+    pub fn new(specs: Vec<KeySpec>) -> Result<Self, KeyError> {
+        if specs.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if specs.len() > KEYS_MAX {
+            return Err(KeyError::TooMany { max: KEYS_MAX });
+        }
+        let mut keys: Vec<Key> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if spec.kid.is_empty() || spec.kid.len() > KID_BYTES_MAX {
+                return Err(KeyError::BadKid(spec.kid));
+            }
+            if keys.iter().any(|k| k.kid == spec.kid) {
+                return Err(KeyError::DuplicateKid(spec.kid));
+            }
+            keys.push(Key::new(spec)?);
+        }
+        Ok(Self { keys })
+    }
+
+    /// Builds a keyring from the validated config's keys (base64url secrets).
+    pub fn from_config(keys: &[SigningKey]) -> Result<Self, KeyError> {
+        let specs = keys
+            .iter()
+            .map(|k| {
+                let text = k.secret.expose().trim_end_matches('=');
+                let bytes = URL_SAFE_NO_PAD
+                    .decode(text)
+                    .map_err(|_| KeyError::SecretEncoding(k.kid.clone()))?;
+                let material = match k.alg {
+                    KeyAlg::Hs256 => KeyMaterial::Hs256(bytes),
+                    KeyAlg::EdDsa => KeyMaterial::Ed25519Pkcs8Der(bytes),
+                };
+                Ok(KeySpec {
+                    kid: k.kid.clone(),
+                    material,
+                })
+            })
+            .collect::<Result<Vec<_>, KeyError>>()?;
+        Self::new(specs)
+    }
+
+    /// The kid of the signing key.
+    pub fn signing_kid(&self) -> &str {
+        // `new` refuses an empty list, so there is always a first key.
+        self.keys.first().map_or("", |k| k.kid.as_str())
+    }
+
+    /// Signs `claims` with the first key. Deterministic for both HS256 and
+    /// Ed25519: the same claims give the same token, which is how a re-poll
+    /// gets the very same pass.
+    pub fn sign(&self, claims: &Claims) -> Result<String, TokenError> {
+        let key = self.keys.first().ok_or(TokenError::Signing)?;
+        let mut header = Header::new(key.alg);
+        header.kid = Some(key.kid.clone());
+        jsonwebtoken::encode(&header, claims, &key.encoding).map_err(|_| TokenError::Signing)
+    }
+
+    /// Verifies a token presented for `room` as a `expected` at
+    /// `now_unix_s`. Checks, in order: shape, algorithm, key, signature,
+    /// issuer, audience, type, expiry.
+    pub fn verify(
+        &self,
+        token: &str,
+        expected: TokenType,
+        room: &str,
+        now_unix_s: u64,
+    ) -> Result<Claims, TokenError> {
+        if token.len() > TOKEN_BYTES_MAX {
+            return Err(TokenError::Malformed);
+        }
+        let header = parse_header(token)?;
+        // Only the two algorithms we sign with are ever acceptable; this is
+        // what refuses `alg: none` before any key is chosen.
+        let alg = match header.alg.as_str() {
+            "HS256" => Algorithm::HS256,
+            "EdDSA" => Algorithm::EdDSA,
+            _ => return Err(TokenError::AlgMismatch),
+        };
+        let kid = header.kid.ok_or(TokenError::UnknownKid)?;
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == kid)
+            .ok_or(TokenError::UnknownKid)?;
+        // The key decides the algorithm, never the token: an HS256 token
+        // naming an Ed25519 key (signed with the public key as the HMAC
+        // secret) is the classic key-confusion attack.
+        if alg != key.alg {
+            return Err(TokenError::AlgMismatch);
+        }
+        let mut validation = Validation::new(key.alg);
+        // Time and audience are checked below against the injected clock
+        // and with a reason for each refusal.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.validate_aud = false;
+        validation.required_spec_claims.clear();
+        validation.leeway = 0;
+        let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &validation)
+            .map_err(|e| map_decode_error(e.kind()))?
+            .claims;
+        if claims.iss != ISSUER {
+            return Err(TokenError::WrongIssuer);
+        }
+        if claims.aud != room {
+            return Err(TokenError::WrongAudience);
+        }
+        if claims.typ != expected {
+            return Err(TokenError::WrongType);
+        }
+        if now_unix_s >= claims.exp {
+            return Err(TokenError::Expired);
+        }
+        Ok(claims)
+    }
+}
+
+impl Key {
+    fn new(spec: KeySpec) -> Result<Self, KeyError> {
+        match spec.material {
+            KeyMaterial::Hs256(secret) => {
+                if secret.len() < HS256_SECRET_BYTES_MIN {
+                    return Err(KeyError::ShortSecret {
+                        kid: spec.kid,
+                        min: HS256_SECRET_BYTES_MIN,
+                    });
+                }
+                Ok(Key {
+                    kid: spec.kid,
+                    alg: Algorithm::HS256,
+                    encoding: EncodingKey::from_secret(&secret),
+                    decoding: DecodingKey::from_secret(&secret),
+                })
+            }
+            KeyMaterial::Ed25519Pkcs8Der(der) => {
+                let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der)
+                    .map_err(|_| KeyError::BadEd25519(spec.kid.clone()))?;
+                Ok(Key {
+                    kid: spec.kid,
+                    alg: Algorithm::EdDSA,
+                    encoding: EncodingKey::from_ed_der(&der),
+                    // ring verifies against the raw 32-byte public key.
+                    decoding: DecodingKey::from_ed_der(pair.public_key().as_ref()),
+                })
+            }
+        }
+    }
+}
+
+fn parse_header(token: &str) -> Result<RawHeader, TokenError> {
+    let mut parts = token.split('.');
+    let (Some(head), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(TokenError::Malformed);
+    };
+    let bytes = URL_SAFE_NO_PAD
+        .decode(head)
+        .map_err(|_| TokenError::Malformed)?;
+    serde_json::from_slice(&bytes).map_err(|_| TokenError::Malformed)
+}
+
+fn map_decode_error(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::InvalidSignature | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
+        ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => TokenError::AlgMismatch,
+        _ => TokenError::Malformed,
+    }
+}

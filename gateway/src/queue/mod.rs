@@ -1,0 +1,441 @@
+//! The waiting room over HTTP: `/queue/{room}` (the page),
+//! `/queue/{room}/join`, `/queue/{room}/status`, the pass check of protected
+//! paths, and the release worker.
+//!
+//! The rooms themselves (`sluice-admission`) are pure logic over injected
+//! time; this module owns them, feeds them the wall clock, signs and checks
+//! their tokens, and turns their answers into the contract's JSON.
+
+mod collector;
+pub mod page;
+mod release;
+mod respond;
+mod stock;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use http::{header, HeaderMap, Method};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
+use sluice_admission::tokens::{Claims, KeyMaterial, KeySpec, Keyring, TokenError, TokenType};
+use sluice_admission::{JoinError, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom};
+use sluice_policies::model::Admissions;
+use sluice_policies::Config;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::metrics::Metrics;
+use crate::route::LocalResponse;
+pub use collector::RoomCollector;
+pub use release::Releaser;
+pub use stock::ConfigStock;
+
+pub const TICKET_COOKIE: &str = "sluice_ticket";
+pub const PASS_COOKIE: &str = "sluice_pass";
+
+/// Most client addresses each room's join limiter remembers.
+pub const JOIN_CLIENTS_MAX: usize = 200_000;
+
+/// One room and its place in the registry.
+pub struct RoomEntry {
+    /// Joins per client: `joins_per_minute_per_client` of the config in
+    /// force, all of it usable at once.
+    limiter: Mutex<(u32, JoinLimiter)>,
+    /// Joins refused by the per-client limit (the room never sees them).
+    rate_limited_joins: AtomicU64,
+    pub line: Mutex<WaitingRoom>,
+}
+
+/// Every room of the config, kept across reloads.
+pub struct Rooms {
+    rooms: ArcSwap<HashMap<String, Arc<RoomEntry>>>,
+    keyring: ArcSwap<Keyring>,
+    /// The keyring used when the config lists no `[[keys]]`.
+    ephemeral: Arc<Keyring>,
+    stock: Arc<ConfigStock>,
+    /// The public listener speaks TLS: cookies get `Secure`.
+    tls: bool,
+}
+
+/// Unix milliseconds now: the only place the waiting room reads the clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Rooms {
+    pub fn new(config: &Config, tls: bool) -> Result<Self, String> {
+        let mut secret = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        let ephemeral = Arc::new(
+            Keyring::new(vec![KeySpec {
+                kid: "ephemeral".into(),
+                material: KeyMaterial::Hs256(secret.to_vec()),
+            }])
+            .map_err(|e| e.to_string())?,
+        );
+        let rooms = Self {
+            rooms: ArcSwap::from_pointee(HashMap::new()),
+            keyring: ArcSwap::new(ephemeral.clone()),
+            ephemeral,
+            stock: Arc::new(ConfigStock::default()),
+            tls,
+        };
+        rooms.apply(config, now_ms())?;
+        Ok(rooms)
+    }
+
+    /// Brings the rooms in line with a (re)loaded config: existing rooms
+    /// keep their line and passes and take the new policy; new rooms start
+    /// empty; rooms no longer configured are dropped.
+    pub fn apply(&self, config: &Config, now_ms: u64) -> Result<(), String> {
+        let keyring = if config.keys.is_empty() {
+            self.ephemeral.clone()
+        } else {
+            Arc::new(Keyring::from_config(&config.keys).map_err(|e| e.to_string())?)
+        };
+        self.stock.apply(config);
+        let paused = config.gateway.admissions == Admissions::Paused;
+        let old = self.rooms.load_full();
+        let mut next = HashMap::with_capacity(config.rooms.len());
+        for room in &config.rooms {
+            let policy = Policy::from_room(room);
+            let entry = match old.get(&room.name) {
+                Some(entry) => {
+                    let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+                    line.update_policy(policy)
+                        .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    drop(line);
+                    entry.clone()
+                }
+                None => {
+                    let line = WaitingRoom::new(
+                        &room.name,
+                        policy,
+                        self.stock.clone(),
+                        StdRng::from_os_rng(),
+                        now_ms,
+                    )
+                    .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    Arc::new(RoomEntry {
+                        limiter: Mutex::new((0, JoinLimiter::new(1, 1, 0))),
+                        rate_limited_joins: AtomicU64::new(0),
+                        line: Mutex::new(line),
+                    })
+                }
+            };
+            let per_minute = room.joins_per_minute_per_client.get();
+            let mut limiter = entry.limiter.lock().unwrap_or_else(|p| p.into_inner());
+            if limiter.0 != per_minute {
+                *limiter = (
+                    per_minute,
+                    JoinLimiter::new(per_minute, per_minute, JOIN_CLIENTS_MAX),
+                );
+            }
+            drop(limiter);
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_paused(paused);
+            next.insert(room.name.clone(), entry);
+        }
+        self.rooms.store(Arc::new(next));
+        self.keyring.store(keyring);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
+        self.rooms.load().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Arc<HashMap<String, Arc<RoomEntry>>> {
+        self.rooms.load_full()
+    }
+
+    pub fn stats(&self, name: &str, now_ms: u64) -> Option<RoomStats> {
+        let entry = self.get(name)?;
+        let line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+        Some(line.stats(now_ms))
+    }
+
+    /// Checks the pass a request carries for `room` (cookie or bearer).
+    pub fn verify_pass(
+        &self,
+        room: &str,
+        headers: &HeaderMap,
+        metrics: &Metrics,
+    ) -> Result<Claims, TokenError> {
+        let token = bearer(headers)
+            .or_else(|| cookie(headers, PASS_COOKIE))
+            .ok_or(TokenError::Malformed)?;
+        let result = self
+            .keyring
+            .load()
+            .verify(token, TokenType::Pass, room, now_ms() / 1000);
+        if let Err(e) = &result {
+            metrics
+                .ticket_rejections
+                .with_label_values(&[room, e.reason()])
+                .inc();
+        }
+        result
+    }
+
+    /// Answers a request under `/queue/`.
+    pub fn handle(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+        metrics: &Metrics,
+    ) -> LocalResponse {
+        let rest = &path["/queue/".len()..];
+        let (name, action) = match rest.split_once('/') {
+            Some((name, action)) => (name, action),
+            None => (rest, ""),
+        };
+        let Some(entry) = self.get(name) else {
+            return LocalResponse::error(&ApiError::new(
+                ErrorCode::UnknownRoom,
+                "There is no waiting room by that name.",
+            ));
+        };
+        let now = now_ms();
+        match (method, action) {
+            (&Method::GET | &Method::HEAD, "") => respond::page(headers),
+            (&Method::POST, "join") => self.join(name, &entry, headers, client, now),
+            (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics),
+            (_, "" | "join" | "status") => respond::method_not_allowed(if action == "join" {
+                "POST"
+            } else {
+                "GET, HEAD"
+            }),
+            _ => LocalResponse::error(&ApiError::new(
+                ErrorCode::NotFound,
+                "Nothing is served at this path.",
+            )),
+        }
+    }
+
+    fn join(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+        now: u64,
+    ) -> LocalResponse {
+        // One browser keeps one ticket: a live ticket comes back as it is.
+        if let Some(token) = cookie(headers, TICKET_COOKIE).or_else(|| bearer(headers)) {
+            if let Ok(claims) =
+                self.keyring
+                    .load()
+                    .verify(token, TokenType::Ticket, room, now / 1000)
+            {
+                if let Some(id) = TicketId::parse(&claims.sub) {
+                    let polled = entry
+                        .line
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .status(claims.seq, &id, now);
+                    match polled {
+                        Ok(Status::Expired | Status::SoldOut) | Err(PollError::UnknownTicket) => {}
+                        Ok(status) => {
+                            return self.ticket_answer(room, token, &claims, status, now, true)
+                        }
+                        // Rejoining sooner than told is an early poll:
+                        // same answer as the status route.
+                        Err(PollError::TooEarly { retry_after_s }) => {
+                            return too_early(retry_after_s)
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(ip) = client {
+            let checked = entry
+                .limiter
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .check(ClientKey::from_ip(ip), now);
+            if let Err(JoinRateLimited {
+                retry_after_s: retry,
+            }) = checked
+            {
+                entry.rate_limited_joins.fetch_add(1, Ordering::Relaxed);
+                return LocalResponse::error(
+                    &ApiError::new(
+                        ErrorCode::RateLimited,
+                        "Too many joins from your address; try again shortly.",
+                    )
+                    .retry_after(retry as u32),
+                );
+            }
+        }
+        let joined = entry
+            .line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join(now);
+        match joined {
+            Ok(joined) => {
+                let claims = joined.claims(room);
+                match self.keyring.load().sign(&claims) {
+                    Ok(token) => {
+                        self.ticket_answer(room, &token, &claims, joined.status, now, true)
+                    }
+                    Err(_) => LocalResponse::error(&ApiError::new(
+                        ErrorCode::Internal,
+                        "The ticket could not be signed.",
+                    )),
+                }
+            }
+            Err(JoinError::QueueFull { retry_after_s }) => LocalResponse::error(
+                &ApiError::new(
+                    ErrorCode::QueueFull,
+                    "The line is full right now; please try again shortly.",
+                )
+                .retry_after(retry_after_s as u32),
+            ),
+            Err(JoinError::Paused { retry_after_s }) => LocalResponse::error(
+                &ApiError::new(
+                    ErrorCode::AdmissionsPaused,
+                    "Admissions are paused for a moment; please try again shortly.",
+                )
+                .retry_after(retry_after_s as u32),
+            ),
+            Err(JoinError::SoldOut) => LocalResponse::error(&ApiError::new(
+                ErrorCode::SoldOut,
+                "Everything in this drop has been sold.",
+            )),
+        }
+    }
+
+    fn status(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        headers: &HeaderMap,
+        now: u64,
+        metrics: &Metrics,
+    ) -> LocalResponse {
+        let invalid = |reason: &str| {
+            metrics
+                .ticket_rejections
+                .with_label_values(&[room, reason])
+                .inc();
+            LocalResponse::error(&ApiError::new(
+                ErrorCode::InvalidTicket,
+                "This queue ticket is not valid; please join again.",
+            ))
+        };
+        let Some(token) = bearer(headers).or_else(|| cookie(headers, TICKET_COOKIE)) else {
+            return invalid("missing");
+        };
+        let claims = match self
+            .keyring
+            .load()
+            .verify(token, TokenType::Ticket, room, now / 1000)
+        {
+            Ok(claims) => claims,
+            Err(e) => return invalid(e.reason()),
+        };
+        let Some(id) = TicketId::parse(&claims.sub) else {
+            return invalid("malformed");
+        };
+        let polled = entry
+            .line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .status(claims.seq, &id, now);
+        match polled {
+            Ok(status) => self.ticket_answer(room, token, &claims, status, now, false),
+            Err(PollError::TooEarly { retry_after_s }) => too_early(retry_after_s),
+            Err(PollError::UnknownTicket) => invalid("unknown_place"),
+        }
+    }
+
+    /// The JSON for a ticket's state; mints the pass when admitted.
+    fn ticket_answer(
+        &self,
+        room: &str,
+        ticket: &str,
+        claims: &Claims,
+        status: Status,
+        now: u64,
+        joined: bool,
+    ) -> LocalResponse {
+        let pass = match status {
+            Status::Admitted(admitted) => match self.keyring.load().sign(&admitted.claims(room)) {
+                Ok(pass) => Some((pass, admitted.expires_at_s)),
+                Err(_) => {
+                    return LocalResponse::error(&ApiError::new(
+                        ErrorCode::Internal,
+                        "The pass could not be signed.",
+                    ))
+                }
+            },
+            _ => None,
+        };
+        let fair = self.get(room).and_then(|e| {
+            e.line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fair_start()
+        });
+        respond::ticket(respond::TicketAnswer {
+            room,
+            ticket,
+            ticket_expires_at: claims.exp,
+            status,
+            pass: pass.as_ref().map(|(p, exp)| (p.as_str(), *exp)),
+            fair_start: fair.as_ref(),
+            joined,
+            secure: self.tls,
+            now_s: now / 1000,
+        })
+    }
+}
+
+fn too_early(retry_after_s: u64) -> LocalResponse {
+    LocalResponse::error(
+        &ApiError::new(
+            ErrorCode::RateLimited,
+            "Asked sooner than told; the page updates by itself.",
+        )
+        .retry_after(retry_after_s as u32),
+    )
+}
+
+/// `Authorization: Bearer <token>`.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// The value of cookie `name`.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+        .filter(|v| !v.is_empty())
+}

@@ -1,0 +1,55 @@
+//! The release worker: a loop of bounded `release_once` passes over every
+//! room, until shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use super::{now_ms, Rooms};
+
+/// How often each room is given a release pass. Short enough that a rate
+/// of thousands per second is spread over the second, not released in one
+/// burst per tick.
+pub const TICK: Duration = Duration::from_millis(20);
+/// Places one pass may look at, so a long run of abandoned places cannot
+/// hold the room's lock for long.
+pub const PLACES_PER_PASS_MAX: usize = 4096;
+
+pub struct Releaser {
+    rooms: Arc<Rooms>,
+}
+
+impl Releaser {
+    pub fn new(rooms: Arc<Rooms>) -> Self {
+        Self { rooms }
+    }
+
+    /// One pass over every room; returns the passes minted.
+    pub fn release_once(&self, now_ms: u64) -> u32 {
+        let mut released = 0;
+        for entry in self.rooms.all().values() {
+            let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+            released += line.release_once(now_ms, PLACES_PER_PASS_MAX).released;
+        }
+        released
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Releaser {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => {
+                    self.release_once(now_ms());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The queue page in a real browser (Debian's headless Chromium, driven
+//! over WebDriver): join, wait, admitted and moved on, paused, sold out,
+//! queue full.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+
+struct Browser {
+    driver: Child,
+    client: Client,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// A fresh headless Chromium with its own profile, or None when the
+    /// machine has none (only allowed outside the test command).
+    async fn start(lang: &str) -> Option<Browser> {
+        let port = free_port();
+        let driver = match Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(d) => d,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(),
+                    "chromedriver is required: {e}"
+                );
+                eprintln!("chromedriver not installed, skipping the browser test");
+                return None;
+            }
+        };
+        let profile = tempfile::tempdir().unwrap();
+        let caps = serde_json::json!({
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    format!("--lang={lang}"), format!("--user-data-dir={}", profile.path().display()),
+                    "--window-size=800,900",
+                ],
+                "prefs": {"intl.accept_languages": lang},
+            }
+        });
+        let caps: serde_json::Map<String, serde_json::Value> = caps.as_object().unwrap().clone();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut client = None;
+        for _ in 0..100 {
+            match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(c) => {
+                    client = Some(c);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        Some(Browser {
+            driver,
+            client: client.expect("chromedriver answers"),
+            _profile: profile,
+        })
+    }
+
+    /// The page's announced state (`data-state` of the live region) once
+    /// it equals `want`, within `within`.
+    async fn wait_state(&self, want: &str, within: Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        let mut last = String::new();
+        while std::time::Instant::now() < deadline {
+            if let Ok(el) = self.client.find(Locator::Id("state")).await {
+                last = el
+                    .attr("data-state")
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                if last == want {
+                    return el.text().await.unwrap_or_default();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("page state is {last:?}, expected {want:?}");
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn gateway(extra: &str) -> Gateway {
+    Gateway::start(GatewayOptions {
+        rest: format!(
+            "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrelease_per_second = 20\nmax_active = 1\nqueue_capacity = 5\npass_ttl_s = 3\npoll_min_s = 1\npoll_max_s = 5\n{extra}"
+        ),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn a_shopper_waits_is_admitted_and_moves_on() {
+    let gw = gateway("");
+    // Someone already holds the only active pass, for 3 seconds.
+    let first: serde_json::Value = client()
+        .post(gw.url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let s: serde_json::Value = client()
+        .get(gw.url("/queue/drop/status"))
+        .bearer_auth(first["ticket"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["state"], "admitted");
+
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    browser
+        .client
+        .goto(&gw.url("/queue/drop?next=/index.html"))
+        .await
+        .unwrap();
+    let text = browser.wait_state("waiting", Duration::from_secs(5)).await;
+    assert_eq!(text, "You are in line.");
+    let position = browser
+        .client
+        .find(Locator::Id("position"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(position, "1");
+    let live = browser.client.find(Locator::Id("state")).await.unwrap();
+    assert_eq!(
+        live.attr("aria-live").await.unwrap().as_deref(),
+        Some("polite")
+    );
+    if let Ok(dir) = std::env::var("SLUICE_SCREENSHOT_DIR") {
+        let png = browser.client.screenshot().await.unwrap();
+        std::fs::write(std::path::Path::new(&dir).join("queue-page.png"), png).unwrap();
+    }
+
+    // The first pass runs out; the page lets this shopper in by itself.
+    browser
+        .wait_state("admitted", Duration::from_secs(12))
+        .await;
+    let mut moved = false;
+    for _ in 0..50 {
+        let url = browser.client.current_url().await.unwrap();
+        if url.path() == "/index.html" {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(moved, "the page moves the shopper on when admitted");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn paused_sold_out_and_full_are_shown_in_portuguese() {
+    let gw = gateway("");
+    let Some(browser) = Browser::start("pt-BR").await else {
+        return;
+    };
+
+    gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
+    assert!(
+        eventually(Duration::from_secs(1), || gw.admin_json("/admin/state")
+            ["admissions"]
+            == "paused")
+        .is_some()
+    );
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser.wait_state("paused", Duration::from_secs(5)).await;
+    assert!(text.starts_with("As entradas estão pausadas"), "{text}");
+
+    gw.edit_config(|t| {
+        t.replace("admissions = \"paused\"", "admissions = \"open\"")
+            + "[[products]]\nsku = \"gone\"\nstock = 0\nprice_cents = 1\nroom = \"drop\"\n"
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || gw.admin_json("/admin/state")
+            ["admissions"]
+            == "open")
+        .is_some()
+    );
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser.wait_state("sold_out", Duration::from_secs(8)).await;
+    assert!(text.starts_with("Esgotado"), "{text}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_full_line_is_said_clearly() {
+    let gw = gateway("");
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    // One admitted and five waiting fill the room's capacity of five (the
+    // browser is started first: the admitted pass lasts only 3 s).
+    for _ in 0..6 {
+        let r = client()
+            .post(gw.url("/queue/drop/join"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser
+        .wait_state("queue_full", Duration::from_secs(5))
+        .await;
+    assert!(text.starts_with("The line is full right now."), "{text}");
+    browser.close().await;
+}
