@@ -1,0 +1,142 @@
+//! `sluice audit`: checks a data directory through a read-only connection,
+//! so it runs against a stopped store or next to a running one (WAL lets a
+//! reader see the last commit without blocking the writer).
+
+use std::fmt;
+use std::path::Path;
+
+use crate::clock::UnixMs;
+use crate::error::StoreError;
+use crate::limits::{DB_FILE_NAME, EXPIRED_HOLD_GRACE_MS};
+use crate::stock;
+use crate::store::open_read_only;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// The columns do not add up to the total, or one is negative.
+    StockNotConserved {
+        sku: String,
+        total: i64,
+        available: i64,
+        reserved: i64,
+        committed: i64,
+    },
+    /// `reserved` / `committed` differ from the sum of the SKU's holds.
+    HoldsDisagree {
+        sku: String,
+        column: &'static str,
+        stock: i64,
+        holds: i64,
+    },
+    /// More than one capture recorded for one order.
+    MultipleCaptures { order_id: String, captures: i64 },
+    /// A hold past its expiry (plus grace) still counted as reserved, with
+    /// no payment that could justify keeping it.
+    ExpiredHoldCounted {
+        order_id: String,
+        expired_for_ms: i64,
+    },
+    /// Money was captured but the order is neither confirmed nor being
+    /// compensated.
+    PaidOrderNotConfirmed { order_id: String, state: String },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::StockNotConserved { sku, total, available, reserved, committed } => write!(
+                f,
+                "stock {sku}: available {available} + reserved {reserved} + committed {committed} != total {total}"
+            ),
+            Violation::HoldsDisagree { sku, column, stock, holds } => {
+                write!(f, "stock {sku}: {column} is {stock} but its holds sum to {holds}")
+            }
+            Violation::MultipleCaptures { order_id, captures } => {
+                write!(f, "order {order_id}: captured {captures} times")
+            }
+            Violation::ExpiredHoldCounted { order_id, expired_for_ms } => write!(
+                f,
+                "order {order_id}: hold expired {expired_for_ms} ms ago and is still reserved"
+            ),
+            Violation::PaidOrderNotConfirmed { order_id, state } => {
+                write!(f, "order {order_id}: captured but {state}")
+            }
+        }
+    }
+}
+
+/// Every violation found in `data_dir` as of `now_ms`.
+pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreError> {
+    let conn = open_read_only(&data_dir.join(DB_FILE_NAME))?;
+    // One read transaction: every check sees the same commit.
+    conn.execute_batch("BEGIN")?;
+    let mut violations = Vec::new();
+
+    for level in stock::load_all(&conn)? {
+        if !level.is_conserved() {
+            violations.push(Violation::StockNotConserved {
+                sku: level.sku.clone(),
+                total: level.total,
+                available: level.available,
+                reserved: level.reserved,
+                committed: level.committed,
+            });
+        }
+        for (column, value, hold_state) in [
+            ("reserved", level.reserved, "held"),
+            ("committed", level.committed, "committed"),
+        ] {
+            let holds: i64 = conn.query_row(
+                "SELECT COALESCE(SUM(quantity), 0) FROM reservations WHERE sku = ?1 AND state = ?2",
+                [&level.sku, hold_state],
+                |row| row.get(0),
+            )?;
+            if holds != value {
+                violations.push(Violation::HoldsDisagree {
+                    sku: level.sku.clone(),
+                    column,
+                    stock: value,
+                    holds,
+                });
+            }
+        }
+    }
+
+    let mut stmt = conn.prepare(
+        "SELECT order_id, COUNT(*) FROM payment_ops WHERE op = 'capture'
+         GROUP BY order_id HAVING COUNT(*) > 1",
+    )?;
+    for row in stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (order_id, captures) = row?;
+        violations.push(Violation::MultipleCaptures { order_id, captures });
+    }
+
+    let mut stmt = conn.prepare(
+        "SELECT r.order_id, r.expires_at_ms FROM reservations r
+         LEFT JOIN orders o ON o.order_id = r.order_id
+         WHERE r.state = 'held' AND r.expires_at_ms < ?1
+           AND COALESCE(o.payment_state, 'none') NOT IN ('pending', 'authorized', 'captured')",
+    )?;
+    for row in stmt.query_map([now_ms - EXPIRED_HOLD_GRACE_MS], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+    })? {
+        let (order_id, expires_at_ms) = row?;
+        violations.push(Violation::ExpiredHoldCounted {
+            order_id,
+            expired_for_ms: now_ms - expires_at_ms,
+        });
+    }
+
+    let mut stmt = conn.prepare(
+        "SELECT DISTINCT o.order_id, o.state FROM orders o
+         JOIN payment_ops p ON p.order_id = o.order_id AND p.op = 'capture'
+         WHERE o.state NOT IN ('confirmed', 'refunding', 'refunded')",
+    )?;
+    for row in stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (order_id, state) = row?;
+        violations.push(Violation::PaidOrderNotConfirmed { order_id, state });
+    }
+    drop(stmt);
+    conn.execute_batch("COMMIT")?;
+    Ok(violations)
+}
