@@ -302,6 +302,19 @@ impl Store {
         })
     }
 
+    /// Age of the oldest hold still counted as reserved
+    /// (`sluice_reservation_age_seconds`), 0 when nothing is held.
+    pub fn oldest_hold_age_ms(&self, now_ms: UnixMs) -> Result<i64, StoreError> {
+        self.read(|conn| {
+            let oldest: Option<i64> = conn.query_row(
+                "SELECT MIN(created_at_ms) FROM reservations WHERE state = 'held'",
+                [],
+                |row| row.get(0),
+            )?;
+            Ok(oldest.map_or(0, |at_ms| now_ms.saturating_sub(at_ms).max(0)))
+        })
+    }
+
     /// Outbox events not yet acknowledged by a sink (`sluice_outbox_pending`).
     pub fn outbox_pending(&self) -> Result<u64, StoreError> {
         self.read(|conn| {

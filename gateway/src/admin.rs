@@ -16,6 +16,9 @@ use crate::error::{ApiError, ErrorCode};
 use crate::state::Shared;
 use sluice_policies::model::ReleaseSource;
 
+/// Largest inventory-adjustment body read.
+const ADJUST_BODY_BYTES_MAX: usize = 4096;
+
 pub struct Admin {
     shared: Arc<Shared>,
 }
@@ -47,6 +50,40 @@ impl ServeHttp for Admin {
                     "The admin routes need a bearer token.",
                 ));
             }
+        }
+        if let Some(sku) = path
+            .strip_prefix("/admin/inventory/")
+            .and_then(|p| p.strip_suffix("/adjust"))
+        {
+            if method != Method::POST {
+                return error(&ApiError::new(
+                    ErrorCode::MethodNotAllowed,
+                    "Adjust with POST.",
+                ));
+            }
+            let mut body = Vec::new();
+            loop {
+                match session.read_request_body().await {
+                    Ok(Some(chunk)) if body.len() + chunk.len() <= ADJUST_BODY_BYTES_MAX => {
+                        body.extend_from_slice(&chunk)
+                    }
+                    Ok(Some(_)) => {
+                        return error(&ApiError::new(
+                            ErrorCode::PayloadTooLarge,
+                            "The adjustment body is too large.",
+                        ))
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        return error(&ApiError::new(
+                            ErrorCode::BadRequest,
+                            "The request body could not be read.",
+                        ))
+                    }
+                }
+            }
+            let (status, value) = self.shared.orders.adjust(sku, &body).await;
+            return json_response(status, &value);
         }
         if method != Method::GET && method != Method::HEAD {
             return error(&ApiError::new(
@@ -140,9 +177,12 @@ impl Admin {
             })
             .collect();
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
+        let (inventory, orders) = self.shared.orders.state();
         json!({
             "admissions": config.gateway.admissions.as_str(),
             "rooms": rooms,
+            "inventory": inventory,
+            "orders": orders,
             "config": {
                 "source": config.source.display().to_string(),
                 "last_reload_success_unix": status.last_success_unix,

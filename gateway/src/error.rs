@@ -145,6 +145,7 @@ impl ApiError {
 
     /// Headers that go with the body (besides Content-Length).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        // Retry-After goes with every answer that says when to retry.
         let mut headers = vec![
             ("content-type", "application/json".to_string()),
             ("cache-control", "no-store".to_string()),

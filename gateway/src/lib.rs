@@ -14,6 +14,7 @@ pub mod headers;
 pub mod keygen;
 pub mod logging;
 pub mod metrics;
+pub mod orders;
 pub mod origin_cache;
 pub mod proxy;
 pub mod queue;

@@ -45,6 +45,11 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Check the stored state offline: exit 0 clean, 1 with a line per violation.
+    Audit {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Print a fresh ticket-signing key in the config's format.
     Keygen {
         /// Key type.
@@ -84,6 +89,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
+        Command::Audit { data_dir } => match sluice_gateway::server::audit(&data_dir) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("sluice audit: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Keygen { alg } => match sluice_gateway::keygen::entry(alg) {
             Ok(entry) => {
                 print!("{entry}");

@@ -31,6 +31,10 @@ pub struct Metrics {
     pub body_too_large: IntCounter,
     /// Tickets and passes refused, by room and reason.
     pub ticket_rejections: IntCounterVec,
+    /// Reservations attempted by new checkouts, by sku and result.
+    pub reservations: IntCounterVec,
+    /// Checkout requests by room and result (order state or error code).
+    pub checkout: IntCounterVec,
 }
 
 impl Metrics {
@@ -133,6 +137,16 @@ impl Metrics {
                 &["room", "reason"],
             )
             .expect("valid metric"),
+            reservations: IntCounterVec::new(
+                Opts::new("sluice_reservations_total", "Reservations attempted by new checkouts, by sku and result (reserved, sold_out)."),
+                &["sku", "result"],
+            )
+            .expect("valid metric"),
+            checkout: IntCounterVec::new(
+                Opts::new("sluice_checkout_total", "Checkout requests by room and result (the order's state, or the error code)."),
+                &["room", "result"],
+            )
+            .expect("valid metric"),
             registry,
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -151,6 +165,8 @@ impl Metrics {
             Box::new(m.admissions_open.clone()),
             Box::new(m.body_too_large.clone()),
             Box::new(m.ticket_rejections.clone()),
+            Box::new(m.reservations.clone()),
+            Box::new(m.checkout.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");

@@ -29,6 +29,7 @@ use pingora::ErrorType;
 use crate::error::{ApiError, ErrorCode};
 use crate::headers;
 use crate::metrics::status_class;
+use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
 use crate::queue::Rooms;
 use crate::route::{route, LocalResponse, PassCheck, RequestFacts, Route};
@@ -120,6 +121,12 @@ impl ProxyHttp for Proxy {
             metrics: &self.shared.metrics,
         };
         match route(&ctx.runtime, &facts, &passes, Instant::now()) {
+            Route::Orders => {
+                ctx.source = "orders";
+                let local = self.orders(session, ctx).await?;
+                self.write_local(session, ctx, local).await?;
+                Ok(true)
+            }
             Route::Queue => {
                 ctx.source = "queue";
                 let client = session
@@ -419,6 +426,38 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
+    /// Reads the (small, bounded) body and lets the reservation core answer.
+    async fn orders(&self, session: &mut Session, ctx: &Ctx) -> Result<LocalResponse> {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await? {
+            if body.len() + chunk.len() > CHECKOUT_BODY_BYTES_MAX {
+                self.shared.metrics.body_too_large.inc();
+                return Ok(LocalResponse::error(&ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    "An order body is a few short fields; this one is too large.",
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let req = session.req_header();
+        let route = OrderRoute::of(req.uri.path()).expect("route() checked the path");
+        Ok(self
+            .shared
+            .orders
+            .handle(
+                route,
+                &req.method,
+                &req.headers,
+                body.freeze(),
+                &Env {
+                    rooms: &self.shared.rooms,
+                    config: &ctx.runtime.config,
+                    metrics: &self.shared.metrics,
+                },
+            )
+            .await)
+    }
+
     async fn write_local(
         &self,
         session: &mut Session,

@@ -67,6 +67,8 @@ pub enum Route {
     },
     /// A waiting-room route (`/queue/...`), answered by the rooms.
     Queue,
+    /// `/checkout` or `/orders/...`, answered by the reservation core.
+    Orders,
 }
 
 /// Whether the request carries a valid pass for a room.
@@ -133,6 +135,9 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
             )
             .with("join", format!("{queue}/join")),
         );
+    }
+    if crate::orders::OrderRoute::of(req.path).is_some() {
+        return Route::Orders;
     }
     match lookup {
         Lookup::Hit(hit) => {
@@ -248,6 +253,7 @@ mod tests {
             Route::CacheHit { .. } => 1,
             Route::Origin { .. } => 0,
             Route::Queue => 2,
+            Route::Orders => 3,
         }
     }
 

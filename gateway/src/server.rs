@@ -12,6 +12,7 @@ use pingora::services::listening::Service;
 
 use crate::admin::Admin;
 use crate::control::Control;
+use crate::orders::OrdersWorker;
 use crate::proxy::Proxy;
 use crate::queue::Releaser;
 use crate::state::{Overrides, Shared};
@@ -69,11 +70,13 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
 
     let control = background_service("sluice control", Control::new(shared.clone()));
     let releaser = background_service("sluice release", Releaser::new(shared.rooms.clone()));
+    let orders = background_service("sluice orders", OrdersWorker::new(shared.orders.clone()));
 
     server.add_service(proxy);
     server.add_service(admin);
     server.add_service(control);
     server.add_service(releaser);
+    server.add_service(orders);
     tracing::info!(
         listen = %gateway.listen,
         admin = %gateway.admin_listen,
@@ -108,6 +111,21 @@ pub fn check(files: &[std::path::PathBuf]) -> bool {
         }
     }
     ok
+}
+
+/// `sluice audit`: checks the stored state offline. Prints one line per
+/// violation; `Ok(true)` when clean.
+pub fn audit(data_dir: &std::path::Path) -> anyhow::Result<bool> {
+    let now = crate::queue::now_ms() as i64;
+    let violations = sluice_checkout::audit(data_dir, now)
+        .with_context(|| format!("auditing {}", data_dir.display()))?;
+    for v in &violations {
+        println!("{v}");
+    }
+    if violations.is_empty() {
+        println!("{}: clean", data_dir.display());
+    }
+    Ok(violations.is_empty())
 }
 
 pub type SharedState = Arc<Shared>;

@@ -12,6 +12,7 @@ use sluice_policies::reload::ReloadOutcome;
 use sluice_policies::{Config, ConfigHandle, ReloadError};
 
 use crate::metrics::Metrics;
+use crate::orders::{Orders, OrdersCollector};
 use crate::queue::{now_ms, RoomCollector, Rooms};
 use crate::runtime::{load_catalog, Runtime};
 
@@ -55,6 +56,8 @@ pub struct Shared {
     pub reload_status: Mutex<ReloadStatus>,
     /// The waiting rooms; kept across reloads.
     pub rooms: Arc<Rooms>,
+    /// The reservation core.
+    pub orders: Arc<Orders>,
 }
 
 impl Shared {
@@ -63,14 +66,20 @@ impl Shared {
         let catalog = load_catalog(&current)?;
         let runtime = Runtime::build(current.clone(), Arc::new(catalog), None);
         let tls = current.gateway.tls.is_some();
-        let rooms = Arc::new(Rooms::new(&current, tls)?);
+        let orders = Arc::new(Orders::open(&current)?);
+        let rooms = Arc::new(Rooms::new(&current, tls, orders.stock_authority())?);
         let metrics = Metrics::new();
         metrics
             .registry()
             .register(Box::new(RoomCollector::new(rooms.clone())))
             .map_err(|e| format!("room metrics: {e}"))?;
+        metrics
+            .registry()
+            .register(Box::new(OrdersCollector::new(orders.clone())))
+            .map_err(|e| format!("order metrics: {e}"))?;
         let shared = Arc::new(Self {
             rooms,
+            orders,
             tls,
             config,
             runtime: ArcSwap::from_pointee(runtime),
@@ -99,7 +108,9 @@ impl Shared {
         let prepare = |candidate: &mut Config| {
             self.overrides.apply(candidate);
             *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(load_catalog(candidate)?);
-            // Last: the rooms take the new policy (and the kill switch).
+            // Last: new products are seeded, then the rooms take the new
+            // policy (and the kill switch).
+            self.orders.apply(candidate)?;
             self.rooms.apply(candidate, now_ms())
         };
         let result = if only_if_changed {

@@ -239,3 +239,84 @@ async fn a_full_line_is_said_clearly() {
     assert!(text.starts_with("The line is full right now."), "{text}");
     browser.close().await;
 }
+
+#[tokio::test]
+async fn a_shopper_buys_through_the_demo_store() {
+    let gw = Gateway::start(GatewayOptions {
+        repo_static: true,
+        rest: "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 20\nmax_active = 5\nqueue_capacity = 50\npoll_min_s = 1\npoll_max_s = 5\n\
+               [[products]]\nsku = \"sneaker-42\"\nstock = 3\nprice_cents = 19900\nroom = \"drop\"\n"
+            .into(),
+        ..Default::default()
+    });
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    let c = &browser.client;
+    c.goto(&gw.url("/products/sneaker-42.html")).await.unwrap();
+    c.find(Locator::Css("a[href^='/queue/drop']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The waiting room lets the shopper in and sends them on to checkout.
+    let mut on_checkout = false;
+    for _ in 0..100 {
+        if c.current_url().await.unwrap().path() == "/checkout.html" {
+            on_checkout = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        on_checkout,
+        "never reached checkout: {}",
+        c.current_url().await.unwrap()
+    );
+    c.wait().for_element(Locator::Id("pay")).await.unwrap();
+    c.find(Locator::Css("#payment-method option[value='pm_ok']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Id("pay"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut state = String::new();
+    while std::time::Instant::now() < deadline {
+        state = c
+            .find(Locator::Id("order-state"))
+            .await
+            .unwrap()
+            .attr("data-state")
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        if state == "confirmed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "confirmed");
+    let order_id = c
+        .find(Locator::Id("order-id"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!order_id.is_empty());
+    let inventory = gw.admin_json("/admin/state")["inventory"][0].clone();
+    assert_eq!(inventory["committed"], 1, "{inventory}");
+    if let Ok(dir) = std::env::var("SLUICE_SCREENSHOT_DIR") {
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(std::path::Path::new(&dir).join("checkout-page.png"), png).unwrap();
+    }
+    browser.close().await;
+}

@@ -10,7 +10,6 @@ mod collector;
 pub mod page;
 mod release;
 mod respond;
-mod stock;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,7 +23,9 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, KeyMaterial, KeySpec, Keyring, TokenError, TokenType};
-use sluice_admission::{JoinError, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom};
+use sluice_admission::{
+    JoinError, Policy, PollError, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
+};
 use sluice_policies::model::Admissions;
 use sluice_policies::Config;
 
@@ -33,7 +34,6 @@ use crate::metrics::Metrics;
 use crate::route::LocalResponse;
 pub use collector::RoomCollector;
 pub use release::Releaser;
-pub use stock::ConfigStock;
 
 pub const TICKET_COOKIE: &str = "sluice_ticket";
 pub const PASS_COOKIE: &str = "sluice_pass";
@@ -57,7 +57,7 @@ pub struct Rooms {
     keyring: ArcSwap<Keyring>,
     /// The keyring used when the config lists no `[[keys]]`.
     ephemeral: Arc<Keyring>,
-    stock: Arc<ConfigStock>,
+    stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
 }
@@ -70,7 +70,7 @@ pub fn now_ms() -> u64 {
 }
 
 impl Rooms {
-    pub fn new(config: &Config, tls: bool) -> Result<Self, String> {
+    pub fn new(config: &Config, tls: bool, stock: Arc<dyn StockAuthority>) -> Result<Self, String> {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
         let ephemeral = Arc::new(
@@ -84,7 +84,7 @@ impl Rooms {
             rooms: ArcSwap::from_pointee(HashMap::new()),
             keyring: ArcSwap::new(ephemeral.clone()),
             ephemeral,
-            stock: Arc::new(ConfigStock::default()),
+            stock,
             tls,
         };
         rooms.apply(config, now_ms())?;
@@ -100,7 +100,6 @@ impl Rooms {
         } else {
             Arc::new(Keyring::from_config(&config.keys).map_err(|e| e.to_string())?)
         };
-        self.stock.apply(config);
         let paused = config.gateway.admissions == Admissions::Paused;
         let old = self.rooms.load_full();
         let mut next = HashMap::with_capacity(config.rooms.len());
@@ -186,6 +185,30 @@ impl Rooms {
                 .inc();
         }
         result
+    }
+
+    /// The first room whose pass the request carries, with its claims.
+    pub fn any_pass(&self, headers: &HeaderMap, _metrics: &Metrics) -> Option<(String, Claims)> {
+        let token = bearer(headers).or_else(|| cookie(headers, PASS_COOKIE))?;
+        let keyring = self.keyring.load();
+        let now_s = now_ms() / 1000;
+        self.rooms.load().keys().find_map(|room| {
+            keyring
+                .verify(token, TokenType::Pass, room, now_s)
+                .ok()
+                .map(|c| (room.clone(), c))
+        })
+    }
+
+    /// The checkout of pass `seq` in `room` has ended: its slot is free.
+    pub fn pass_finished(&self, room: &str, seq: u64) {
+        if let Some(entry) = self.get(room) {
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pass_finished(seq);
+        }
     }
 
     /// Answers a request under `/queue/`.

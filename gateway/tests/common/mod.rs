@@ -195,6 +195,8 @@ pub struct GatewayOptions {
     pub rest: String,
     pub env: Vec<(String, String)>,
     pub static_files: Vec<(&'static str, Vec<u8>)>,
+    /// Serve the repository's own `static/` (the demo store) instead.
+    pub repo_static: bool,
 }
 
 impl Default for GatewayOptions {
@@ -209,6 +211,7 @@ impl Default for GatewayOptions {
                 ("catalog/products.json", br#"{"products":[{"sku":"sneaker-42","name":"Runner"}]}"#.repeat(20)),
                 ("catalog/img/a.svg", b"<svg xmlns='http://www.w3.org/2000/svg'/>".to_vec()),
             ],
+            repo_static: false,
         }
     }
 }
@@ -216,8 +219,12 @@ impl Default for GatewayOptions {
 impl Gateway {
     pub fn start(opts: GatewayOptions) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
-        let static_dir = dir.path().join("static");
-        for (name, content) in &opts.static_files {
+        let static_dir = if opts.repo_static {
+            repo_root().join("static")
+        } else {
+            dir.path().join("static")
+        };
+        for (name, content) in opts.static_files.iter().filter(|_| !opts.repo_static) {
             let path = static_dir.join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();

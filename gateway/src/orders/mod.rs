@@ -1,0 +1,470 @@
+//! The reservation core over HTTP: `POST /checkout`, `GET /orders/{id}`,
+//! `POST /orders/{id}/cancel`, the admin inventory adjustment, the orders
+//! worker and the sold-out hook.
+//!
+//! The core (`sluice-checkout`) is synchronous and durable: each call
+//! returns once its transaction is on disk. Calls run on tokio's blocking
+//! pool so a slow fsync never stalls the proxy's workers.
+
+mod collector;
+mod stock;
+mod worker;
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use serde_json::json;
+use sluice_admission::tokens::Claims;
+use sluice_checkout::{
+    CheckoutError, CheckoutRequest, CheckoutService, IdempotencyKey, Order, OrderState,
+    ProductSeed, SimulatedProvider, Store,
+};
+use sluice_policies::Config;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::metrics::Metrics;
+use crate::queue::{now_ms, Rooms};
+use crate::route::LocalResponse;
+pub use collector::OrdersCollector;
+pub use stock::StoreStock;
+pub use worker::OrdersWorker;
+
+/// Largest `/checkout` body read; the order is three short fields.
+pub const CHECKOUT_BODY_BYTES_MAX: usize = 16 * 1024;
+
+pub struct Orders {
+    service: Arc<CheckoutService>,
+    stock: Arc<StoreStock>,
+    stuck: Mutex<Vec<(OrderState, usize)>>,
+}
+
+/// What the order routes need from the rest of the gateway.
+pub struct Env<'a> {
+    pub rooms: &'a Rooms,
+    pub config: &'a Config,
+    pub metrics: &'a Metrics,
+}
+
+/// What a request under `/checkout` or `/orders/` asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OrderRoute<'a> {
+    Checkout,
+    Get(&'a str),
+    Cancel(&'a str),
+}
+
+impl OrderRoute<'_> {
+    /// The order route of `path`, if it is one.
+    pub fn of(path: &str) -> Option<OrderRoute<'_>> {
+        if path == "/checkout" {
+            return Some(OrderRoute::Checkout);
+        }
+        let rest = path.strip_prefix("/orders/")?;
+        match rest.split_once('/') {
+            None if !rest.is_empty() => Some(OrderRoute::Get(rest)),
+            Some((id, "cancel")) if !id.is_empty() => Some(OrderRoute::Cancel(id)),
+            _ => None,
+        }
+    }
+
+    fn method(&self) -> Method {
+        match self {
+            OrderRoute::Get(_) => Method::GET,
+            _ => Method::POST,
+        }
+    }
+}
+
+impl Orders {
+    /// Opens the store in `gateway.data_dir` and seeds the configured
+    /// products (first time only).
+    pub fn open(config: &Config) -> Result<Self, String> {
+        let store = Store::open(&config.gateway.data_dir).map_err(|e| {
+            format!(
+                "opening the order store in {}: {e}",
+                config.gateway.data_dir.display()
+            )
+        })?;
+        let store = Arc::new(store);
+        let service = Arc::new(CheckoutService::new(
+            store,
+            Arc::new(SimulatedProvider::new()),
+        ));
+        let orders = Self {
+            service,
+            stock: Arc::new(StoreStock::default()),
+            stuck: Mutex::new(Vec::new()),
+        };
+        orders.apply(config)?;
+        Ok(orders)
+    }
+
+    /// Seeds products new to the store and takes the config's prices,
+    /// TTLs and rooms. Stock of known SKUs is never reset by config.
+    pub fn apply(&self, config: &Config) -> Result<(), String> {
+        let seeds: Vec<ProductSeed> = config
+            .products
+            .iter()
+            .map(|p| ProductSeed {
+                sku: p.sku.clone(),
+                total: p.stock,
+                price_cents: p.price_cents,
+                reservation_ttl_ms: config
+                    .room(&p.room)
+                    .map_or(600_000, |r| r.reservation_ttl.as_millis() as i64),
+            })
+            .collect();
+        self.store()
+            .seed_products(&seeds)
+            .map_err(|e| format!("seeding products: {e}"))?;
+        self.stock.apply(config);
+        self.refresh_stock();
+        Ok(())
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        self.service.store()
+    }
+
+    pub fn stock_authority(&self) -> Arc<StoreStock> {
+        self.stock.clone()
+    }
+
+    pub fn refresh_stock(&self) {
+        if let Err(e) = self.stock.refresh(self.store()) {
+            tracing::warn!("sold-out snapshot not refreshed: {e}");
+        }
+    }
+
+    fn set_stuck(&self, stuck: Vec<(OrderState, usize)>) {
+        *self.stuck.lock().unwrap_or_else(|p| p.into_inner()) = stuck;
+    }
+
+    pub fn stuck(&self) -> Vec<(OrderState, usize)> {
+        self.stuck.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Answers an order route. `body` is the request body, already read
+    /// (bounded by [`CHECKOUT_BODY_BYTES_MAX`]).
+    pub async fn handle(
+        &self,
+        route: OrderRoute<'_>,
+        method: &Method,
+        headers: &HeaderMap,
+        body: Bytes,
+        env: &Env<'_>,
+    ) -> LocalResponse {
+        let (rooms, config, metrics) = (env.rooms, env.config, env.metrics);
+        if *method != route.method() {
+            let mut r = LocalResponse::error(&ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "This method is not allowed here.",
+            ));
+            let allow = if route.method() == Method::GET {
+                "GET"
+            } else {
+                "POST"
+            };
+            r.headers
+                .push((header::ALLOW, HeaderValue::from_static(allow)));
+            return r;
+        }
+        let Some((room, pass)) = rooms.any_pass(headers, metrics) else {
+            return invalid_pass(config);
+        };
+        let subject = format!("{room}/{}", pass.sub);
+        let service = self.service.clone();
+        match route {
+            OrderRoute::Checkout => {
+                self.checkout(&room, &pass, subject, headers, body, env)
+                    .await
+            }
+            OrderRoute::Get(id) => {
+                let id = id.to_string();
+                let result = blocking(move || service.get_order(&subject, &id)).await;
+                order_answer(result, StatusCode::OK)
+            }
+            OrderRoute::Cancel(id) => {
+                let id = id.to_string();
+                let result = blocking(move || service.cancel(&subject, &id, now_ms() as i64)).await;
+                self.refresh_stock();
+                if let Ok(order) = &result {
+                    self.after_outcome(order, &room, &pass, rooms);
+                }
+                order_answer(result, StatusCode::OK)
+            }
+        }
+    }
+
+    async fn checkout(
+        &self,
+        room: &str,
+        pass: &Claims,
+        subject: String,
+        headers: &HeaderMap,
+        body: Bytes,
+        env: &Env<'_>,
+    ) -> LocalResponse {
+        let (rooms, config, metrics) = (env.rooms, env.config, env.metrics);
+        let count = |result: &str| metrics.checkout.with_label_values(&[room, result]).inc();
+        let key = match headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(IdempotencyKey::parse)
+        {
+            Some(Ok(key)) => key,
+            _ => {
+                count("bad_request");
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::BadRequest,
+                    "An Idempotency-Key header of 8 to 255 visible ASCII characters is required.",
+                ));
+            }
+        };
+        let request: CheckoutRequest = match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                count("bad_request");
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("The body must be {{\"sku\", \"quantity\", \"payment_method\"}}: {e}"),
+                ));
+            }
+        };
+        match config.products.iter().find(|p| p.sku == request.sku) {
+            None => {
+                count("not_found");
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::NotFound,
+                    "There is no product with this sku.",
+                ));
+            }
+            Some(p) if p.room != room => {
+                count("forbidden");
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::Forbidden,
+                    "Your pass is for another waiting room than this product's.",
+                ));
+            }
+            Some(_) => {}
+        }
+        let service = self.service.clone();
+        let sku = request.sku.clone();
+        let result =
+            blocking(move || service.checkout(&subject, &key, &request, now_ms() as i64)).await;
+        match &result {
+            Ok((order, created)) => {
+                if *created == sluice_checkout::Created::Created {
+                    let reserved = if order.state == OrderState::Rejected {
+                        "sold_out"
+                    } else {
+                        "reserved"
+                    };
+                    metrics
+                        .reservations
+                        .with_label_values(&[&sku, reserved])
+                        .inc();
+                }
+                count(order.state.as_str());
+            }
+            Err(e) => count(e.code()),
+        }
+        self.refresh_stock();
+        match result {
+            Ok((order, created)) => {
+                self.after_outcome(&order, room, pass, rooms);
+                let status = StatusCode::from_u16(created.status()).unwrap_or(StatusCode::OK);
+                order_answer(Ok(order), status)
+            }
+            Err(e) => order_answer(Err(e), StatusCode::OK),
+        }
+    }
+
+    /// An order that reached its outcome (paid, declined, rejected, ended)
+    /// frees its pass's active slot. `confirmed` counts although a refund
+    /// may still follow: the purchase flow is done with the shopper.
+    fn after_outcome(&self, order: &Order, room: &str, pass: &Claims, rooms: &Rooms) {
+        if !matches!(order.state, OrderState::Reserved | OrderState::Authorizing) {
+            rooms.pass_finished(room, pass.seq);
+        }
+    }
+
+    /// `POST /admin/inventory/{sku}/adjust` with `{"delta", "reason"}`.
+    pub async fn adjust(&self, sku: &str, body: &[u8]) -> (StatusCode, serde_json::Value) {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Adjust {
+            delta: i64,
+            reason: String,
+        }
+        let adjust: Adjust = match serde_json::from_slice(body) {
+            Ok(a) => a,
+            Err(e) => {
+                return error_json(
+                    ErrorCode::BadRequest,
+                    &format!("The body must be {{\"delta\": integer, \"reason\": string}}: {e}"),
+                )
+            }
+        };
+        if adjust.reason.trim().is_empty() || adjust.reason.len() > 500 {
+            return error_json(
+                ErrorCode::BadRequest,
+                "A reason of 1 to 500 characters is required.",
+            );
+        }
+        let store = self.store().clone();
+        let sku = sku.to_string();
+        let result =
+            blocking(move || store.adjust(&sku, adjust.delta, &adjust.reason, now_ms() as i64))
+                .await;
+        self.refresh_stock();
+        match result {
+            Ok(level) => (
+                StatusCode::OK,
+                json!({"sku": level.sku, "total": level.total, "available": level.available, "reserved": level.reserved, "committed": level.committed}),
+            ),
+            Err(sluice_checkout::StoreError::UnknownSku(_)) => {
+                error_json(ErrorCode::NotFound, "There is no product with this sku.")
+            }
+            Err(e) => error_json(ErrorCode::BadRequest, &e.to_string()),
+        }
+    }
+
+    /// `/admin/state` `inventory` and `orders`.
+    pub fn state(&self) -> (serde_json::Value, serde_json::Value) {
+        let inventory = match self.store().inventory() {
+            Ok(levels) => json!(levels
+                .iter()
+                .map(|l| json!({"sku": l.sku, "total": l.total, "available": l.available, "reserved": l.reserved, "committed": l.committed}))
+                .collect::<Vec<_>>()),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        let orders = match self.store().order_counts() {
+            Ok(counts) => {
+                let map: serde_json::Map<String, serde_json::Value> = counts
+                    .into_iter()
+                    .map(|(s, n)| (s.as_str().to_string(), json!(n)))
+                    .collect();
+                serde_json::Value::Object(map)
+            }
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        (inventory, orders)
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(t) => t,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+fn invalid_pass(config: &Config) -> LocalResponse {
+    let mut e = ApiError::new(
+        ErrorCode::InvalidPass,
+        "Checkout needs an admission pass from the waiting room.",
+    );
+    if let Some(room) = config.rooms.first() {
+        e = e.with("join", format!("/queue/{}/join", room.name));
+    }
+    LocalResponse::error(&e)
+}
+
+fn error_json(code: ErrorCode, message: &str) -> (StatusCode, serde_json::Value) {
+    (
+        code.status(),
+        json!({"error": code.as_str(), "message": message}),
+    )
+}
+
+/// The contract's order JSON, or the error it maps to.
+fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> LocalResponse {
+    match result {
+        Ok(order) => {
+            let mut body = serde_json::to_vec(&order.view()).expect("order view serializes");
+            body.push(b'\n');
+            LocalResponse {
+                status,
+                headers: vec![
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    ),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+                ],
+                body: Bytes::from(body),
+                source: "orders",
+            }
+        }
+        Err(e) => {
+            let code = match e {
+                CheckoutError::BadRequest(_) => ErrorCode::BadRequest,
+                CheckoutError::NotFound => ErrorCode::NotFound,
+                CheckoutError::Conflict => ErrorCode::IdempotencyConflict,
+                CheckoutError::Mismatch => ErrorCode::IdempotencyMismatch,
+                CheckoutError::Store(sluice_checkout::StoreError::UnknownSku(_)) => {
+                    ErrorCode::NotFound
+                }
+                CheckoutError::Store(ref s) => {
+                    tracing::error!("order store: {s}");
+                    ErrorCode::Internal
+                }
+            };
+            let message = match &e {
+                CheckoutError::Store(_) => {
+                    "The order could not be stored; retry with the same Idempotency-Key."
+                        .to_string()
+                }
+                other => sentence(&other.to_string()),
+            };
+            let mut api = ApiError::new(code, message);
+            if code == ErrorCode::IdempotencyConflict {
+                // The first request is still running: say when to retry.
+                api = api.retry_after(1);
+            }
+            LocalResponse::error(&api)
+        }
+    }
+}
+
+/// A message for a person: capitalised, ending with a full stop.
+fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    let mut out: String = match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    };
+    if !out.ends_with('.') {
+        out.push('.');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_routes_are_recognised_exactly() {
+        assert_eq!(OrderRoute::of("/checkout"), Some(OrderRoute::Checkout));
+        assert_eq!(
+            OrderRoute::of("/orders/ord_1"),
+            Some(OrderRoute::Get("ord_1"))
+        );
+        assert_eq!(
+            OrderRoute::of("/orders/ord_1/cancel"),
+            Some(OrderRoute::Cancel("ord_1"))
+        );
+        for other in [
+            "/checkout/",
+            "/orders/",
+            "/orders//cancel",
+            "/orders/a/b",
+            "/checkouts",
+        ] {
+            assert_eq!(OrderRoute::of(other), None, "{other}");
+        }
+    }
+}

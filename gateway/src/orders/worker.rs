@@ -1,0 +1,105 @@
+//! The orders worker: outbox relay, reconciler and the sold-out snapshot,
+//! each a bounded pass, run on a timer until shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use sluice_checkout::{reconcile_once, relay_once, JsonLinesSink};
+
+use super::Orders;
+use crate::queue::now_ms;
+
+/// How often pending outbox events are handed to the sink.
+pub const RELAY_EVERY: Duration = Duration::from_millis(200);
+/// How often the reconciler passes over reservations and orders.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+/// Rows one pass may touch.
+pub const ROWS_PER_PASS_MAX: usize = 512;
+/// An order resting this long in `reserved`, `authorizing` or `refunding`
+/// is reported as stuck.
+pub const STUCK_AFTER_MS: i64 = 120_000;
+
+pub struct OrdersWorker {
+    orders: Arc<Orders>,
+}
+
+impl OrdersWorker {
+    pub fn new(orders: Arc<Orders>) -> Self {
+        Self { orders }
+    }
+
+    /// One relay pass; returns the events published.
+    pub fn relay(&self, sink: &mut JsonLinesSink) -> usize {
+        match relay_once(
+            self.orders.store(),
+            sink,
+            ROWS_PER_PASS_MAX,
+            now_ms() as i64,
+        ) {
+            Ok(outcome) => outcome.published,
+            Err(e) => {
+                tracing::warn!("outbox relay: {e}; will retry");
+                0
+            }
+        }
+    }
+
+    /// One reconciler pass; logs what it found.
+    pub fn reconcile(&self) {
+        let store = self.orders.store();
+        match reconcile_once(store, now_ms() as i64, STUCK_AFTER_MS, ROWS_PER_PASS_MAX) {
+            Ok(outcome) => {
+                if outcome.expired > 0 {
+                    tracing::info!(
+                        expired = outcome.expired,
+                        "reconciler released expired reservations"
+                    );
+                }
+                for (state, count) in &outcome.stuck {
+                    tracing::warn!(state = state.as_str(), count, "orders stuck in one state");
+                }
+                if outcome.conservation_violations > 0 {
+                    tracing::error!(
+                        skus = outcome.conservation_violations,
+                        "stock does not add up"
+                    );
+                }
+                self.orders.set_stuck(outcome.stuck);
+            }
+            Err(e) => tracing::error!("reconciler: {e}"),
+        }
+        self.orders.refresh_stock();
+    }
+}
+
+#[async_trait]
+impl BackgroundService for OrdersWorker {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut sink = match JsonLinesSink::open(self.orders.store().data_dir()) {
+            Ok(sink) => Some(sink),
+            Err(e) => {
+                tracing::error!("outbox sink unavailable, events stay pending: {e}");
+                None
+            }
+        };
+        let mut relay = tokio::time::interval(RELAY_EVERY);
+        let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
+        relay.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = relay.tick() => {
+                    if let Some(sink) = sink.as_mut() {
+                        // The store and the sink do file I/O with fsync.
+                        tokio::task::block_in_place(|| self.relay(sink));
+                    }
+                }
+                _ = reconcile.tick() => tokio::task::block_in_place(|| self.reconcile()),
+            }
+        }
+    }
+}

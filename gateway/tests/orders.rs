@@ -1,0 +1,402 @@
+//! Checkout through the real gateway: a pass, an Idempotency-Key, an order
+//! that reaches its outcome, and books that add up.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+fn config(stock: u32) -> String {
+    format!(
+        "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 10\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
+         [[rooms]]\nname = \"other\"\nrelease_per_second = 50\nmax_active = 10\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
+         [[products]]\nsku = \"sneaker-42\"\nstock = {stock}\nprice_cents = 19900\nroom = \"drop\"\n\
+         [[products]]\nsku = \"cap-one\"\nstock = 5\nprice_cents = 7900\nroom = \"other\"\n"
+    )
+}
+
+fn gateway(stock: u32) -> Gateway {
+    Gateway::start(GatewayOptions {
+        rest: config(stock),
+        ..Default::default()
+    })
+}
+
+/// Joins `room` and waits for the pass.
+async fn pass(gw: &Gateway, room: &str) -> String {
+    let v: Value = client()
+        .post(gw.url(&format!("/queue/{room}/join")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ticket = v["ticket"].as_str().unwrap().to_string();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let s: Value = client()
+            .get(gw.url(&format!("/queue/{room}/status")))
+            .bearer_auth(&ticket)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["state"] == "admitted" {
+            return s["pass"].as_str().unwrap().to_string();
+        }
+    }
+    panic!("no pass");
+}
+
+async fn checkout(gw: &Gateway, pass: &str, key: &str, body: Value) -> reqwest::Response {
+    client()
+        .post(gw.url("/checkout"))
+        .bearer_auth(pass)
+        .header("idempotency-key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn order(sku: &str, quantity: u32, pm: &str) -> Value {
+    json!({"sku": sku, "quantity": quantity, "payment_method": pm})
+}
+
+fn inventory(gw: &Gateway, sku: &str) -> Value {
+    let state = gw.admin_json("/admin/state");
+    state["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["sku"] == sku)
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_paid_checkout_is_confirmed_once_and_replayed_by_its_key() {
+    let gw = gateway(10);
+    let pass = pass(&gw, "drop").await;
+    assert_eq!(gw.admin_json("/admin/state")["rooms"][0]["active"], 1);
+
+    let r = checkout(&gw, &pass, "key-0001-aaaa", order("sneaker-42", 2, "pm_ok")).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let first: Value = r.json().await.unwrap();
+    for key in [
+        "order_id",
+        "sku",
+        "quantity",
+        "state",
+        "created_at",
+        "reservation_expires_at",
+        "payment",
+    ] {
+        assert!(first.get(key).is_some(), "order lacks {key}: {first}");
+    }
+    assert_eq!(first["state"], "confirmed");
+    assert!(first["payment"]["state"].is_string());
+
+    // The connection dropped; the shopper sends it again.
+    let r = checkout(&gw, &pass, "key-0001-aaaa", order("sneaker-42", 2, "pm_ok")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let replay: Value = r.json().await.unwrap();
+    assert_eq!(replay["order_id"], first["order_id"]);
+    // Same key, another order: refused.
+    let r = checkout(&gw, &pass, "key-0001-aaaa", order("sneaker-42", 3, "pm_ok")).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "idempotency_mismatch"
+    );
+
+    let stock = inventory(&gw, "sneaker-42");
+    assert_eq!(
+        (stock["available"].as_i64(), stock["committed"].as_i64()),
+        (Some(8), Some(2))
+    );
+    let orders = gw.admin_json("/admin/state")["orders"].clone();
+    assert_eq!(orders["confirmed"], 1);
+    // The order reached its outcome: the pass's active slot is free.
+    assert_eq!(gw.admin_json("/admin/state")["rooms"][0]["active"], 0);
+
+    // Visible to its pass, and to no one else.
+    let id = first["order_id"].as_str().unwrap();
+    let r = client()
+        .get(gw.url(&format!("/orders/{id}")))
+        .bearer_auth(&pass)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["order_id"], id);
+    let stranger = self::pass(&gw, "drop").await;
+    let r = client()
+        .get(gw.url(&format!("/orders/{id}")))
+        .bearer_auth(&stranger)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    assert_eq!(
+        gw.metric("sluice_checkout_total{result=\"confirmed\",room=\"drop\"}"),
+        Some(2.0),
+        "first call and the replay"
+    );
+    assert_eq!(
+        gw.metric("sluice_reservations_total{result=\"reserved\",sku=\"sneaker-42\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gw.metric("sluice_inventory_units{sku=\"sneaker-42\",state=\"committed\"}"),
+        Some(2.0)
+    );
+
+    // The outbox relay publishes the event to the JSON-lines sink.
+    let outbox = gw.dir.path().join("var").join("outbox.jsonl");
+    let published = eventually(Duration::from_secs(3), || {
+        std::fs::read_to_string(&outbox)
+            .is_ok_and(|t| t.contains("order.confirmed") && t.contains(id))
+    });
+    assert!(
+        published.is_some(),
+        "order.confirmed not published to {}",
+        outbox.display()
+    );
+}
+
+#[tokio::test]
+async fn a_declined_card_releases_the_stock_and_cancel_refunds_a_paid_order() {
+    let gw = gateway(10);
+    let pass = pass(&gw, "drop").await;
+    let declined: Value = checkout(
+        &gw,
+        &pass,
+        "key-decline-1",
+        order("sneaker-42", 3, "pm_decline"),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(declined["state"], "declined");
+    assert_eq!(
+        inventory(&gw, "sneaker-42")["available"],
+        10,
+        "declined stock goes back on sale"
+    );
+
+    let paid: Value = checkout(&gw, &pass, "key-paid-0001", order("sneaker-42", 1, "pm_ok"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = paid["order_id"].as_str().unwrap();
+    let r = client()
+        .post(gw.url(&format!("/orders/{id}/cancel")))
+        .bearer_auth(&pass)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cancelled: Value = r.json().await.unwrap();
+    assert!(
+        ["refunded", "refunding"].contains(&cancelled["state"].as_str().unwrap()),
+        "{cancelled}"
+    );
+    // Cancel is idempotent.
+    let again: Value = client()
+        .post(gw.url(&format!("/orders/{id}/cancel")))
+        .bearer_auth(&pass)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["state"], cancelled["state"]);
+    let stock = inventory(&gw, "sneaker-42");
+    assert_eq!(
+        stock["available"].as_i64().unwrap()
+            + stock["reserved"].as_i64().unwrap()
+            + stock["committed"].as_i64().unwrap(),
+        10
+    );
+
+    // The books add up, checked offline by the CLI while the gateway runs.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["audit", "--data-dir"])
+        .arg(gw.dir.path().join("var"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "audit: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn bad_checkouts_get_clear_errors() {
+    let gw = gateway(10);
+    let c = client();
+    // No pass.
+    let r = c
+        .post(gw.url("/checkout"))
+        .header("idempotency-key", "key-nopass-1")
+        .json(&order("sneaker-42", 1, "pm_ok"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.json::<Value>().await.unwrap()["join"], "/queue/drop/join");
+    let pass = pass(&gw, "drop").await;
+    // No key, a short key, a key with a space.
+    for key in [None, Some("short"), Some("has space inside")] {
+        let mut req =
+            c.post(gw.url("/checkout"))
+                .bearer_auth(&pass)
+                .json(&order("sneaker-42", 1, "pm_ok"));
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{key:?}");
+        assert_eq!(r.json::<Value>().await.unwrap()["error"], "bad_request");
+    }
+    // A body that is not an order.
+    let r = c
+        .post(gw.url("/checkout"))
+        .bearer_auth(&pass)
+        .header("idempotency-key", "key-badbody-1")
+        .body("{\"sku\": 5}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = checkout(
+        &gw,
+        &pass,
+        "key-zero-qty-1",
+        order("sneaker-42", 0, "pm_ok"),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = checkout(&gw, &pass, "key-unknown-1", order("nope", 1, "pm_ok")).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // A pass of this room does not buy the other room's product.
+    let r = checkout(&gw, &pass, "key-otherroom", order("cap-one", 1, "pm_ok")).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "forbidden");
+    // Wrong method.
+    let r = c
+        .get(gw.url("/checkout"))
+        .bearer_auth(&pass)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // A huge body.
+    let r = c
+        .post(gw.url("/checkout"))
+        .bearer_auth(&pass)
+        .header("idempotency-key", "key-huge-0001")
+        .body(vec![b' '; 20_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let stock = inventory(&gw, "sneaker-42");
+    assert_eq!(stock["available"], 10, "nothing refused touched the stock");
+}
+
+#[tokio::test]
+async fn the_last_unit_sells_once_then_the_room_is_sold_out() {
+    let gw = gateway(1);
+    let a = pass(&gw, "drop").await;
+    let b = pass(&gw, "drop").await;
+    let (ra, rb) = tokio::join!(
+        checkout(&gw, &a, "key-race-aaaa", order("sneaker-42", 1, "pm_ok")),
+        checkout(&gw, &b, "key-race-bbbb", order("sneaker-42", 1, "pm_ok"))
+    );
+    let states: Vec<String> = vec![
+        ra.json::<Value>().await.unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        rb.json::<Value>().await.unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ];
+    let mut sorted = states.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["confirmed", "rejected"], "{states:?}");
+    let r = client()
+        .post(gw.url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::GONE,
+        "nothing left: joins get sold_out"
+    );
+}
+
+#[tokio::test]
+async fn operators_adjust_stock_with_a_reason() {
+    let gw = gateway(10);
+    let c = client();
+    let r = c
+        .post(gw.admin_url("/admin/inventory/sneaker-42/adjust"))
+        .json(&json!({"delta": 5, "reason": "found a box"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let level: Value = r.json().await.unwrap();
+    assert_eq!(
+        (level["total"].as_i64(), level["available"].as_i64()),
+        (Some(15), Some(15))
+    );
+    let r = c
+        .post(gw.admin_url("/admin/inventory/sneaker-42/adjust"))
+        .json(&json!({"delta": -100, "reason": "oops"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "cannot take more than is available"
+    );
+    let r = c
+        .post(gw.admin_url("/admin/inventory/sneaker-42/adjust"))
+        .json(&json!({"delta": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a reason is required");
+    let r = c
+        .post(gw.admin_url("/admin/inventory/nope/adjust"))
+        .json(&json!({"delta": 1, "reason": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
+
+    // A reload with another stock number does not reset a known SKU.
+    gw.edit_config(|t| t.replace("stock = 10", "stock = 99"));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
+}
