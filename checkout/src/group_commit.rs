@@ -38,6 +38,10 @@ pub struct GroupCommitConfig {
     /// Jobs queued for the writer, at most; beyond it callers wait
     /// (`submit`) or are refused (`try_submit`).
     pub queue_max: usize,
+    /// Test-only: extra time each batch takes to commit, as a slow disk
+    /// would. Zero in production; the gateway accepts a non-zero value only
+    /// when test knobs are explicitly allowed.
+    pub commit_delay: Duration,
 }
 
 impl Default for GroupCommitConfig {
@@ -46,6 +50,7 @@ impl Default for GroupCommitConfig {
             batch_max: GROUP_COMMIT_BATCH_MAX,
             wait_max: Duration::from_micros(GROUP_COMMIT_WAIT_DEFAULT_US),
             queue_max: GROUP_COMMIT_QUEUE_MAX,
+            commit_delay: Duration::ZERO,
         }
     }
 }
@@ -58,6 +63,7 @@ impl GroupCommitConfig {
                 .wait_max
                 .min(Duration::from_micros(GROUP_COMMIT_WAIT_MAX_US)),
             queue_max: self.queue_max.clamp(1, GROUP_COMMIT_QUEUE_MAX),
+            commit_delay: self.commit_delay.min(Duration::from_secs(10)),
         }
     }
 }
@@ -223,6 +229,9 @@ fn run(mut conn: Connection, jobs: Receiver<Job>, config: GroupCommitConfig, met
             }
         }
         last_batch_len = batch.len();
+        if !config.commit_delay.is_zero() {
+            std::thread::sleep(config.commit_delay);
+        }
         commit_batch(&mut conn, &mut batch, metrics);
     }
 }

@@ -81,6 +81,7 @@ fn a_full_queue_refuses_try_submit() {
         batch_max: 1,
         wait_max: Duration::ZERO,
         queue_max: 2,
+        commit_delay: Duration::ZERO,
     };
     let store = Store::open_with(dir.path(), config).unwrap();
     store.seed_products(&seeds(&[("hot", 1_000_000)])).unwrap();

@@ -400,3 +400,54 @@ async fn operators_adjust_stock_with_a_reason() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
 }
+
+#[tokio::test]
+async fn racing_duplicates_of_one_key_make_one_order() {
+    let gw = gateway(10);
+    let pass = pass(&gw, "drop").await;
+    let attempts = (0..24).map(|_| {
+        checkout(
+            &gw,
+            &pass,
+            "key-race-same-1",
+            order("sneaker-42", 1, "pm_ok"),
+        )
+    });
+    let answers = futures_util::future::join_all(attempts).await;
+    let mut ids = std::collections::HashSet::new();
+    let mut created = 0;
+    for r in answers {
+        match r.status().as_u16() {
+            201 => {
+                created += 1;
+                ids.insert(
+                    r.json::<Value>().await.unwrap()["order_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+            200 => {
+                ids.insert(
+                    r.json::<Value>().await.unwrap()["order_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+            409 => assert!(r.headers().contains_key("retry-after")),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(created, 1, "exactly one request created the order");
+    assert_eq!(ids.len(), 1, "every answer names the same order");
+    let orders = gw.admin_json("/admin/state")["orders"].clone();
+    let total: u64 = orders
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 1);
+    assert_eq!(inventory(&gw, "sneaker-42")["committed"], 1);
+}

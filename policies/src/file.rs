@@ -73,6 +73,7 @@ pub struct GatewayFile {
     #[serde(default)]
     pub cache_control: Vec<Spanned<CacheControlFile>>,
     pub origin_cache: Option<Spanned<OriginCacheFile>>,
+    pub test_store_commit_delay_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

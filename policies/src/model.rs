@@ -68,6 +68,9 @@ pub struct Gateway {
     /// First match wins; no match means the default `public, max-age=60`.
     pub cache_control: Vec<CacheControlRule>,
     pub origin_cache: OriginCache,
+    /// Test-only: slows every store commit down (load harness
+    /// `slow-commit`). Refused unless test knobs are allowed.
+    pub test_store_commit_delay: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -127,6 +127,9 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.data_dir != n.data_dir {
         keys.push("gateway.data_dir");
     }
+    if o.test_store_commit_delay != n.test_store_commit_delay {
+        keys.push("gateway.test_store_commit_delay_ms");
+    }
     if o.shutdown_grace != n.shutdown_grace {
         keys.push("gateway.shutdown_grace_s");
     }

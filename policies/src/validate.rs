@@ -235,6 +235,7 @@ impl Validator<'_> {
             })
             .collect();
         let origin_cache = self.origin_cache(g.origin_cache.map(Spanned::into_inner));
+        let test_store_commit_delay = self.test_knob_ms(g.test_store_commit_delay_ms);
         Gateway {
             listen,
             admin_listen,
@@ -254,6 +255,7 @@ impl Validator<'_> {
             static_limits,
             cache_control,
             origin_cache,
+            test_store_commit_delay,
         }
     }
 
@@ -726,7 +728,26 @@ impl Validator<'_> {
     }
 }
 
+/// The environment variable that lets a release build take test knobs.
+pub const ALLOW_TEST_KNOBS_ENV: &str = "SLUICE_ALLOW_TEST_KNOBS";
+
 impl Validator<'_> {
+    /// A test-only delay: debug builds take it; a release build refuses it
+    /// unless `SLUICE_ALLOW_TEST_KNOBS=1`, so it never slows production by
+    /// accident.
+    fn test_knob_ms(&mut self, value: Option<Spanned<i64>>) -> Duration {
+        let Some(v) = value else {
+            return Duration::ZERO;
+        };
+        let allowed =
+            cfg!(debug_assertions) || (self.env)(ALLOW_TEST_KNOBS_ENV).as_deref() == Some("1");
+        if !allowed {
+            self.problem(&v, format!("`test_store_commit_delay_ms` is a test knob: set {ALLOW_TEST_KNOBS_ENV}=1 to use it"));
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.int(Some(v), "test_store_commit_delay_ms", 0..=10_000, 0) as u64)
+    }
+
     /// A TOML offset date-time (`2026-11-29T12:00:00Z`) as unix seconds.
     fn datetime(&mut self, value: Spanned<toml::value::Datetime>, key: &str) -> Option<u64> {
         let d = value.get_ref();

@@ -297,3 +297,26 @@ fn opens_at_is_a_date_time_with_offset() {
         "full date-time with an offset",
     );
 }
+
+#[test]
+fn the_store_delay_is_a_test_knob() {
+    let src = "[gateway]\ntest_store_commit_delay_ms = 50\n";
+    if cfg!(debug_assertions) {
+        assert_eq!(
+            parse(src).unwrap().gateway.test_store_commit_delay,
+            Duration::from_millis(50)
+        );
+    } else {
+        refused_at(src, 2, 30, "is a test knob");
+    }
+    let allowed = |name: &str| (name == "SLUICE_ALLOW_TEST_KNOBS").then(|| "1".to_string());
+    let c = parse_with_env(src, Path::new("p.toml"), &allowed).unwrap();
+    assert_eq!(c.gateway.test_store_commit_delay, Duration::from_millis(50));
+    assert_eq!(
+        parse("[gateway]\n")
+            .unwrap()
+            .gateway
+            .test_store_commit_delay,
+        Duration::ZERO
+    );
+}

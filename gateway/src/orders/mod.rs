@@ -17,8 +17,8 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::json;
 use sluice_admission::tokens::Claims;
 use sluice_checkout::{
-    CheckoutError, CheckoutRequest, CheckoutService, IdempotencyKey, Order, OrderState,
-    ProductSeed, SimulatedProvider, Store,
+    CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
+    OrderState, ProductSeed, SimulatedProvider, Store,
 };
 use sluice_policies::Config;
 
@@ -80,7 +80,14 @@ impl Orders {
     /// Opens the store in `gateway.data_dir` and seeds the configured
     /// products (first time only).
     pub fn open(config: &Config) -> Result<Self, String> {
-        let store = Store::open(&config.gateway.data_dir).map_err(|e| {
+        let group_commit = GroupCommitConfig {
+            commit_delay: config.gateway.test_store_commit_delay,
+            ..GroupCommitConfig::default()
+        };
+        if !group_commit.commit_delay.is_zero() {
+            tracing::warn!(delay = ?group_commit.commit_delay, "test knob: every store commit is slowed down");
+        }
+        let store = Store::open_with(&config.gateway.data_dir, group_commit).map_err(|e| {
             format!(
                 "opening the order store in {}: {e}",
                 config.gateway.data_dir.display()

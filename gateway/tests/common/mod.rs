@@ -183,6 +183,8 @@ async fn catalog(
 /// A running `sluice run`, killed when dropped.
 pub struct Gateway {
     pub child: Child,
+    /// Environment given to the process, for restarts.
+    env: Vec<(String, String)>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -244,17 +246,10 @@ impl Gateway {
         );
         let config_path = dir.path().join("sluice.toml");
         std::fs::write(&config_path, config).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        cmd.arg("run").arg("--config").arg(&config_path);
-        cmd.env("SLUICE_LOG", "info");
-        for (k, v) in &opts.env {
-            cmd.env(k, v);
-        }
-        let log = std::fs::File::create(dir.path().join("sluice.log")).unwrap();
-        cmd.stdout(Stdio::null()).stderr(log);
-        let child = cmd.spawn().expect("sluice binary starts");
+        let child = spawn(&config_path, dir.path(), &opts.env);
         let gw = Gateway {
             child,
+            env: opts.env,
             listen,
             admin,
             config_path,
@@ -262,6 +257,14 @@ impl Gateway {
         };
         gw.wait_ready();
         gw
+    }
+
+    /// SIGKILL, then start again with the same config, ports and data.
+    pub fn kill9_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(&self.config_path, self.dir.path(), &self.env);
+        self.wait_ready();
     }
 
     fn wait_ready(&self) {
@@ -314,6 +317,22 @@ impl Gateway {
             .find(|l| l.starts_with(line_prefix) && l[line_prefix.len()..].starts_with(' '))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
+}
+
+fn spawn(config_path: &Path, dir: &Path, env: &[(String, String)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("run").arg("--config").arg(config_path);
+    cmd.env("SLUICE_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("sluice.log"))
+        .unwrap();
+    cmd.stdout(Stdio::null()).stderr(log);
+    cmd.spawn().expect("sluice binary starts")
 }
 
 impl Drop for Gateway {
