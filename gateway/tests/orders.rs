@@ -451,3 +451,51 @@ async fn racing_duplicates_of_one_key_make_one_order() {
     assert_eq!(total, 1);
     assert_eq!(inventory(&gw, "sneaker-42")["committed"], 1);
 }
+
+#[tokio::test]
+async fn events_reach_the_storefront_over_http_despite_failures() {
+    let origin = Origin::start();
+    let gw = Gateway::start(GatewayOptions {
+        rest: format!(
+            "{}[outbox]\nurl = \"{}/outbox\"\ntimeout_ms = 2000\n",
+            config(10),
+            origin.url()
+        ),
+        ..Default::default()
+    });
+    let pass = pass(&gw, "drop").await;
+    let order: Value = checkout(&gw, &pass, "key-outbox-01", order("sneaker-42", 1, "pm_ok"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = order["order_id"].as_str().unwrap().to_string();
+    // Refused twice, then delivered: the relay retried with backoff.
+    let delivered = eventually(Duration::from_secs(8), || {
+        origin
+            .outbox
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.contains("order.confirmed") && b.contains(&id))
+    });
+    assert!(
+        delivered.is_some(),
+        "order.confirmed never reached the storefront; log:\n{}",
+        gw.log()
+    );
+    let bodies = origin.outbox.lock().unwrap().clone();
+    let events: Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert!(events["events"][0]["id"]
+        .as_str()
+        .unwrap()
+        .starts_with("evt_"));
+    assert!(
+        gw.log().contains("outbox relay"),
+        "the failures were logged"
+    );
+    let pending = eventually(Duration::from_secs(3), || {
+        gw.metric("sluice_outbox_pending") == Some(0.0)
+    });
+    assert!(pending.is_some());
+}

@@ -19,6 +19,15 @@ pub struct ConfigFile {
     pub keys: Vec<Spanned<KeyFile>>,
     #[serde(default)]
     pub backends: Vec<Spanned<BackendFile>>,
+    pub outbox: Option<Spanned<OutboxFile>>,
+}
+
+/// Where order events are published.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxFile {
+    pub url: Option<Spanned<String>>,
+    pub timeout_ms: Option<Spanned<i64>>,
 }
 
 /// A dependency of the purchase flow and what it can take, for

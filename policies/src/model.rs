@@ -21,6 +21,15 @@ pub struct Config {
     /// Ticket-signing keys; the first signs, all verify (rotation).
     pub keys: Vec<SigningKey>,
     pub backends: Vec<Backend>,
+    pub outbox: Outbox,
+}
+
+/// Where the outbox relay publishes order events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbox {
+    /// `POST` batches here; `None`: a JSON-lines file in the data dir.
+    pub url: Option<String>,
+    pub timeout: Duration,
 }
 
 impl Config {

@@ -82,6 +82,7 @@ impl Validator<'_> {
         let rooms = self.rooms(file.rooms, &backends);
         let products = self.products(file.products, &rooms);
         let keys = self.keys(file.keys);
+        let outbox = self.outbox(file.outbox.map(Spanned::into_inner));
         Config {
             source: path.to_path_buf(),
             gateway,
@@ -89,6 +90,7 @@ impl Validator<'_> {
             products,
             keys,
             backends,
+            outbox,
         }
     }
 
@@ -725,6 +727,35 @@ impl Validator<'_> {
             }
         }
         out
+    }
+}
+
+impl Validator<'_> {
+    fn outbox(&mut self, file: Option<crate::file::OutboxFile>) -> Outbox {
+        let file = file.unwrap_or(crate::file::OutboxFile {
+            url: None,
+            timeout_ms: None,
+        });
+        let url = file.url.and_then(|u| {
+            let text = u.get_ref().trim();
+            let ok = (text.starts_with("http://") || text.starts_with("https://"))
+                && text.len() > "http://".len()
+                && !text.contains(char::is_whitespace);
+            if ok {
+                Some(text.to_string())
+            } else {
+                self.problem(
+                    &u,
+                    format!("`outbox.url` must be an http:// or https:// URL, got {text:?}"),
+                );
+                None
+            }
+        });
+        let timeout_ms = self.int(file.timeout_ms, "outbox.timeout_ms", 1..=60_000, 5_000);
+        Outbox {
+            url,
+            timeout: Duration::from_millis(timeout_ms as u64),
+        }
     }
 }
 

@@ -320,3 +320,17 @@ fn the_store_delay_is_a_test_knob() {
         Duration::ZERO
     );
 }
+
+#[test]
+fn outbox_url_is_checked() {
+    let c = parse("[gateway]\n[outbox]\nurl = \"https://shop.example/events\"\n").unwrap();
+    assert_eq!(c.outbox.url.as_deref(), Some("https://shop.example/events"));
+    assert_eq!(c.outbox.timeout, Duration::from_secs(5));
+    assert_eq!(parse("[gateway]\n").unwrap().outbox.url, None);
+    refused_at(
+        "[gateway]\n[outbox]\nurl = \"ftp://x\"\n",
+        3,
+        7,
+        "http:// or https://",
+    );
+}

@@ -7,6 +7,7 @@
 //! pool so a slow fsync never stalls the proxy's workers.
 
 mod collector;
+mod sink;
 mod stock;
 mod worker;
 
@@ -35,6 +36,8 @@ pub const CHECKOUT_BODY_BYTES_MAX: usize = 16 * 1024;
 
 pub struct Orders {
     service: Arc<CheckoutService>,
+    /// Where events go; read when the worker starts (restart to change).
+    outbox: sluice_policies::model::Outbox,
     stock: Arc<StoreStock>,
     stuck: Mutex<Vec<(OrderState, usize)>>,
 }
@@ -100,6 +103,7 @@ impl Orders {
         ));
         let orders = Self {
             service,
+            outbox: config.outbox.clone(),
             stock: Arc::new(StoreStock::default()),
             stuck: Mutex::new(Vec::new()),
         };
@@ -128,6 +132,10 @@ impl Orders {
         self.stock.apply(config);
         self.refresh_stock();
         Ok(())
+    }
+
+    pub fn outbox_config(&self) -> &sluice_policies::model::Outbox {
+        &self.outbox
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use sluice_checkout::{reconcile_once, relay_once, JsonLinesSink};
+use sluice_checkout::{reconcile_once, relay_once, JsonLinesSink, Sink};
 
+use super::sink::{Backoff, HttpSink};
 use super::Orders;
 use crate::queue::now_ms;
 
@@ -31,19 +32,30 @@ impl OrdersWorker {
         Self { orders }
     }
 
-    /// One relay pass; returns the events published.
-    pub fn relay(&self, sink: &mut JsonLinesSink) -> usize {
-        match relay_once(
+    /// One relay pass: the events published, or why none could be.
+    pub fn relay(&self, sink: &mut dyn Sink) -> Result<usize, sluice_checkout::RelayError> {
+        relay_once(
             self.orders.store(),
             sink,
             ROWS_PER_PASS_MAX,
             now_ms() as i64,
-        ) {
-            Ok(outcome) => outcome.published,
-            Err(e) => {
-                tracing::warn!("outbox relay: {e}; will retry");
-                0
-            }
+        )
+        .map(|o| o.published)
+    }
+
+    /// The sink the config names: HTTP to the storefront, or the
+    /// JSON-lines file in the data dir.
+    fn sink(&self) -> Option<Box<dyn Sink + Send>> {
+        let outbox = self.orders.outbox_config();
+        match &outbox.url {
+            Some(url) => Some(Box::new(HttpSink::new(url, outbox.timeout))),
+            None => match JsonLinesSink::open(self.orders.store().data_dir()) {
+                Ok(sink) => Some(Box::new(sink)),
+                Err(e) => {
+                    tracing::error!("outbox sink unavailable, events stay pending: {e}");
+                    None
+                }
+            },
         }
     }
 
@@ -78,13 +90,9 @@ impl OrdersWorker {
 #[async_trait]
 impl BackgroundService for OrdersWorker {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut sink = match JsonLinesSink::open(self.orders.store().data_dir()) {
-            Ok(sink) => Some(sink),
-            Err(e) => {
-                tracing::error!("outbox sink unavailable, events stay pending: {e}");
-                None
-            }
-        };
+        let mut sink = self.sink();
+        let mut backoff = Backoff::default();
+        let mut next_relay = tokio::time::Instant::now();
         let mut relay = tokio::time::interval(RELAY_EVERY);
         let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
         relay.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -93,9 +101,18 @@ impl BackgroundService for OrdersWorker {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = relay.tick() => {
-                    if let Some(sink) = sink.as_mut() {
-                        // The store and the sink do file I/O with fsync.
-                        tokio::task::block_in_place(|| self.relay(sink));
+                    let Some(sink) = sink.as_mut() else { continue };
+                    if tokio::time::Instant::now() < next_relay {
+                        continue;
+                    }
+                    // The store and the sink do blocking I/O (fsync, HTTP).
+                    match tokio::task::block_in_place(|| self.relay(sink.as_mut())) {
+                        Ok(_) => backoff.succeeded(),
+                        Err(e) => {
+                            let wait = backoff.failed(rand::random::<f64>());
+                            tracing::warn!(retry_in = ?wait, "outbox relay: {e}");
+                            next_relay = tokio::time::Instant::now() + wait;
+                        }
                     }
                 }
                 _ = reconcile.tick() => tokio::task::block_in_place(|| self.reconcile()),

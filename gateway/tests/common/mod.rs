@@ -33,6 +33,8 @@ pub struct Origin {
     pub hits: Arc<AtomicUsize>,
     /// Client ports of the connections `/echo` was asked on.
     pub peers: Arc<std::sync::Mutex<std::collections::HashSet<u16>>>,
+    /// Bodies `/outbox` accepted (it refuses its first two calls).
+    pub outbox: Arc<std::sync::Mutex<Vec<String>>>,
     /// Dropping the Origin stops its server.
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -43,9 +45,12 @@ impl Origin {
     pub fn start() -> Origin {
         let hits = Arc::new(AtomicUsize::new(0));
         let peers = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let outbox = Arc::new(std::sync::Mutex::new(Vec::new()));
         let state = OriginState {
             hits: hits.clone(),
             peers: peers.clone(),
+            outbox: outbox.clone(),
+            outbox_calls: Arc::new(AtomicUsize::new(0)),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -66,6 +71,7 @@ impl Origin {
                     .route("/hop", get(hop))
                     .route("/upload", any(upload))
                     .route("/api/catalog/{name}", get(catalog))
+                    .route("/outbox", axum::routing::post(outbox_sink))
                     .with_state(state);
                 let service = app.into_make_service_with_connect_info::<SocketAddr>();
                 axum::serve(listener, service)
@@ -80,6 +86,7 @@ impl Origin {
             addr,
             hits,
             peers,
+            outbox,
             _stop: stop,
         }
     }
@@ -101,6 +108,17 @@ impl Origin {
 struct OriginState {
     hits: Arc<AtomicUsize>,
     peers: Arc<std::sync::Mutex<std::collections::HashSet<u16>>>,
+    outbox: Arc<std::sync::Mutex<Vec<String>>>,
+    outbox_calls: Arc<AtomicUsize>,
+}
+
+/// A storefront's event endpoint that is down for its first two calls.
+async fn outbox_sink(State(state): State<OriginState>, body: String) -> StatusCode {
+    if state.outbox_calls.fetch_add(1, Ordering::SeqCst) < 2 {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    state.outbox.lock().unwrap().push(body);
+    StatusCode::OK
 }
 
 impl axum::extract::FromRef<OriginState> for Arc<AtomicUsize> {
