@@ -20,6 +20,23 @@ pub struct ConfigFile {
     #[serde(default)]
     pub backends: Vec<Spanned<BackendFile>>,
     pub outbox: Option<Spanned<OutboxFile>>,
+    pub payments: Option<Spanned<PaymentsFile>>,
+}
+
+/// The payment provider.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentsFile {
+    pub provider: Option<Spanned<String>>,
+    pub simulated_slow_ms: Option<Spanned<i64>>,
+    pub simulated_timeout_ratio: Option<Spanned<f64>>,
+    pub simulated_error_ratio: Option<Spanned<f64>>,
+    pub simulated_latency_ms: Option<Spanned<i64>>,
+    pub url: Option<Spanned<String>>,
+    pub timeout_ms: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub webhook_secrets: Vec<Spanned<String>>,
+    pub currency: Option<Spanned<String>>,
 }
 
 /// Where order events are published.

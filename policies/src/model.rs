@@ -22,6 +22,37 @@ pub struct Config {
     pub keys: Vec<SigningKey>,
     pub backends: Vec<Backend>,
     pub outbox: Outbox,
+    pub payments: Payments,
+}
+
+/// Which payment provider checkouts use, and how to reach it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Payments {
+    pub provider: PaymentProviderKind,
+    /// `pm_slow` answers after this long (simulated provider).
+    pub simulated_slow: Duration,
+    /// Share of simulated calls that time out (after being processed).
+    pub simulated_timeout_ratio: f64,
+    /// Share of simulated calls answered with a 5xx-like error.
+    pub simulated_error_ratio: f64,
+    /// Added to every simulated call.
+    pub simulated_latency: Duration,
+    /// The provider's API (`provider = "http"`).
+    pub url: Option<String>,
+    /// Per provider call; past it the answer is ambiguous.
+    pub timeout: Duration,
+    /// Webhook signing secrets; several during rotation. Empty: webhooks
+    /// are refused.
+    pub webhook_secrets: Vec<Secret>,
+    pub currency: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentProviderKind {
+    /// The in-process simulator with test cards (`pm_ok`, …).
+    Simulated,
+    /// A card-provider-shaped HTTP API (`paysim`, or a real provider).
+    Http,
 }
 
 /// Where the outbox relay publishes order events.

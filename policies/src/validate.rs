@@ -83,6 +83,7 @@ impl Validator<'_> {
         let products = self.products(file.products, &rooms);
         let keys = self.keys(file.keys);
         let outbox = self.outbox(file.outbox.map(Spanned::into_inner));
+        let payments = self.payments(file.payments);
         Config {
             source: path.to_path_buf(),
             gateway,
@@ -91,6 +92,7 @@ impl Validator<'_> {
             keys,
             backends,
             outbox,
+            payments,
         }
     }
 
@@ -755,6 +757,126 @@ impl Validator<'_> {
         Outbox {
             url,
             timeout: Duration::from_millis(timeout_ms as u64),
+        }
+    }
+}
+
+impl Validator<'_> {
+    fn ratio(&mut self, value: Option<Spanned<f64>>, key: &str) -> f64 {
+        match value {
+            None => 0.0,
+            Some(v) if (0.0..=1.0).contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                self.problem(
+                    &v,
+                    format!("`{key}` must be between 0 and 1, got {}", v.get_ref()),
+                );
+                0.0
+            }
+        }
+    }
+
+    fn payments(&mut self, file: Option<Spanned<crate::file::PaymentsFile>>) -> Payments {
+        let span = file.as_ref().map(|f| f.span());
+        let file = file
+            .map(Spanned::into_inner)
+            .unwrap_or(crate::file::PaymentsFile {
+                provider: None,
+                simulated_slow_ms: None,
+                simulated_timeout_ratio: None,
+                simulated_error_ratio: None,
+                simulated_latency_ms: None,
+                url: None,
+                timeout_ms: None,
+                webhook_secrets: Vec::new(),
+                currency: None,
+            });
+        let provider = match file.provider {
+            None => PaymentProviderKind::Simulated,
+            Some(p) => {
+                match p.get_ref().as_str() {
+                    "simulated" => PaymentProviderKind::Simulated,
+                    "http" => PaymentProviderKind::Http,
+                    other => {
+                        self.problem(&p, format!("`payments.provider` must be \"simulated\" or \"http\", got {other:?}"));
+                        PaymentProviderKind::Simulated
+                    }
+                }
+            }
+        };
+        let url = file.url.and_then(|u| {
+            let text = u.get_ref().trim().trim_end_matches('/');
+            if (text.starts_with("http://") || text.starts_with("https://"))
+                && !text.contains(char::is_whitespace)
+            {
+                Some(text.to_string())
+            } else {
+                self.problem(
+                    &u,
+                    format!("`payments.url` must be an http:// or https:// URL, got {text:?}"),
+                );
+                None
+            }
+        });
+        if provider == PaymentProviderKind::Http && url.is_none() {
+            self.problems.push(
+                self.loc
+                    .at(span, "`payments.provider = \"http\"` needs `payments.url`"),
+            );
+        }
+        let mut webhook_secrets = Vec::new();
+        for s in file.webhook_secrets {
+            if s.get_ref().len() < 16 {
+                self.problem(&s, "a webhook secret must be at least 16 characters");
+            } else {
+                webhook_secrets.push(Secret::new(s.into_inner()));
+            }
+        }
+        let currency = match file.currency {
+            None => "BRL".to_string(),
+            Some(c)
+                if c.get_ref().len() == 3
+                    && c.get_ref().chars().all(|ch| ch.is_ascii_uppercase()) =>
+            {
+                c.into_inner()
+            }
+            Some(c) => {
+                self.problem(
+                    &c,
+                    "`payments.currency` must be a three-letter code like \"BRL\"",
+                );
+                "BRL".to_string()
+            }
+        };
+        Payments {
+            provider,
+            simulated_slow: Duration::from_millis(self.int(
+                file.simulated_slow_ms,
+                "payments.simulated_slow_ms",
+                0..=120_000,
+                3_000,
+            ) as u64),
+            simulated_timeout_ratio: self.ratio(
+                file.simulated_timeout_ratio,
+                "payments.simulated_timeout_ratio",
+            ),
+            simulated_error_ratio: self
+                .ratio(file.simulated_error_ratio, "payments.simulated_error_ratio"),
+            simulated_latency: Duration::from_millis(self.int(
+                file.simulated_latency_ms,
+                "payments.simulated_latency_ms",
+                0..=60_000,
+                0,
+            ) as u64),
+            url,
+            timeout: Duration::from_millis(self.int(
+                file.timeout_ms,
+                "payments.timeout_ms",
+                1..=120_000,
+                5_000,
+            ) as u64),
+            webhook_secrets,
+            currency,
         }
     }
 }

@@ -334,3 +334,40 @@ fn outbox_url_is_checked() {
         "http:// or https://",
     );
 }
+
+#[test]
+fn payments_are_checked() {
+    use sluice_policies::model::PaymentProviderKind;
+    let c = parse("[gateway]\n").unwrap();
+    assert_eq!(c.payments.provider, PaymentProviderKind::Simulated);
+    assert_eq!(c.payments.simulated_slow, Duration::from_secs(3));
+    let src = "[gateway]\n[payments]\nprovider = \"http\"\nurl = \"http://127.0.0.1:7000/\"\nwebhook_secrets = [\"whsec_0123456789abcdef\", \"whsec_rotated_0123456789\"]\nsimulated_timeout_ratio = 0.1\n";
+    let c = parse(src).unwrap();
+    assert_eq!(c.payments.provider, PaymentProviderKind::Http);
+    assert_eq!(c.payments.url.as_deref(), Some("http://127.0.0.1:7000"));
+    assert_eq!(c.payments.webhook_secrets.len(), 2);
+    refused_at(
+        "[gateway]\n[payments]\nprovider = \"http\"\n",
+        2,
+        1,
+        "needs `payments.url`",
+    );
+    refused_at(
+        "[gateway]\n[payments]\nprovider = \"stripe\"\n",
+        3,
+        12,
+        "\"simulated\" or \"http\"",
+    );
+    refused_at(
+        "[gateway]\n[payments]\nwebhook_secrets = [\"short\"]\n",
+        3,
+        20,
+        "at least 16",
+    );
+    refused_at(
+        "[gateway]\n[payments]\nsimulated_error_ratio = 1.5\n",
+        3,
+        25,
+        "between 0 and 1",
+    );
+}
