@@ -20,5 +20,6 @@ pub mod proxy;
 pub mod queue;
 pub mod route;
 pub mod runtime;
+pub mod scrape;
 pub mod server;
 pub mod state;

@@ -66,9 +66,12 @@ async fn state_lists_rooms_and_the_kill_switch() {
 #[tokio::test]
 async fn metrics_pass_promtool() {
     let origin = Origin::start();
+    let defaults = GatewayOptions::default();
     let gw = Gateway::start(GatewayOptions {
         origin: Some(origin.url()),
-        ..Default::default()
+        // A product too, so the store's families carry their labels.
+        rest: format!("{}[[products]]\nsku = \"a-1\"\nstock = 3\nprice_cents = 1\nroom = \"drop\"\n", defaults.rest),
+        ..defaults
     });
     let c = client();
     c.get(gw.url("/")).send().await.unwrap();
@@ -96,6 +99,11 @@ async fn metrics_pass_promtool() {
         "sluice_http_requests_total",
         "sluice_upstream_seconds_bucket",
         "sluice_catalog_files",
+        "sluice_queue_waiting{room=\"drop\"}",
+        "sluice_wait_seconds_bucket{room=\"drop\",le=\"1\"}",
+        "sluice_inventory_units{sku=\"a-1\",state=\"available\"} 3",
+        "sluice_orders{state=\"confirmed\"} 0",
+        "sluice_outbox_pending 0",
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
     }

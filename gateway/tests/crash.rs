@@ -20,34 +20,6 @@ const STOCK: i64 = 400;
 /// What the gateway acknowledged: order id → (pass, state it said).
 type Acked = Arc<Mutex<HashMap<String, (String, String)>>>;
 
-async fn pass(gw_url: &str, client: &reqwest::Client) -> String {
-    let v: Value = client
-        .post(format!("{gw_url}/queue/drop/join"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ticket = v["ticket"].as_str().unwrap().to_string();
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        let s: Value = client
-            .get(format!("{gw_url}/queue/drop/status"))
-            .bearer_auth(&ticket)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["state"] == "admitted" {
-            return s["pass"].as_str().unwrap().to_string();
-        }
-    }
-    panic!("no pass");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
     let key = String::from_utf8(
@@ -72,7 +44,7 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
         .unwrap();
     let mut passes = Vec::new();
     for _ in 0..SHOPPERS {
-        passes.push(pass(&url, &client));
+        passes.push(admitted_pass(&url, &client, "drop"));
     }
     let passes: Vec<String> = futures_util::future::join_all(passes).await;
     let acked: Acked = Arc::default();

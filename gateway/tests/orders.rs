@@ -27,31 +27,7 @@ fn gateway(stock: u32) -> Gateway {
 
 /// Joins `room` and waits for the pass.
 async fn pass(gw: &Gateway, room: &str) -> String {
-    let v: Value = client()
-        .post(gw.url(&format!("/queue/{room}/join")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ticket = v["ticket"].as_str().unwrap().to_string();
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        let s: Value = client()
-            .get(gw.url(&format!("/queue/{room}/status")))
-            .bearer_auth(&ticket)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["state"] == "admitted" {
-            return s["pass"].as_str().unwrap().to_string();
-        }
-    }
-    panic!("no pass");
+    admitted_pass(&gw.url(""), &client(), room).await
 }
 
 async fn checkout(gw: &Gateway, pass: &str, key: &str, body: Value) -> reqwest::Response {

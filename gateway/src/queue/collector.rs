@@ -5,65 +5,58 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{
-    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
-};
+use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
 use sluice_admission::stats::WAIT_BUCKETS_S;
 
 use super::{now_ms, Rooms};
-
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: MetricType,
-}
+use crate::scrape::{assemble, descs, labels, sample, Family};
 
 const FAMILIES: [Family; 9] = [
-    Family {
-        name: "sluice_queue_joins_total",
-        help: "Joins by result (queued, queue_full, paused, sold_out, rate_limited).",
-        kind: MetricType::COUNTER,
-    },
-    Family {
-        name: "sluice_queue_waiting",
-        help: "Live tickets waiting in line.",
-        kind: MetricType::GAUGE,
-    },
-    Family {
-        name: "sluice_queue_oldest_wait_seconds",
-        help: "Age of the oldest live ticket in line.",
-        kind: MetricType::GAUGE,
-    },
-    Family {
-        name: "sluice_queue_abandoned_total",
-        help: "Waiting tickets that stopped polling and left the line.",
-        kind: MetricType::COUNTER,
-    },
-    Family {
-        name: "sluice_admissions_total",
-        help: "Passes minted.",
-        kind: MetricType::COUNTER,
-    },
-    Family {
-        name: "sluice_active_passes",
-        help: "Passes valid now.",
-        kind: MetricType::GAUGE,
-    },
-    Family {
-        name: "sluice_release_rate",
-        help: "Measured admissions per second over the last 10 s.",
-        kind: MetricType::GAUGE,
-    },
-    Family {
-        name: "sluice_release_rate_limit",
-        help: "Configured (or derived) release_per_second.",
-        kind: MetricType::GAUGE,
-    },
-    Family {
-        name: "sluice_wait_seconds",
-        help: "Time from joining to admission.",
-        kind: MetricType::HISTOGRAM,
-    },
+    Family::new(
+        "sluice_queue_joins_total",
+        "Joins by result (queued, queue_full, paused, sold_out, rate_limited).",
+        MetricType::COUNTER,
+    ),
+    Family::new(
+        "sluice_queue_waiting",
+        "Live tickets waiting in line.",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_queue_oldest_wait_seconds",
+        "Age of the oldest live ticket in line.",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_queue_abandoned_total",
+        "Waiting tickets that stopped polling and left the line.",
+        MetricType::COUNTER,
+    ),
+    Family::new(
+        "sluice_admissions_total",
+        "Passes minted.",
+        MetricType::COUNTER,
+    ),
+    Family::new(
+        "sluice_active_passes",
+        "Passes valid now.",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_release_rate",
+        "Measured admissions per second over the last 10 s.",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_release_rate_limit",
+        "Configured (or derived) release_per_second.",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_wait_seconds",
+        "Time from joining to admission.",
+        MetricType::HISTOGRAM,
+    ),
 ];
 
 pub struct RoomCollector {
@@ -73,54 +66,9 @@ pub struct RoomCollector {
 
 impl RoomCollector {
     pub fn new(rooms: Arc<Rooms>) -> Self {
-        let descs = FAMILIES
-            .iter()
-            .map(|f| {
-                Desc::new(
-                    f.name.into(),
-                    f.help.into(),
-                    vec!["room".into()],
-                    Default::default(),
-                )
-                .expect("valid metric name")
-            })
-            .collect();
+        let descs = descs(&FAMILIES);
         Self { rooms, descs }
     }
-}
-
-/// Label pairs sorted by name, as the prometheus crate's own vectors
-/// expose them.
-fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
-    let mut pairs = pairs.to_vec();
-    pairs.sort_by_key(|(k, _)| *k);
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let mut l = LabelPair::default();
-            l.set_name((*k).into());
-            l.set_value((*v).into());
-            l
-        })
-        .collect()
-}
-
-fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
-    let mut g = Gauge::default();
-    g.set_value(v);
-    let mut m = Metric::default();
-    m.set_label(labels(pairs));
-    m.set_gauge(g);
-    m
-}
-
-fn counter(pairs: &[(&str, &str)], v: u64) -> Metric {
-    let mut c = Counter::default();
-    c.set_value(v as f64);
-    let mut m = Metric::default();
-    m.set_label(labels(pairs));
-    m.set_counter(c);
-    m
 }
 
 impl Collector for RoomCollector {
@@ -153,15 +101,23 @@ impl Collector for RoomCollector {
                     entry.rate_limited_joins.load(Ordering::Relaxed),
                 ),
             ] {
-                metrics[0].push(counter(&[("room", room), ("result", result)], n));
+                metrics[0].push(sample(
+                    &[("room", room), ("result", result)],
+                    MetricType::COUNTER,
+                    n as f64,
+                ));
             }
-            metrics[1].push(gauge(&r, s.waiting as f64));
-            metrics[2].push(gauge(&r, s.oldest_wait_s as f64));
-            metrics[3].push(counter(&r, s.abandoned_total));
-            metrics[4].push(counter(&r, s.admitted_total));
-            metrics[5].push(gauge(&r, s.active_passes as f64));
-            metrics[6].push(gauge(&r, s.release_rate));
-            metrics[7].push(gauge(&r, f64::from(s.release_per_second)));
+            metrics[1].push(sample(&r, MetricType::GAUGE, s.waiting as f64));
+            metrics[2].push(sample(&r, MetricType::GAUGE, s.oldest_wait_s as f64));
+            metrics[3].push(sample(&r, MetricType::COUNTER, s.abandoned_total as f64));
+            metrics[4].push(sample(&r, MetricType::COUNTER, s.admitted_total as f64));
+            metrics[5].push(sample(&r, MetricType::GAUGE, s.active_passes as f64));
+            metrics[6].push(sample(&r, MetricType::GAUGE, s.release_rate));
+            metrics[7].push(sample(
+                &r,
+                MetricType::GAUGE,
+                f64::from(s.release_per_second),
+            ));
             let mut h = Histogram::default();
             let mut cumulative = 0;
             let buckets = WAIT_BUCKETS_S
@@ -183,18 +139,6 @@ impl Collector for RoomCollector {
             m.set_histogram(h);
             metrics[8].push(m);
         }
-        FAMILIES
-            .iter()
-            .zip(metrics)
-            .filter(|(_, m)| !m.is_empty())
-            .map(|(f, m)| {
-                let mut family = MetricFamily::default();
-                family.set_name(f.name.into());
-                family.set_help(f.help.into());
-                family.set_field_type(f.kind);
-                family.set_metric(m);
-                family
-            })
-            .collect()
+        assemble(&FAMILIES, metrics)
     }
 }

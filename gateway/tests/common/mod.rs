@@ -417,3 +417,35 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> Option<Durat
 pub fn repo_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
+
+/// Joins `room` at `base_url` and polls as told until admitted: the pass.
+pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &str) -> String {
+    let joined: serde_json::Value = client
+        .post(format!("{base_url}/queue/{room}/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ticket = joined["ticket"]
+        .as_str()
+        .expect("join gives a ticket")
+        .to_string();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let status: serde_json::Value = client
+            .get(format!("{base_url}/queue/{room}/status"))
+            .bearer_auth(&ticket)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if status["state"] == "admitted" {
+            return status["pass"].as_str().unwrap().to_string();
+        }
+    }
+    panic!("not admitted to {room}");
+}
