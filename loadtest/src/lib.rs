@@ -1,3 +1,6 @@
-//! Sluice load and fault harness (`sluice-load`, `paysim`).
+//! Sluice load and fault harness.
 //!
-//! Skeleton: nothing is implemented here yet.
+//! - [`paysim`]: a payment-provider simulator that misbehaves on purpose
+//!   (binary `paysim`).
+
+pub mod paysim;
