@@ -70,7 +70,10 @@ async fn metrics_pass_promtool() {
     let gw = Gateway::start(GatewayOptions {
         origin: Some(origin.url()),
         // A product too, so the store's families carry their labels.
-        rest: format!("{}[[products]]\nsku = \"a-1\"\nstock = 3\nprice_cents = 1\nroom = \"drop\"\n", defaults.rest),
+        rest: format!(
+            "{}[[products]]\nsku = \"a-1\"\nstock = 3\nprice_cents = 1\nroom = \"drop\"\n",
+            defaults.rest
+        ),
         ..defaults
     });
     let c = client();
