@@ -5,6 +5,9 @@
 use std::fmt;
 use std::path::Path;
 
+use rusqlite::Connection;
+
+use crate::attempt;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{DB_FILE_NAME, EXPIRED_HOLD_GRACE_MS};
@@ -39,6 +42,28 @@ pub enum Violation {
     /// Money was captured but the order is neither confirmed nor being
     /// compensated.
     PaidOrderNotConfirmed { order_id: String, state: String },
+    /// A hold was released while the order's payment may hold money
+    /// (pending, authorized or captured).
+    HoldReleasedWhilePaid {
+        order_id: String,
+        payment_state: String,
+    },
+    /// Money is held or taken for an order that will not ship, and no void
+    /// or refund was ever stored for it.
+    UncompensatedCharge {
+        order_id: String,
+        state: String,
+        payment_state: String,
+    },
+    /// A compensation past its budget that has not succeeded: an operator
+    /// must look (see `docs/payments.md`).
+    StuckCompensation {
+        idempotency_key: String,
+        outcome: String,
+        tries: i64,
+    },
+    /// An attempt whose stored parameters no longer match their hash.
+    AttemptParamsChanged { idempotency_key: String },
 }
 
 impl fmt::Display for Violation {
@@ -61,6 +86,22 @@ impl fmt::Display for Violation {
             Violation::PaidOrderNotConfirmed { order_id, state } => {
                 write!(f, "order {order_id}: captured but {state}")
             }
+            Violation::HoldReleasedWhilePaid { order_id, payment_state } => write!(
+                f,
+                "order {order_id}: hold released while its payment is {payment_state}"
+            ),
+            Violation::UncompensatedCharge { order_id, state, payment_state } => write!(
+                f,
+                "order {order_id}: {state} but its payment is {payment_state} and nothing undoes it"
+            ),
+            Violation::StuckCompensation { idempotency_key, outcome, tries } => write!(
+                f,
+                "compensation {idempotency_key}: stuck ({outcome} after {tries} tries)"
+            ),
+            Violation::AttemptParamsChanged { idempotency_key } => write!(
+                f,
+                "payment attempt {idempotency_key}: parameters do not match their hash"
+            ),
         }
     }
 }
@@ -137,6 +178,63 @@ pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreErr
         violations.push(Violation::PaidOrderNotConfirmed { order_id, state });
     }
     drop(stmt);
+    payment_checks(&conn, &mut violations)?;
     conn.execute_batch("COMMIT")?;
     Ok(violations)
+}
+
+/// The payment attempts against the orders and holds.
+fn payment_checks(conn: &Connection, violations: &mut Vec<Violation>) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT r.order_id, o.payment_state FROM reservations r
+         JOIN orders o ON o.order_id = r.order_id
+         WHERE r.state = 'released' AND o.payment_state IN ('pending', 'authorized', 'captured')",
+    )?;
+    for row in stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (order_id, payment_state) = row?;
+        violations.push(Violation::HoldReleasedWhilePaid {
+            order_id,
+            payment_state,
+        });
+    }
+    let mut stmt = conn.prepare(
+        "SELECT o.order_id, o.state, o.payment_state FROM orders o
+         WHERE o.state IN ('declined', 'cancelled', 'expired', 'voided', 'rejected')
+           AND o.payment_state IN ('authorized', 'captured')
+           AND NOT EXISTS (SELECT 1 FROM payment_attempts a
+                           WHERE a.order_id = o.order_id AND a.operation IN ('void', 'refund'))",
+    )?;
+    for row in stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))? {
+        let (order_id, state, payment_state) = row?;
+        violations.push(Violation::UncompensatedCharge {
+            order_id,
+            state,
+            payment_state,
+        });
+    }
+    let mut stmt = conn.prepare(
+        "SELECT idempotency_key, outcome, tries FROM payment_attempts
+         WHERE stuck = 1 AND outcome != 'succeeded' ORDER BY created_at_ms",
+    )?;
+    for row in stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))? {
+        let (idempotency_key, outcome, tries) = row?;
+        violations.push(Violation::StuckCompensation {
+            idempotency_key,
+            outcome,
+            tries,
+        });
+    }
+    let mut stmt = conn.prepare("SELECT idempotency_key FROM payment_attempts")?;
+    let keys: Vec<String> = stmt
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for key in keys {
+        match attempt::load(conn, &key) {
+            Ok(Some(a)) if a.params_hash == a.expected_hash() => {}
+            _ => violations.push(Violation::AttemptParamsChanged {
+                idempotency_key: key,
+            }),
+        }
+    }
+    Ok(())
 }

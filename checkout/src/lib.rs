@@ -8,8 +8,10 @@
 //! A checkout, as durable steps (see [`service`]): claim the idempotency key
 //! → create the order and hold its stock (or `rejected`) → `authorizing` →
 //! provider answer → `confirmed` (stock committed) or `declined` / `voided`
-//! (stock released). Every order change writes its outbox event in the same
-//! transaction; [`relay_once`] publishes them; [`reconcile_once`] expires
+//! (stock released). Every provider operation is a durable attempt stored
+//! before it is sent; an ambiguous answer is looked up and retried with the
+//! same key, never read as a decline. Every order change writes its outbox
+//! event in the same transaction; [`relay_once`] publishes them; [`reconcile_once`] expires
 //! holds and reports what is stuck; [`audit()`] checks a data dir read-only.
 //!
 //! Map of the crate, one concept per file:
@@ -23,7 +25,23 @@
 //! - [`order`]: the durable order row and its transitions, each writing its
 //!   outbox event in the same transaction.
 //! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
-//! - [`payment`]: the `PaymentProvider` trait and the in-process simulator.
+//! - [`payment`]: the `PaymentProvider` trait: authorize, capture, void,
+//!   refund, look-up by key, the event list; ambiguous vs definite errors.
+//! - [`simulator`]: the in-process provider (test cards, seeded faults,
+//!   a readable ledger).
+//! - [`http_provider`]: the adapter for a card-provider-shaped HTTP API.
+//! - [`attempt`]: durable payment attempts (key, parameters, transport
+//!   state, outcome), stored before they are sent.
+//! - `settle`: the payment state machine: what an attempt's outcome does
+//!   to the order, its stock and the next attempt.
+//! - `events`: provider events (webhooks, the event list) applied as "the
+//!   most advanced state wins".
+//! - [`driver`]: drives an attempt to an outcome: look-up first, the same
+//!   key and parameters again, bounded backoff with jitter.
+//! - [`retry`]: retry policy, seeded jitter, injected sleeps.
+//! - [`webhook`]: signature check, event parsing, `apply_webhook`.
+//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous attempts,
+//!   missed events, orphan charges, stuck compensations.
 //! - [`service`]: the idempotent checkout, order lookup and cancel.
 //! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
 //! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
@@ -35,37 +53,60 @@
 //! - [`metrics`]: counters the gateway exports.
 //! - [`error`]: error enums mapped to the contract's error codes.
 
+pub mod attempt;
 pub mod audit;
 pub mod clock;
+pub mod driver;
 pub mod error;
+mod events;
 pub mod group_commit;
+pub mod http_provider;
 pub mod idempotency;
 pub mod limits;
 pub mod metrics;
 pub mod order;
 pub mod outbox;
 pub mod payment;
+pub mod payment_reconciler;
 pub mod reconciler;
+pub mod retry;
 mod schema;
 pub mod service;
+mod settle;
+pub mod simulator;
 pub mod state;
 pub mod stock;
 pub mod store;
+pub mod webhook;
 
+pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
 pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
+pub use driver::PaymentsConfig;
 pub use error::{CheckoutError, StoreError};
 pub use group_commit::{GroupCommitConfig, Pending, ReserveRequest, WriterError};
+pub use http_provider::{classify_status, HttpProvider, HttpProviderConfig, StatusClass};
 pub use idempotency::{IdempotencyKey, InvalidKey};
+pub use metrics::{AuthLatency, LabeledCounters, LatencyHistogram, Metrics};
 pub use order::{Order, OrderView, PaymentView};
 pub use outbox::{
     relay_once, JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError,
 };
 pub use payment::{
-    AuthorizeOutcome, PaymentError, PaymentProvider, SimulatedProvider, PM_DECLINE, PM_OK,
+    AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider, ProviderEvent,
 };
+pub use payment_reconciler::PaymentsReconcileOutcome;
 pub use reconciler::{reconcile_once, ReconcileOutcome};
+pub use retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
 pub use service::{CheckoutRequest, CheckoutService, Created};
+pub use simulator::{
+    Faults, SimConfig, SimPayment, SimPaymentState, SimulatedProvider, PM_DECLINE,
+    PM_LOST_RESPONSE, PM_OK, PM_SLOW,
+};
 pub use state::{transition_allowed, OrderState, PaymentState};
 pub use stock::{ReserveOutcome, StockLevel};
 pub use store::{ProductSeed, Store};
+pub use webhook::{
+    apply_webhook, parse_event, sign, verify_signature, EventData, EventType, WebhookError,
+    WebhookEvent, WebhookOutcome, SIGNATURE_HEADER,
+};

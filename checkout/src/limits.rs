@@ -48,3 +48,27 @@ pub const EXPIRED_HOLD_GRACE_MS: i64 = 60_000;
 pub const DB_FILE_NAME: &str = "checkout.db";
 /// The outbox's default sink inside the data dir.
 pub const OUTBOX_FILE_NAME: &str = "outbox.jsonl";
+
+/// Provider tries (sends and look-ups) of one operation in one call, at most.
+pub const PAYMENT_TRIES_MAX: u32 = 10;
+/// The longest pause between two tries.
+pub const PAYMENT_BACKOFF_MAX_MS: u64 = 60_000;
+/// An attempt stored this recently may still be in flight in the request
+/// that stored it; the reconciler leaves it alone until then.
+pub const PAYMENT_IN_FLIGHT_MS: i64 = 60_000;
+/// Total tries of a compensation (void, refund) before it is counted in
+/// `compensation_failures` and shown as stuck; the reconciler keeps trying.
+pub const COMPENSATION_TRIES_BUDGET: u32 = 3;
+/// Payment steps one drive may chain (authorize → capture → void).
+pub const PAYMENT_STEPS_MAX: usize = 4;
+/// Webhook signature: timestamps this far from now are refused.
+pub const WEBHOOK_TOLERANCE_S: i64 = 300;
+/// Webhook body and header bounds.
+pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
+pub const WEBHOOK_HEADER_BYTES_MAX: usize = 4 * 1024;
+/// `v1=` values one signature header may carry, at most.
+pub const WEBHOOK_SIGNATURES_MAX: usize = 8;
+/// Event ids, payment ids and order ids coming from a provider.
+pub const PROVIDER_ID_LEN_MAX: usize = 255;
+/// Provider events one reconciler pass fetches, at most.
+pub const PROVIDER_EVENTS_PAGE_MAX: usize = 1_000;

@@ -223,28 +223,6 @@ pub(crate) fn set_payment(
     Ok(())
 }
 
-/// Appends to the payment ledger the audit reads (one capture per order).
-pub(crate) fn record_payment_op(
-    tx: &Transaction<'_>,
-    order: &Order,
-    op: &str,
-    payment_id: &str,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO payment_ops (order_id, op, payment_id, amount_cents, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        order.order_id,
-        op,
-        payment_id,
-        i64::try_from(order.amount_cents).unwrap_or(i64::MAX),
-        now_ms
-    ])?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

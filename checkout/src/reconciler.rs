@@ -4,6 +4,9 @@
 //! It expires overdue holds (never one whose payment may hold money),
 //! reports orders stuck in one state too long, rechecks stock conservation
 //! against the holds, and forgets idempotency keys past their retention.
+//! Payments (ambiguous attempts, missed provider events, orphan charges,
+//! stuck compensations) need the provider: see
+//! [`crate::CheckoutService::reconcile_payments_once`].
 
 use rusqlite::params;
 

@@ -83,4 +83,53 @@ CREATE TABLE IF NOT EXISTS payment_ops (
     at_ms INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS payment_ops_by_order ON payment_ops (order_id);
+
+-- One row per provider operation, stored before it is sent. Transport
+-- (did an answer arrive?) is kept apart from outcome (what happened), and
+-- both apart from the order's state. The key is derived from (order,
+-- operation), so there is one attempt per operation and its retries reuse it.
+CREATE TABLE IF NOT EXISTS payment_attempts (
+    idempotency_key TEXT PRIMARY KEY,
+    order_id TEXT NOT NULL,
+    operation TEXT NOT NULL CHECK (operation IN ('authorize', 'capture', 'void', 'refund')),
+    params_hash TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL CHECK (amount_cents >= 0),
+    payment_method TEXT,
+    payment_id TEXT,
+    transport TEXT NOT NULL CHECK (transport IN ('pending', 'sent', 'timed_out', 'answered')),
+    outcome TEXT NOT NULL CHECK (outcome IN ('unknown', 'succeeded', 'declined', 'failed')),
+    detail TEXT,
+    tries INTEGER NOT NULL CHECK (tries >= 0),
+    next_try_at_ms INTEGER NOT NULL,
+    stuck INTEGER NOT NULL CHECK (stuck IN (0, 1)),
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    UNIQUE (order_id, operation)
+) STRICT;
+CREATE INDEX IF NOT EXISTS payment_attempts_unresolved
+    ON payment_attempts (next_try_at_ms) WHERE outcome = 'unknown';
+
+-- Provider events applied (webhooks and the event list): a duplicate id
+-- changes nothing.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    event_id TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    result TEXT NOT NULL,
+    received_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- A shopper cancelled while the payment was in flight: whatever the
+-- provider answers, the money goes back (void if authorized, refund if
+-- captured).
+CREATE TABLE IF NOT EXISTS cancel_requests (
+    order_id TEXT PRIMARY KEY,
+    requested_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- Where the reconciler is in the provider's event list.
+CREATE TABLE IF NOT EXISTS provider_cursor (
+    provider TEXT PRIMARY KEY,
+    cursor INTEGER NOT NULL CHECK (cursor >= 0)
+) STRICT;
 "#;

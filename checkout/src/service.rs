@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
+use crate::attempt::{self, NewAttempt, Operation};
 use crate::clock::UnixMs;
+use crate::driver::{Driver, PaymentsConfig};
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::{request_hash, IdempotencyKey};
 use crate::limits::{
@@ -25,7 +27,7 @@ use crate::limits::{
 };
 use crate::metrics::Metrics;
 use crate::order::{self, Order};
-use crate::payment::{AuthorizeOutcome, PaymentProvider};
+use crate::payment::PaymentProvider;
 use crate::state::{OrderState, PaymentState};
 use crate::stock::{self, ReserveOutcome};
 use crate::store::{validate_sku, Store};
@@ -89,12 +91,24 @@ enum Claim {
 
 pub struct CheckoutService {
     store: Arc<Store>,
-    provider: Arc<dyn PaymentProvider>,
+    pub(crate) driver: Driver,
 }
 
 impl CheckoutService {
+    /// The service with default payment retries, the wall clock and real
+    /// sleeps.
     pub fn new(store: Arc<Store>, provider: Arc<dyn PaymentProvider>) -> Self {
-        Self { store, provider }
+        Self::with_payments(store, provider, PaymentsConfig::default())
+    }
+
+    /// The service with explicit payment retries, clock and sleeper.
+    pub fn with_payments(
+        store: Arc<Store>,
+        provider: Arc<dyn PaymentProvider>,
+        payments: PaymentsConfig,
+    ) -> Self {
+        let driver = Driver::new(Arc::clone(&store), provider, payments);
+        Self { store, driver }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -176,6 +190,11 @@ impl CheckoutService {
     /// Steps 3–4: drives the payment of a `reserved` order. Any other state
     /// is returned as it is (someone else moved it: cancel, expiry, a
     /// concurrent pay), so calling it twice is harmless.
+    ///
+    /// `reserved → authorizing` (payment `pending`) commits together with
+    /// the authorize attempt, before anything is sent; then the attempt is
+    /// driven (see [`crate::driver`]). An answer that stays ambiguous past
+    /// the retry bound leaves the order `authorizing` for the reconciler.
     pub fn pay(&self, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
         let id = order_id.to_owned();
         let started = self.store.write(move |tx, metrics| {
@@ -185,87 +204,20 @@ impl CheckoutService {
             }
             order::set_payment(tx, &id, PaymentState::Pending, None, now_ms)?;
             let to = OrderState::Authorizing;
-            order::transition(tx, metrics, &id, OrderState::Reserved, to, now_ms).map(Some)
+            let order = order::transition(tx, metrics, &id, OrderState::Reserved, to, now_ms)?;
+            let new = NewAttempt {
+                order_id: &id,
+                operation: Operation::Authorize,
+                amount_cents: order.amount_cents,
+                payment_method: Some(&order.payment_method),
+                payment_id: None,
+            };
+            attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
         })?;
-        let Some(order) = started else {
-            return self.load(order_id);
-        };
-        let answer = self.provider.authorize(
-            &format!("{order_id}:authorize"),
-            order_id,
-            order.amount_cents,
-            &order.payment_method,
-        );
-        match answer {
-            Ok(AuthorizeOutcome::Authorized { payment_id }) => {
-                let (recorded, pid) = (order.clone(), payment_id.clone());
-                self.store.write(move |tx, _| {
-                    let id = recorded.order_id.as_str();
-                    order::set_payment(tx, id, PaymentState::Authorized, Some(&pid), now_ms)?;
-                    order::record_payment_op(tx, &recorded, "authorize", &pid, now_ms)
-                })?;
-                self.capture(order, payment_id, now_ms)
-            }
-            Ok(AuthorizeOutcome::Declined { .. }) => {
-                let id = order.order_id;
-                Ok(self.store.write(move |tx, metrics| {
-                    order::set_payment(tx, &id, PaymentState::Declined, None, now_ms)?;
-                    stock::release_hold(tx, metrics, &id, now_ms)?;
-                    let from = OrderState::Authorizing;
-                    order::transition(tx, metrics, &id, from, OrderState::Declined, now_ms)
-                })?)
-            }
-            // Ambiguous: money may be held. The order stays `authorizing`
-            // with payment `pending`, its stock held; the reconciler owns it.
-            Err(_) => self.load(order_id),
+        if let Some(key) = started {
+            self.driver.drive(key, now_ms, true)?;
         }
-    }
-
-    fn capture(
-        &self,
-        order: Order,
-        payment_id: String,
-        now_ms: UnixMs,
-    ) -> Result<Order, CheckoutError> {
-        let order_id = order.order_id.clone();
-        if self
-            .provider
-            .capture(&format!("{order_id}:capture"), &payment_id)
-            .is_ok()
-        {
-            return Ok(self.store.write(move |tx, metrics| {
-                let id = order.order_id.as_str();
-                order::set_payment(tx, id, PaymentState::Captured, None, now_ms)?;
-                order::record_payment_op(tx, &order, "capture", &payment_id, now_ms)?;
-                if !stock::commit_hold(tx, metrics, id, now_ms)? {
-                    // The hold was settled by someone else: expiry never
-                    // releases a paid order, so this is a broken store.
-                    return Err(StoreError::Corrupt {
-                        table: "reservations",
-                        detail: format!("order {id} was captured but holds no stock"),
-                    });
-                }
-                let from = OrderState::Authorizing;
-                order::transition(tx, metrics, id, from, OrderState::Confirmed, now_ms)
-            })?);
-        }
-        if self
-            .provider
-            .void(&format!("{order_id}:void"), &payment_id)
-            .is_err()
-        {
-            // Compensation failed: stays authorizing/authorized, visible to
-            // the reconciler as stuck (the payments issue retries it).
-            return self.load(&order_id);
-        }
-        Ok(self.store.write(move |tx, metrics| {
-            let id = order.order_id.as_str();
-            order::set_payment(tx, id, PaymentState::Voided, None, now_ms)?;
-            order::record_payment_op(tx, &order, "void", &payment_id, now_ms)?;
-            stock::release_hold(tx, metrics, id, now_ms)?;
-            let from = OrderState::Authorizing;
-            order::transition(tx, metrics, id, from, OrderState::Voided, now_ms)
-        })?)
+        self.load(order_id)
     }
 
     /// `GET /orders/{id}`: only the subject that created it sees it; anyone
@@ -280,8 +232,9 @@ impl CheckoutService {
 
     /// `POST /orders/{id}/cancel`, idempotent: a `reserved` order is
     /// cancelled and its stock released; a `confirmed` one is refunded and
-    /// its units go back on sale; an order in payment or already ended is
-    /// returned as it is.
+    /// its units go back on sale; an `authorizing` one keeps its state until
+    /// the provider answers, then is voided (or refunded, if it was
+    /// captured); an order already ended is returned as it is.
     pub fn cancel(
         &self,
         subject: &str,
@@ -310,9 +263,20 @@ impl CheckoutService {
                 }
             }
             OrderState::Confirmed => {
+                // The move to `refunding` and the refund attempt commit
+                // together, so a crash here leaves a refund to retry.
                 let started = self.store.write(move |tx, metrics| {
                     let to = OrderState::Refunding;
-                    order::transition(tx, metrics, &id, OrderState::Confirmed, to, now_ms)
+                    let order =
+                        order::transition(tx, metrics, &id, OrderState::Confirmed, to, now_ms)?;
+                    let new = NewAttempt {
+                        order_id: &id,
+                        operation: Operation::Refund,
+                        amount_cents: order.amount_cents,
+                        payment_method: None,
+                        payment_id: order.payment_id.as_deref(),
+                    };
+                    attempt::insert(tx, &new, now_ms)
                 });
                 match started {
                     // A concurrent cancel got there first; refund() looks
@@ -324,47 +288,53 @@ impl CheckoutService {
                 }
             }
             OrderState::Refunding => self.refund(order_id, now_ms),
+            OrderState::Authorizing => {
+                // The payment is in flight (or its answer was lost): the
+                // cancel is recorded, and whatever the provider answers is
+                // undone — void if authorized, refund if captured.
+                self.store.write(move |tx, _| {
+                    tx.prepare_cached(
+                        "INSERT INTO cancel_requests (order_id, requested_at_ms) VALUES (?1, ?2)
+                         ON CONFLICT DO NOTHING",
+                    )?
+                    .execute(params![id, now_ms])?;
+                    Ok::<_, StoreError>(())
+                })?;
+                self.load(order_id)
+            }
             _ => Ok(order),
         }
     }
 
-    /// Refunds a `refunding` order with the order's one refund key; any
-    /// other state is returned as it is.
+    /// Refunds a `refunding` order through its one refund attempt (stored
+    /// now if the move to `refunding` did not store it); any other state is
+    /// returned as it is.
     fn refund(&self, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
-        let order = self.load(order_id)?;
-        if order.state != OrderState::Refunding {
-            return Ok(order);
-        }
-        let Some(payment_id) = order.payment_id.clone() else {
-            return Err(StoreError::Corrupt {
-                table: "orders",
-                detail: format!("order {order_id} is {} without a payment id", order.state),
+        let id = order_id.to_owned();
+        let key = self.store.write(move |tx, _| {
+            let order = order::load_existing(tx, &id)?;
+            if order.state != OrderState::Refunding {
+                return Ok::<_, StoreError>(None);
             }
-            .into());
-        };
-        if self
-            .provider
-            .refund(&format!("{order_id}:refund"), &payment_id)
-            .is_err()
-        {
-            // Stays `refunding`; the reconciler flags it as stuck.
-            return Ok(order);
+            let Some(payment_id) = order.payment_id.as_deref() else {
+                return Err(StoreError::Corrupt {
+                    table: "orders",
+                    detail: format!("order {id} is {} without a payment id", order.state),
+                });
+            };
+            let new = NewAttempt {
+                order_id: &id,
+                operation: Operation::Refund,
+                amount_cents: order.amount_cents,
+                payment_method: None,
+                payment_id: Some(payment_id),
+            };
+            attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
+        })?;
+        if let Some(key) = key {
+            self.driver.drive(key, now_ms, true)?;
         }
-        let refunded = self.store.write(move |tx, metrics| {
-            let id = order.order_id.as_str();
-            order::set_payment(tx, id, PaymentState::Refunded, None, now_ms)?;
-            order::record_payment_op(tx, &order, "refund", &payment_id, now_ms)?;
-            stock::return_committed(tx, metrics, id, now_ms)?;
-            // If a concurrent refund finished first this refuses, and the
-            // savepoint undoes the lines above: nothing is recorded twice.
-            let from = OrderState::Refunding;
-            order::transition(tx, metrics, id, from, OrderState::Refunded, now_ms)
-        });
-        match refunded {
-            Ok(order) => Ok(order),
-            Err(StoreError::IllegalTransition { .. }) => self.load(order_id),
-            Err(e) => Err(e.into()),
-        }
+        self.load(order_id)
     }
 
     /// Step 5: the request is over; a retry now replays instead of `409`.

@@ -14,13 +14,15 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
+use crate::attempt::{self, Attempt};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::group_commit::{
     Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
 };
 use crate::limits::{
-    ADJUST_REASON_LEN_MAX, DB_FILE_NAME, SKU_LEN_MAX, SQLITE_BUSY_TIMEOUT_MS, STOCK_UNITS_MAX,
+    ADJUST_REASON_LEN_MAX, DB_FILE_NAME, PASS_ROWS_MAX, SKU_LEN_MAX, SQLITE_BUSY_TIMEOUT_MS,
+    STOCK_UNITS_MAX,
 };
 use crate::metrics::Metrics;
 use crate::schema::SCHEMA_SQL;
@@ -338,6 +340,17 @@ impl Store {
             )?;
             Ok(oldest.map_or(0, |at_ms| now_ms.saturating_sub(at_ms).max(0)))
         })
+    }
+
+    /// Every payment attempt of `order_id`, oldest first.
+    pub fn payment_attempts(&self, order_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        self.read(|conn| attempt::load_for_order(conn, order_id))
+    }
+
+    /// Compensations past their budget that have not succeeded, oldest
+    /// first, at most `limit` (what an operator looks at).
+    pub fn stuck_compensations(&self, limit: usize) -> Result<Vec<Attempt>, StoreError> {
+        self.read(|conn| attempt::load_stuck(conn, limit.clamp(1, PASS_ROWS_MAX)))
     }
 
     /// The price and reservation TTL configured for `sku`.

@@ -225,7 +225,13 @@ fn audit_reports_each_kind_of_violation() {
         order_id: paid.order_id.clone(),
         state: "declined".into()
     }));
-    assert_eq!(violations.len(), 2);
+    // Money taken for a declined order with nothing to give it back.
+    assert!(violations.contains(&Violation::UncompensatedCharge {
+        order_id: paid.order_id.clone(),
+        state: "declined".into(),
+        payment_state: "captured".into(),
+    }));
+    assert_eq!(violations.len(), 3);
     for v in &violations {
         assert!(v.to_string().contains(&paid.order_id));
     }

@@ -1,0 +1,263 @@
+//! Provider events applied to the store: duplicates change nothing, the
+//! most advanced state wins whatever the order of arrival, contradictions
+//! are refused and counted, money with no live order is compensated.
+
+mod common;
+
+use common::{key, request, Harness, PM_LOST, PRICE_CENTS, T0_MS};
+use sluice_checkout::{
+    apply_webhook, parse_event, sign, verify_signature, EventData, EventType, Order, OrderState,
+    PaymentState, SimPaymentState, WebhookEvent, WebhookOutcome,
+};
+
+/// An order left `authorizing` (answer and look-ups lost) with a real
+/// authorization at the simulator.
+fn authorizing(h: &Harness, k: &str) -> (Order, String) {
+    let (order, _) = h
+        .service
+        .checkout("sub-1", &key(k), &request("sku-a", 1, PM_LOST), T0_MS)
+        .unwrap();
+    assert_eq!(order.state, OrderState::Authorizing);
+    let payment_id = h.provider.sim.payments_for_order(&order.order_id)[0]
+        .payment_id
+        .clone();
+    (order, payment_id)
+}
+
+fn event(id: &str, t: EventType, order: &Order, payment_id: &str) -> WebhookEvent {
+    WebhookEvent {
+        id: id.into(),
+        event_type: t,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: payment_id.into(),
+            order_id: order.order_id.clone(),
+            amount_cents: order.amount_cents,
+        },
+    }
+}
+
+fn state(h: &Harness, order: &Order) -> (OrderState, PaymentState) {
+    let o = h.service.get_order("sub-1", &order.order_id).unwrap();
+    (o.state, o.payment_state)
+}
+
+fn outbox_rows(h: &Harness) -> i64 {
+    rusqlite::Connection::open(h.store.db_path())
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn authorized_confirms_after_capture_and_a_duplicate_changes_nothing() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    let (order, pid) = authorizing(&h, "key-00001");
+    let authorized = event("evt_1", EventType::Authorized, &order, &pid);
+    assert_eq!(
+        apply_webhook(&h.store, &authorized, T0_MS + 1).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Authorizing, PaymentState::Authorized)
+    );
+    let rows = outbox_rows(&h);
+    assert_eq!(
+        apply_webhook(&h.store, &authorized, T0_MS + 2).unwrap(),
+        WebhookOutcome::Duplicate
+    );
+    assert_eq!(outbox_rows(&h), rows);
+    // The capture the event scheduled is due for the reconciler now.
+    h.service.reconcile_payments_once(T0_MS + 3, 100).unwrap();
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+    assert_eq!(h.provider.sim.total_captures(), 1);
+    let m = h.store.metrics();
+    assert_eq!(m.webhook_events.get(&["processed"]), 1);
+    assert_eq!(m.webhook_events.get(&["duplicate"]), 1);
+}
+
+#[test]
+fn captured_before_authorized_ends_the_same_as_in_order() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    let (order, pid) = authorizing(&h, "key-00001");
+    let captured = event("evt_2", EventType::Captured, &order, &pid);
+    let authorized = event("evt_1", EventType::Authorized, &order, &pid);
+    assert_eq!(
+        apply_webhook(&h.store, &captured, T0_MS + 1).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+    let stock = h.store.stock("sku-a").unwrap();
+    assert_eq!((stock.reserved, stock.committed), (0, 1));
+    assert_eq!(
+        apply_webhook(&h.store, &authorized, T0_MS + 2).unwrap(),
+        WebhookOutcome::Stale
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+    // Nothing left to drive: no second capture is ever sent.
+    let pass = h
+        .service
+        .reconcile_payments_once(T0_MS + 120_000, 100)
+        .unwrap();
+    assert_eq!(pass.attempts_resolved, pass.attempts_driven);
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+}
+
+#[test]
+fn refunded_before_captured_walks_the_whole_path_once() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    let (order, pid) = authorizing(&h, "key-00001");
+    let refunded = event("evt_3", EventType::Refunded, &order, &pid);
+    assert_eq!(
+        apply_webhook(&h.store, &refunded, T0_MS + 1).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Refunded, PaymentState::Refunded)
+    );
+    assert_eq!(h.store.stock("sku-a").unwrap().available, 10);
+    for (id, t) in [
+        ("evt_2", EventType::Captured),
+        ("evt_1", EventType::Authorized),
+    ] {
+        let late = event(id, t, &order, &pid);
+        assert_eq!(
+            apply_webhook(&h.store, &late, T0_MS + 2).unwrap(),
+            WebhookOutcome::Stale
+        );
+    }
+}
+
+#[test]
+fn contradictions_are_refused_counted_and_change_nothing() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    let (order, _) = h
+        .service
+        .checkout(
+            "sub-1",
+            &key("key-00001"),
+            &request("sku-a", 1, "pm_ok"),
+            T0_MS,
+        )
+        .unwrap();
+    let pid = order.payment_id.clone().unwrap();
+    let before = h
+        .store
+        .metrics()
+        .illegal_transitions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let rows = outbox_rows(&h);
+    let voided = event("evt_v", EventType::Voided, &order, &pid);
+    assert_eq!(
+        apply_webhook(&h.store, &voided, T0_MS + 1).unwrap(),
+        WebhookOutcome::RejectedTransition
+    );
+    let declined = event("evt_d", EventType::Declined, &order, &pid);
+    assert_eq!(
+        apply_webhook(&h.store, &declined, T0_MS + 1).unwrap(),
+        WebhookOutcome::RejectedTransition
+    );
+    let mut other_amount = event("evt_a", EventType::Refunded, &order, &pid);
+    other_amount.data.amount_cents = PRICE_CENTS + 1;
+    assert_eq!(
+        apply_webhook(&h.store, &other_amount, T0_MS + 1).unwrap(),
+        WebhookOutcome::RejectedTransition
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+    assert_eq!(outbox_rows(&h), rows);
+    let after = h
+        .store
+        .metrics()
+        .illegal_transitions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(after, before + 3);
+    assert_eq!(
+        h.store
+            .metrics()
+            .webhook_events
+            .get(&["rejected_transition"]),
+        3
+    );
+}
+
+#[test]
+fn money_for_an_order_we_do_not_know_is_voided_as_an_orphan() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    // A charge made at the provider for an order this store never wrote.
+    let auth = sluice_checkout::PaymentProvider::authorize(
+        &h.provider.sim,
+        "ord_ghost:authorize",
+        "ord_ghost",
+        500,
+        "pm_ok",
+    )
+    .unwrap();
+    let sluice_checkout::AuthorizeOutcome::Authorized { payment_id } = auth else {
+        panic!("authorized");
+    };
+    let ghost = WebhookEvent {
+        id: "evt_ghost".into(),
+        event_type: EventType::Authorized,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: payment_id.clone(),
+            order_id: "ord_ghost".into(),
+            amount_cents: 500,
+        },
+    };
+    assert_eq!(
+        apply_webhook(&h.store, &ghost, T0_MS).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(
+        sluice_checkout::Metrics::get(&h.store.metrics().orphan_charges),
+        1
+    );
+    h.service.reconcile_payments_once(T0_MS + 1, 100).unwrap();
+    let payment = &h.provider.sim.payments_for_order("ord_ghost")[0];
+    assert_eq!(payment.state, SimPaymentState::Voided);
+}
+
+#[test]
+fn a_signed_body_round_trips_through_verify_and_parse() {
+    let h = Harness::new(&[("sku-a", 10)]);
+    let (order, pid) = authorizing(&h, "key-00001");
+    let body = serde_json::to_vec(&event("evt_9", EventType::Captured, &order, &pid)).unwrap();
+    let header = sign(b"whsec_new", T0_MS / 1000, &body);
+    let secrets: [&[u8]; 2] = [b"whsec_new", b"whsec_old"];
+    verify_signature(&header, &body, &secrets, T0_MS / 1000 + 10, 300).unwrap();
+    let forged = sign(b"whsec_guess", T0_MS / 1000, &body);
+    let refused = verify_signature(&forged, &body, &secrets, T0_MS / 1000, 300).unwrap_err();
+    sluice_checkout::webhook::count_refused(h.store.metrics(), &refused);
+    let stale = verify_signature(&header, &body, &secrets, T0_MS / 1000 + 301, 300).unwrap_err();
+    sluice_checkout::webhook::count_refused(h.store.metrics(), &stale);
+    let m = h.store.metrics();
+    assert_eq!(m.webhook_events.get(&["invalid_signature"]), 1);
+    assert_eq!(m.webhook_events.get(&["stale"]), 1);
+    let parsed = parse_event(&body).unwrap();
+    assert_eq!(
+        apply_webhook(&h.store, &parsed, T0_MS + 1).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(
+        state(&h, &order),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+}
