@@ -29,7 +29,7 @@ use pingora::ErrorType;
 use crate::error::{ApiError, ErrorCode};
 use crate::headers;
 use crate::metrics::status_class;
-use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX};
+use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
 use crate::queue::Rooms;
 use crate::route::{route, LocalResponse, PassCheck, RequestFacts, Route};
@@ -121,6 +121,12 @@ impl ProxyHttp for Proxy {
             metrics: &self.shared.metrics,
         };
         match route(&ctx.runtime, &facts, &passes, Instant::now()) {
+            Route::Webhook => {
+                ctx.source = "webhook";
+                let local = self.webhook(session, ctx).await?;
+                self.write_local(session, ctx, local).await?;
+                Ok(true)
+            }
             Route::Orders => {
                 ctx.source = "orders";
                 let local = self.orders(session, ctx).await?;
@@ -426,6 +432,44 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
+    /// Reads a bounded body; `None` when it is over `max_bytes`.
+    async fn read_body(&self, session: &mut Session, max_bytes: usize) -> Result<Option<Bytes>> {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await? {
+            if body.len() + chunk.len() > max_bytes {
+                self.shared.metrics.body_too_large.inc();
+                return Ok(None);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Some(body.freeze()))
+    }
+
+    /// Provider events: POST only, signature first.
+    async fn webhook(&self, session: &mut Session, ctx: &Ctx) -> Result<LocalResponse> {
+        if session.req_header().method != Method::POST {
+            let mut r = LocalResponse::error(&ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "Webhooks are POSTed.",
+            ));
+            r.headers
+                .push((header::ALLOW, http::HeaderValue::from_static("POST")));
+            return Ok(r);
+        }
+        let Some(body) = self.read_body(session, WEBHOOK_BODY_BYTES_MAX).await? else {
+            return Ok(LocalResponse::error(&ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "A provider event is small; this body is not.",
+            )));
+        };
+        let headers = &session.req_header().headers;
+        Ok(self
+            .shared
+            .orders
+            .webhook(headers, body, &ctx.runtime.config.payments.webhook_secrets)
+            .await)
+    }
+
     /// Reads the (small, bounded) body and lets the reservation core answer.
     async fn orders(&self, session: &mut Session, ctx: &Ctx) -> Result<LocalResponse> {
         let mut body = BytesMut::new();

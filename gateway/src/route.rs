@@ -69,6 +69,8 @@ pub enum Route {
     Queue,
     /// `/checkout` or `/orders/...`, answered by the reservation core.
     Orders,
+    /// `/webhooks/{provider}`: payment provider events.
+    Webhook,
 }
 
 /// Whether the request carries a valid pass for a room.
@@ -104,6 +106,9 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
     }
     if req.path.starts_with("/queue/") {
         return Route::Queue;
+    }
+    if req.path.starts_with("/webhooks/") {
+        return Route::Webhook;
     }
     if let Some(room) = rt
         .protecting_room(req.path)
@@ -254,6 +259,7 @@ mod tests {
             Route::Origin { .. } => 0,
             Route::Queue => 2,
             Route::Orders => 3,
+            Route::Webhook => 4,
         }
     }
 

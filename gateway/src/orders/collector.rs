@@ -6,14 +6,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Metric, MetricFamily, MetricType};
+use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
+use sluice_checkout::metrics::AUTH_LATENCY_BUCKETS_MS;
+use sluice_checkout::LatencyHistogram;
 use sluice_checkout::OrderState;
 
 use super::Orders;
 use crate::queue::now_ms;
-use crate::scrape::{assemble, descs, sample, Family};
+use crate::scrape::{assemble, descs, labels, sample, Family};
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 15] = [
     Family::new(
         "sluice_inventory_units",
         "Units per sku by state (available, reserved, committed).",
@@ -55,6 +57,12 @@ const FAMILIES: [Family; 9] = [
         "Group-commit batches written (one fsync each).",
         MetricType::COUNTER,
     ),
+    Family::new("sluice_webhook_events_total", "Provider events received, by result (processed, duplicate, invalid_signature, stale, rejected_transition, ...).", MetricType::COUNTER),
+    Family::new("sluice_payment_ambiguous_total", "Provider answers that did not prove an outcome (timeout, reset, 5xx).", MetricType::COUNTER),
+    Family::new("sluice_compensations_total", "Voids and refunds, by kind and result.", MetricType::COUNTER),
+    Family::new("sluice_compensation_failures_total", "Compensations past their retry budget (stuck until resolved).", MetricType::COUNTER),
+    Family::new("sluice_orphan_charges_total", "Money taken with no live order, found and compensated.", MetricType::COUNTER),
+    Family::new("sluice_payment_auth_seconds", "Authorization time at the provider, by provider and result.", MetricType::HISTOGRAM),
 ];
 
 pub struct OrdersCollector {
@@ -67,6 +75,30 @@ impl OrdersCollector {
         let descs = descs(&FAMILIES);
         Self { orders, descs }
     }
+}
+
+/// A millisecond histogram as a Prometheus histogram in seconds.
+fn latency(provider: &str, result: &str, h: &LatencyHistogram) -> Metric {
+    let mut cumulative = 0;
+    let buckets = AUTH_LATENCY_BUCKETS_MS
+        .iter()
+        .zip(h.buckets.iter())
+        .map(|(bound_ms, n)| {
+            cumulative += n;
+            let mut b = Bucket::default();
+            b.set_upper_bound(*bound_ms as f64 / 1000.0);
+            b.set_cumulative_count(cumulative);
+            b
+        })
+        .collect();
+    let mut histogram = Histogram::default();
+    histogram.set_bucket(buckets);
+    histogram.set_sample_count(h.count);
+    histogram.set_sample_sum(h.sum_ms as f64 / 1000.0);
+    let mut metric = Metric::default();
+    metric.set_label(labels(&[("provider", provider), ("result", result)]));
+    metric.set_histogram(histogram);
+    metric
 }
 
 impl Collector for OrdersCollector {
@@ -143,6 +175,39 @@ impl Collector for OrdersCollector {
             MetricType::COUNTER,
             m.batches_committed.load(Ordering::Relaxed) as f64,
         ));
+        for (labels, n) in m.webhook_events.snapshot() {
+            let result = labels.first().copied().unwrap_or("unknown");
+            metrics[9].push(sample(&[("result", result)], MetricType::COUNTER, n as f64));
+        }
+        metrics[10].push(sample(
+            &[],
+            MetricType::COUNTER,
+            m.payment_ambiguous.load(Ordering::Relaxed) as f64,
+        ));
+        for (labels, n) in m.compensations.snapshot() {
+            let (kind, result) = (
+                labels.first().copied().unwrap_or(""),
+                labels.get(1).copied().unwrap_or(""),
+            );
+            metrics[11].push(sample(
+                &[("kind", kind), ("result", result)],
+                MetricType::COUNTER,
+                n as f64,
+            ));
+        }
+        metrics[12].push(sample(
+            &[],
+            MetricType::COUNTER,
+            m.compensation_failures.load(Ordering::Relaxed) as f64,
+        ));
+        metrics[13].push(sample(
+            &[],
+            MetricType::COUNTER,
+            m.orphan_charges.load(Ordering::Relaxed) as f64,
+        ));
+        for ((provider, result), h) in m.auth_latency.snapshot() {
+            metrics[14].push(latency(&provider, result, &h));
+        }
         assemble(&FAMILIES, metrics)
     }
 }

@@ -7,6 +7,7 @@
 //! pool so a slow fsync never stalls the proxy's workers.
 
 mod collector;
+mod payments;
 mod sink;
 mod stock;
 mod worker;
@@ -19,7 +20,7 @@ use serde_json::json;
 use sluice_admission::tokens::Claims;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
-    OrderState, ProductSeed, SimulatedProvider, Store,
+    OrderState, ProductSeed, Store,
 };
 use sluice_policies::Config;
 
@@ -33,6 +34,8 @@ pub use worker::OrdersWorker;
 
 /// Largest `/checkout` body read; the order is three short fields.
 pub const CHECKOUT_BODY_BYTES_MAX: usize = 16 * 1024;
+/// Largest webhook body read; a provider event is a few hundred bytes.
+pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
 
 pub struct Orders {
     service: Arc<CheckoutService>,
@@ -97,9 +100,10 @@ impl Orders {
             )
         })?;
         let store = Arc::new(store);
-        let service = Arc::new(CheckoutService::new(
+        let service = Arc::new(CheckoutService::with_payments(
             store,
-            Arc::new(SimulatedProvider::new()),
+            payments::provider(&config.payments),
+            sluice_checkout::PaymentsConfig::default(),
         ));
         let orders = Self {
             service,
@@ -140,6 +144,79 @@ impl Orders {
 
     pub fn store(&self) -> &Arc<Store> {
         self.service.store()
+    }
+
+    pub fn service(&self) -> &Arc<CheckoutService> {
+        &self.service
+    }
+
+    /// `POST /webhooks/{provider}`: the signature is checked before
+    /// anything else; `2xx` only once the event is durably applied (or was
+    /// already), so the provider retries on anything else.
+    pub async fn webhook(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        secrets: &[sluice_policies::model::Secret],
+    ) -> LocalResponse {
+        use sluice_checkout::webhook::{
+            apply_webhook, count_refused, parse_event, verify_signature,
+        };
+        let metrics = self.store().metrics();
+        let header = headers
+            .get("sluice-signature")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let secrets: Vec<&[u8]> = secrets.iter().map(|s| s.expose().as_bytes()).collect();
+        let now_ms = now_ms() as i64;
+        if let Err(e) = verify_signature(
+            header,
+            &body,
+            &secrets,
+            now_ms / 1000,
+            sluice_checkout::limits::WEBHOOK_TOLERANCE_S,
+        ) {
+            count_refused(metrics, &e);
+            return LocalResponse::error(&ApiError::new(
+                ErrorCode::Unauthorized,
+                "The webhook signature does not verify.",
+            ));
+        }
+        let event = match parse_event(&body) {
+            Ok(event) => event,
+            Err(e) => {
+                count_refused(metrics, &e);
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::BadRequest,
+                    "The webhook body is not a provider event.",
+                ));
+            }
+        };
+        let store = self.store().clone();
+        match blocking(move || apply_webhook(&store, &event, now_ms)).await {
+            Ok(outcome) => {
+                self.refresh_stock();
+                let mut body =
+                    serde_json::to_vec(&json!({"result": outcome.result()})).expect("serializes");
+                body.push(b'\n');
+                LocalResponse {
+                    status: StatusCode::OK,
+                    headers: vec![(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )],
+                    body: Bytes::from(body),
+                    source: "webhook",
+                }
+            }
+            Err(e) => {
+                tracing::error!("webhook not applied: {e}");
+                LocalResponse::error(&ApiError::new(
+                    ErrorCode::Internal,
+                    "The event could not be stored; send it again.",
+                ))
+            }
+        }
     }
 
     pub fn stock_authority(&self) -> Arc<StoreStock> {

@@ -83,6 +83,22 @@ impl OrdersWorker {
             }
             Err(e) => tracing::error!("reconciler: {e}"),
         }
+        match self
+            .orders
+            .service()
+            .reconcile_payments_once(now_ms() as i64, ROWS_PER_PASS_MAX)
+        {
+            Ok(outcome) => {
+                if outcome.events_processed
+                    + outcome.attempts_resolved
+                    + outcome.stuck_compensations
+                    > 0
+                {
+                    tracing::info!(?outcome, "payments reconciler");
+                }
+            }
+            Err(e) => tracing::error!("payments reconciler: {e}"),
+        }
         self.orders.refresh_stock();
     }
 }

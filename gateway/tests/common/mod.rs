@@ -217,6 +217,8 @@ pub struct GatewayOptions {
     pub static_files: Vec<(&'static str, Vec<u8>)>,
     /// Serve the repository's own `static/` (the demo store) instead.
     pub repo_static: bool,
+    /// A public port chosen beforehand (for peers that call back).
+    pub listen_port: Option<u16>,
 }
 
 impl Default for GatewayOptions {
@@ -232,6 +234,7 @@ impl Default for GatewayOptions {
                 ("catalog/img/a.svg", b"<svg xmlns='http://www.w3.org/2000/svg'/>".to_vec()),
             ],
             repo_static: false,
+            listen_port: None,
         }
     }
 }
@@ -249,7 +252,10 @@ impl Gateway {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();
         }
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let listen: SocketAddr =
+            format!("127.0.0.1:{}", opts.listen_port.unwrap_or_else(free_port))
+                .parse()
+                .unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let origin = opts
             .origin
