@@ -6,6 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc: the proxy allocates and frees small buffers per request;
+/// glibc's malloc showed as ~8% of a proxy benchmark's profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use sluice_gateway::logging::{self, LogFormat};
 use sluice_gateway::state::Overrides;
 
