@@ -3,4 +3,5 @@
 //! - [`paysim`]: a payment-provider simulator that misbehaves on purpose
 //!   (binary `paysim`).
 
+pub mod load;
 pub mod paysim;

@@ -1,0 +1,271 @@
+//! `sluice-load capacity`: how many checkouts per second the purchase flow
+//! finishes within its targets. Admission is taken out of the way (a very
+//! high release rate, a pool of passes); the offered checkout rate rises
+//! step by step, open loop, until p99 latency or the error rate crosses its
+//! threshold. The release rate to configure is the last good step's rate
+//! times a headroom.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::json;
+
+use super::gateway::{find_sluice, Target};
+use super::http::send;
+use super::record::{quantile, Recorder};
+use super::scenario::Scenario;
+
+/// Requests in flight at once, at most; beyond it the step counts the
+/// request as an error (the system is not keeping up).
+pub const IN_FLIGHT_MAX: usize = 4_096;
+/// Polls to get one pass, at most.
+pub const PASS_POLLS_MAX: u32 = 30;
+
+#[derive(Debug, Clone)]
+pub struct CapacityOptions {
+    pub sluice: Option<std::path::PathBuf>,
+    /// Offered checkouts per second at the first step.
+    pub start_per_s: f64,
+    /// Each step offers this many times the previous one.
+    pub step_factor: f64,
+    pub steps_max: u32,
+    pub step: Duration,
+    /// Over this p99 checkout latency a step fails, milliseconds.
+    pub p99_ms_max: f64,
+    /// Over this share of failed checkouts a step fails.
+    pub error_rate_max: f64,
+    /// Share of the measured capacity to configure.
+    pub headroom: f64,
+    /// Passes used in turn (each checkout needs one).
+    pub passes: usize,
+    /// The store test knob, to see capacity with a slow disk.
+    pub commit_delay_ms: Option<u32>,
+    pub request_timeout: Duration,
+}
+
+impl Default for CapacityOptions {
+    fn default() -> Self {
+        Self {
+            sluice: None,
+            start_per_s: 25.0,
+            step_factor: 1.5,
+            steps_max: 12,
+            step: Duration::from_secs(5),
+            p99_ms_max: 250.0,
+            error_rate_max: 0.01,
+            headroom: 0.8,
+            passes: 32,
+            commit_delay_ms: None,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub offered_per_s: f64,
+    pub achieved_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub error_rate: f64,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Capacity {
+    pub steps: Vec<Step>,
+    /// Checkouts per second the last good step finished.
+    pub capacity_per_s: f64,
+    /// `release_per_second` to set (capacity × headroom).
+    pub release_per_second: u32,
+    pub stopped_because: String,
+}
+
+impl Capacity {
+    /// The evidence table and the advice, for a terminal.
+    pub fn table(&self) -> String {
+        let mut t = String::from("offered/s  achieved/s   p50 ms   p99 ms   errors  ok\n");
+        for s in &self.steps {
+            t.push_str(&format!(
+                "{:9.1}  {:10.1}  {:7.1}  {:7.1}  {:6.2}%  {}\n",
+                s.offered_per_s,
+                s.achieved_per_s,
+                s.p50_ms,
+                s.p99_ms,
+                s.error_rate * 100.0,
+                if s.ok { "yes" } else { "NO" }
+            ));
+        }
+        t.push_str(&format!(
+            "stopped: {}\ncapacity: {:.1} checkouts/s → set release_per_second = {}\n",
+            self.stopped_because, self.capacity_per_s, self.release_per_second
+        ));
+        t
+    }
+}
+
+fn scenario(o: &CapacityOptions) -> Result<Scenario> {
+    let delay = o
+        .commit_delay_ms
+        .map(|ms| format!("test_store_commit_delay_ms = {ms}\n"))
+        .unwrap_or_default();
+    let text = format!(
+        "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n\
+         [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\
+         [[products]]\nsku = \"capacity-sku\"\nstock = 1000000000\n\
+         [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n"
+    );
+    Ok(Scenario::parse(&text, "capacity")?)
+}
+
+/// Runs the steps against a gateway the harness starts.
+pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
+    if !(o.step_factor > 1.0 && o.start_per_s > 0.0 && o.headroom > 0.0 && o.headroom <= 1.0) {
+        bail!("--step-factor must be > 1, --start-per-s > 0, --headroom in (0, 1]");
+    }
+    let sc = scenario(o)?;
+    let sluice = o.sluice.clone().unwrap_or_else(find_sluice);
+    let target = Target::start(&sluice, None, &sc).await?;
+    let rec = Arc::new(Recorder::new(Instant::now()));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(o.request_timeout)
+        .pool_max_idle_per_host(IN_FLIGHT_MAX)
+        .build()?;
+    let mut passes = Vec::new();
+    for _ in 0..o.passes.max(1) {
+        passes.push(pass(&http, &rec, &target.public).await?);
+    }
+    let passes = Arc::new(passes);
+    let mut steps: Vec<Step> = Vec::new();
+    let mut rate = o.start_per_s;
+    let mut stopped = format!("{} steps, none failed", o.steps_max);
+    for n in 0..o.steps_max {
+        let step = step(&http, &rec, &target.public, &passes, rate, o.step, n).await;
+        let ok = step.p99_ms <= o.p99_ms_max
+            && step.error_rate <= o.error_rate_max
+            && step.achieved_per_s >= 0.9 * rate;
+        let why = (!ok).then(|| {
+            format!(
+                "at {rate:.1}/s offered: p99 {:.0} ms (max {:.0}), errors {:.2} % (max {:.2} %), achieved {:.1}/s",
+                step.p99_ms,
+                o.p99_ms_max,
+                step.error_rate * 100.0,
+                o.error_rate_max * 100.0,
+                step.achieved_per_s
+            )
+        });
+        // The evidence so far, as it comes (a step lasts seconds).
+        eprintln!(
+            "step {}: offered {rate:.1}/s achieved {:.1}/s p99 {:.0} ms errors {:.2} %",
+            n + 1,
+            step.achieved_per_s,
+            step.p99_ms,
+            step.error_rate * 100.0
+        );
+        steps.push(Step { ok, ..step });
+        if let Some(why) = why {
+            stopped = why;
+            break;
+        }
+        rate *= o.step_factor;
+    }
+    let capacity_per_s = steps
+        .iter()
+        .filter(|s| s.ok)
+        .map(|s| s.achieved_per_s)
+        .fold(0.0, f64::max);
+    Ok(Capacity {
+        release_per_second: ((capacity_per_s * o.headroom).floor() as u32).max(1),
+        capacity_per_s,
+        steps,
+        stopped_because: stopped,
+    })
+}
+
+/// Joins and polls until admitted; the pass.
+async fn pass(http: &reqwest::Client, rec: &Recorder, public: &str) -> Result<String> {
+    let r = send(rec, "join", http.post(format!("{public}/queue/drop/join"))).await;
+    let ticket = r
+        .str("ticket")
+        .with_context(|| format!("join answered {}", r.status))?
+        .to_string();
+    for _ in 0..PASS_POLLS_MAX {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let r = send(
+            rec,
+            "status",
+            http.get(format!("{public}/queue/drop/status"))
+                .bearer_auth(&ticket),
+        )
+        .await;
+        if let Some(p) = r.str("pass") {
+            return Ok(p.to_string());
+        }
+    }
+    bail!("no pass after {PASS_POLLS_MAX} polls")
+}
+
+/// Offers `rate` checkouts per second for `length`, open loop.
+async fn step(
+    http: &reqwest::Client,
+    rec: &Arc<Recorder>,
+    public: &str,
+    passes: &Arc<Vec<String>>,
+    rate: f64,
+    length: Duration,
+    n: u32,
+) -> Step {
+    let total = (rate * length.as_secs_f64()).round().max(1.0) as u64;
+    let start = Instant::now();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut refused = 0u64;
+    let body = json!({"sku": "capacity-sku", "quantity": 1, "payment_method": "pm_ok"}).to_string();
+    for i in 0..total {
+        tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate)).into()).await;
+        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+            refused += 1;
+            continue;
+        };
+        let req = http
+            .post(format!("{public}/checkout"))
+            .bearer_auth(&passes[i as usize % passes.len()])
+            .header("idempotency-key", format!("cap-{n}-{i:09}"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        let rec = rec.clone();
+        tasks.spawn(async move {
+            let r = send(&rec, "checkout", req).await;
+            drop(permit);
+            (
+                r.status == 201 || r.status == 200,
+                r.elapsed.as_secs_f64() * 1000.0,
+            )
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut failed = refused;
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok((true, ms)) => latencies.push(ms),
+            Ok((false, ms)) => {
+                failed += 1;
+                latencies.push(ms);
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64().max(length.as_secs_f64());
+    latencies.sort_by(f64::total_cmp);
+    Step {
+        offered_per_s: rate,
+        achieved_per_s: (total - failed) as f64 / elapsed,
+        p50_ms: quantile(&latencies, 0.5).unwrap_or(0.0),
+        p99_ms: quantile(&latencies, 0.99).unwrap_or(0.0),
+        error_rate: failed as f64 / total as f64,
+        ok: true,
+    }
+}

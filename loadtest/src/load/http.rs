@@ -1,0 +1,79 @@
+//! One HTTP exchange as a shopper sees it: a status (0 when the request
+//! timed out or the connection failed), `Retry-After`, and the JSON body.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::record::Recorder;
+
+/// Largest response body read, bytes (orders and queue answers are small).
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// What came back.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status, or 0 for a timeout or a connection error.
+    pub status: u16,
+    pub retry_after: Option<Duration>,
+    pub body: Value,
+    pub elapsed: Duration,
+}
+
+impl Reply {
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.body.get(key).and_then(Value::as_str)
+    }
+
+    /// `Retry-After`, or `retry_after_s` from the JSON error.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after.or_else(|| {
+            self.body
+                .get("retry_after_s")
+                .and_then(Value::as_f64)
+                .map(Duration::from_secs_f64)
+        })
+    }
+}
+
+/// Sends `req`, counts its answer under `route` and returns it.
+pub async fn send(rec: &Recorder, route: &str, req: reqwest::RequestBuilder) -> Reply {
+    let started = Instant::now();
+    let reply = match req.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let retry_after = r
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            match r.bytes().await {
+                Ok(bytes) => Reply {
+                    status,
+                    retry_after,
+                    body: if bytes.len() <= BODY_BYTES_MAX {
+                        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+                    } else {
+                        Value::Null
+                    },
+                    elapsed: started.elapsed(),
+                },
+                // The body did not arrive: as good as a timeout.
+                Err(_) => failed(started),
+            }
+        }
+        Err(_) => failed(started),
+    };
+    rec.response(route, reply.status);
+    reply
+}
+
+fn failed(started: Instant) -> Reply {
+    Reply {
+        status: 0,
+        retry_after: None,
+        body: Value::Null,
+        elapsed: started.elapsed(),
+    }
+}

@@ -1,0 +1,46 @@
+//! `sluice-load`: rehearse a flash sale against the real gateway.
+//!
+//! A run reads a [`scenario`] file, starts `sluice` on free loopback ports
+//! (or reaches a running one, [`gateway`]), and plays virtual people
+//! ([`shopper`]) who arrive on a seeded schedule ([`arrivals`]), wait in
+//! line, check out and follow their order, while faults are injected
+//! (kill switch, SIGKILL and restart) and `/admin/state` is sampled
+//! ([`sampler`]). Everything seen goes into the [`record`]. At the end the
+//! [`books`] are checked with the system's own records, and the [`summary`]
+//! and an HTML [`report`] (with [`svg`] charts) are written. [`capacity`]
+//! finds the release rate to configure.
+//!
+//! | file | job |
+//! | --- | --- |
+//! | `scenario.rs` | the TOML scenario: parse, validate, scale |
+//! | `arrivals.rs` | seeded arrival times: spike, constant, ramp |
+//! | `gateway.rs` | start / restart `sluice`, or target URLs; admin calls |
+//! | `shopper.rs` | one virtual person, every loop bounded |
+//! | `http.rs` | one request as a shopper sees it |
+//! | `record.rs` | what happened, shared by every task |
+//! | `sampler.rs` | `/admin/state` every 500 ms |
+//! | `books.rs` | the end-of-run checks, the verdict |
+//! | `summary.rs`, `report.rs`, `svg.rs` | `summary.json`, `report.html` |
+//! | `progress.rs` | the status line on stderr |
+//! | `faults.rs` | the kill switch, SIGKILL and restart, at their second |
+//! | `run.rs` | a whole run |
+//! | `capacity.rs` | step the offered checkout rate up to the limit |
+
+pub mod arrivals;
+pub mod books;
+pub mod capacity;
+pub mod faults;
+pub mod gateway;
+pub mod http;
+pub mod progress;
+pub mod record;
+pub mod report;
+pub mod run;
+pub mod sampler;
+pub mod scenario;
+pub mod shopper;
+pub mod summary;
+pub mod svg;
+
+pub use run::{run, Remote, RunOptions, RunResult};
+pub use scenario::Scenario;

@@ -1,0 +1,249 @@
+//! What the shoppers and the sampler saw, recorded as it happens: one
+//! shared recorder behind a mutex (every entry is a few bytes, and the
+//! lock is held for a push).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// Orders the recorder keeps (one per shopper at most, so this bounds
+/// memory only for runs far beyond a campaign's size).
+pub const ORDERS_MAX: usize = 2_000_000;
+/// Latency values kept per second of the run.
+pub const LATENCIES_PER_SECOND_MAX: usize = 100_000;
+
+/// How one shopper's visit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Paid: the order is confirmed.
+    Confirmed,
+    /// The card was declined.
+    Declined,
+    /// The checkout was rejected: out of stock.
+    Rejected,
+    /// The room was sold out before the shopper was let in.
+    SoldOut,
+    /// Stopped polling and left.
+    Abandoned,
+    /// The ticket or the order expired.
+    Expired,
+    /// Ran out of attempts (join, poll or checkout) or of run time.
+    Failed,
+    /// The order ended in another final state (cancelled, refunded, voided).
+    OtherFinal,
+}
+
+impl Outcome {
+    /// The name used in `summary.json` and the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Confirmed => "confirmed",
+            Outcome::Declined => "declined",
+            Outcome::Rejected => "rejected",
+            Outcome::SoldOut => "sold_out",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Expired => "expired",
+            Outcome::Failed => "failed",
+            Outcome::OtherFinal => "other_final",
+        }
+    }
+}
+
+/// An order a shopper was told about.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderSeen {
+    pub order_id: String,
+    pub sku: String,
+    pub quantity: u32,
+    /// Last known state.
+    pub state: String,
+    /// Seconds into the run when the gateway first acknowledged it.
+    pub acked_at_s: f64,
+    #[serde(skip)]
+    pub pass: String,
+    /// Found again by `GET /orders/{id}` at the end of the run.
+    pub present: bool,
+}
+
+/// One `/admin/state` sample.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub up: bool,
+    pub waiting: u64,
+    pub active: u64,
+    pub admitted_total: u64,
+    pub available: i64,
+    pub reserved: i64,
+    pub committed: i64,
+    pub paused: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Inner {
+    /// (route, status) → count; status 0 is a timeout or connection error.
+    pub responses: BTreeMap<(String, u16), u64>,
+    /// Checkout latency in ms, by second of the run (when the call ended).
+    pub checkout_ms: Vec<Vec<u32>>,
+    /// Seconds from the first join to admission, per admitted shopper.
+    pub waits_s: Vec<f64>,
+    pub outcomes: BTreeMap<Outcome, u64>,
+    /// Shoppers who saw `admitted`, by second of the run.
+    pub admitted_seen: Vec<u32>,
+    pub orders: Vec<OrderSeen>,
+    /// Order id → its place in `orders`.
+    pub order_index: HashMap<String, usize>,
+    /// Idempotency-Key → order id, to catch a key that made two orders.
+    pub keys: HashMap<String, String>,
+    pub samples: Vec<Sample>,
+    pub shoppers_started: u64,
+    pub shoppers_done: u64,
+    pub waiting_now: i64,
+    pub held_back: u64,
+    pub impatient_served: u64,
+    pub rejoins: u64,
+    pub checkout_retries: u64,
+    /// Problems shoppers saw that the books must list (e.g. a key reused
+    /// for two orders).
+    pub anomalies: Vec<String>,
+    pub faults: Vec<(f64, String)>,
+}
+
+pub struct Recorder {
+    pub start: Instant,
+    inner: Mutex<Inner>,
+}
+
+impl Recorder {
+    pub fn new(start: Instant) -> Self {
+        Self {
+            start,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Seconds since the run started.
+    pub fn now_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    pub fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn response(&self, route: &str, status: u16) {
+        self.with(|i| *i.responses.entry((route.to_string(), status)).or_default() += 1);
+    }
+
+    pub fn checkout_latency(&self, ms: f64) {
+        let second = self.now_s() as usize;
+        self.with(|i| {
+            if i.checkout_ms.len() <= second {
+                i.checkout_ms.resize(second + 1, Vec::new());
+            }
+            let bucket = &mut i.checkout_ms[second];
+            if bucket.len() < LATENCIES_PER_SECOND_MAX {
+                bucket.push(ms.round().clamp(0.0, u32::MAX as f64) as u32);
+            }
+        });
+    }
+
+    pub fn admitted(&self, wait_s: f64) {
+        let second = self.now_s() as usize;
+        self.with(|i| {
+            if i.admitted_seen.len() <= second {
+                i.admitted_seen.resize(second + 1, 0);
+            }
+            i.admitted_seen[second] += 1;
+            i.waits_s.push(wait_s);
+        });
+    }
+
+    pub fn outcome(&self, o: Outcome) {
+        self.with(|i| {
+            *i.outcomes.entry(o).or_default() += 1;
+            i.shoppers_done += 1;
+        });
+    }
+
+    /// Records an acknowledged order; a key seen before with another
+    /// order id is an anomaly.
+    pub fn order(&self, key: &str, seen: OrderSeen) {
+        self.with(|i| {
+            match i.keys.get(key) {
+                Some(id) if *id != seen.order_id => i.anomalies.push(format!(
+                    "Idempotency-Key {key} answered with two orders: {id} and {}",
+                    seen.order_id
+                )),
+                Some(_) => return,
+                None => {}
+            }
+            i.keys.insert(key.to_string(), seen.order_id.clone());
+            if i.orders.len() < ORDERS_MAX {
+                i.order_index.insert(seen.order_id.clone(), i.orders.len());
+                i.orders.push(seen);
+            }
+        });
+    }
+
+    /// Updates the last known state of an order.
+    pub fn order_state(&self, order_id: &str, state: &str) {
+        self.with(|i| {
+            if let Some(&n) = i.order_index.get(order_id) {
+                if let Some(o) = i.orders.get_mut(n) {
+                    o.state = state.to_string();
+                }
+            }
+        });
+    }
+
+    pub fn fault(&self, what: String) {
+        let t = self.now_s();
+        self.with(|i| i.faults.push((t, what)));
+    }
+}
+
+/// The `q`-quantile (0–1) of `sorted` values, nearest rank.
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50));
+        assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile::<u32>(&[], 0.5), None);
+    }
+
+    #[test]
+    fn a_key_answered_with_two_orders_is_an_anomaly() {
+        let r = Recorder::new(Instant::now());
+        let seen = |id: &str| OrderSeen {
+            order_id: id.into(),
+            sku: "a".into(),
+            quantity: 1,
+            state: "confirmed".into(),
+            acked_at_s: 0.0,
+            pass: String::new(),
+            present: true,
+        };
+        r.order("key-1", seen("o1"));
+        r.order("key-1", seen("o1"));
+        assert!(r.with(|i| i.anomalies.is_empty() && i.orders.len() == 1));
+        r.order("key-1", seen("o2"));
+        assert_eq!(r.with(|i| i.anomalies.len()), 1);
+    }
+}

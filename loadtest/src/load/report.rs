@@ -1,0 +1,252 @@
+//! The report of a run: `summary.json` and a self-contained `report.html`
+//! (inline SVG, inline CSS, no script, nothing fetched).
+
+use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::record::{quantile, Inner};
+use super::summary::{cumulative_admitted, Summary};
+use super::svg::{bar_chart, line_chart, Series, COLORS};
+
+/// Bars of the wait-time histogram.
+pub const WAIT_BINS: usize = 20;
+
+/// Writes `summary.json` and `report.html` into `dir`.
+pub fn write(dir: &Path, summary: &Summary, rec: &Inner) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = serde_json::to_string_pretty(summary)?;
+    std::fs::write(dir.join("summary.json"), json + "\n")
+        .with_context(|| format!("writing {}", dir.join("summary.json").display()))?;
+    std::fs::write(dir.join("report.html"), html(summary, rec))
+        .with_context(|| format!("writing {}", dir.join("report.html").display()))?;
+    Ok(())
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The charts, in the order the report shows them.
+pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
+    let samples = &rec.samples;
+    let pts = |f: &dyn Fn(&super::record::Sample) -> f64| -> Vec<(f64, f64)> {
+        samples
+            .iter()
+            .filter(|x| x.up)
+            .map(|x| (x.t_s, f(x)))
+            .collect()
+    };
+    let mut out = Vec::new();
+    out.push(line_chart(
+        "People waiting",
+        "seconds",
+        "people",
+        &[
+            series("waiting", 0, pts(&|x| x.waiting as f64)),
+            series("active passes", 2, pts(&|x| x.active as f64)),
+        ],
+    ));
+    let cum = cumulative_admitted(samples);
+    let per_s: Vec<(f64, f64)> = cum
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0)
+        .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0)))
+        .collect();
+    let end = samples.last().map_or(1.0, |x| x.t_s);
+    let rate = s.configured.release_per_second;
+    let mut limit = series("configured rate", 1, vec![(0.0, rate), (end, rate)]);
+    limit.dashed = true;
+    out.push(line_chart(
+        "Admitted per second",
+        "seconds",
+        "admissions / s",
+        &[series("admitted", 0, per_s), limit],
+    ));
+    let mut p = [Vec::new(), Vec::new(), Vec::new()];
+    for (second, bucket) in rec.checkout_ms.iter().enumerate() {
+        if bucket.is_empty() {
+            continue;
+        }
+        let mut b = bucket.clone();
+        b.sort_unstable();
+        for (k, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
+            p[k].push((second as f64, f64::from(quantile(&b, q).unwrap_or(0))));
+        }
+    }
+    let [p50, p95, p99] = p;
+    out.push(line_chart(
+        "Checkout latency",
+        "seconds",
+        "ms",
+        &[
+            series("p50", 2, p50),
+            series("p95", 3, p95),
+            series("p99", 1, p99),
+        ],
+    ));
+    out.push(line_chart(
+        "Stock",
+        "seconds",
+        "units",
+        &[
+            series("available", 0, pts(&|x| x.available as f64)),
+            series("reserved", 3, pts(&|x| x.reserved as f64)),
+            series("committed", 2, pts(&|x| x.committed as f64)),
+        ],
+    ));
+    let mut bars = Vec::new();
+    for (route, statuses) in &s.responses {
+        for (status, n) in statuses {
+            let status = if status == "0" { "err" } else { status };
+            bars.push((format!("{route} {status}"), *n as f64));
+        }
+    }
+    out.push(bar_chart("Responses by status", "responses", &bars));
+    out.push(bar_chart(
+        "Wait before admission",
+        "shoppers",
+        &wait_histogram(&rec.waits_s),
+    ));
+    let conversion: Vec<(String, f64)> = s
+        .outcomes
+        .iter()
+        .map(|(o, n)| (o.name().to_string(), *n as f64))
+        .collect();
+    out.push(bar_chart(
+        &format!("Outcomes (conversion {:.1} %)", s.conversion * 100.0),
+        "shoppers",
+        &conversion,
+    ));
+    out
+}
+
+fn series(name: &str, color: usize, points: Vec<(f64, f64)>) -> Series<'_> {
+    Series {
+        name,
+        color: COLORS[color % COLORS.len()],
+        points,
+        dashed: false,
+    }
+}
+
+fn wait_histogram(waits: &[f64]) -> Vec<(String, f64)> {
+    if waits.is_empty() {
+        return Vec::new();
+    }
+    let min = waits.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = waits.iter().copied().fold(0.0, f64::max);
+    let width = ((max - min) / WAIT_BINS as f64).max(0.05);
+    let mut bins = [0u64; WAIT_BINS];
+    for w in waits {
+        bins[(((w - min) / width) as usize).min(WAIT_BINS - 1)] += 1;
+    }
+    let digits = if width < 1.0 { 1 } else { 0 };
+    bins.iter()
+        .enumerate()
+        .map(|(i, n)| (format!("{:.digits$}s", min + i as f64 * width), *n as f64))
+        .collect()
+}
+
+pub fn html(s: &Summary, rec: &Inner) -> String {
+    let mut h = String::new();
+    let verdict_color = if s.verdict == "pass" {
+        "#2ca02c"
+    } else {
+        "#d62728"
+    };
+    let _ = write!(
+        h,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>sluice-load: {name}</title>\
+         <style>body{{font-family:sans-serif;margin:24px;color:#222;max-width:1180px}}\
+         .cards{{display:flex;flex-wrap:wrap;gap:10px}}.card{{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:120px}}\
+         .card b{{display:block;font-size:20px}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}\
+         table{{border-collapse:collapse;margin-top:8px}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}}\
+         .pass{{color:#2ca02c}}.fail{{color:#d62728}}.skipped{{color:#888}}</style></head><body>\
+         <h1>{name} <span style=\"color:{verdict_color}\">{verdict}</span></h1><p>{desc}</p>",
+        name = esc(&s.scenario),
+        verdict = s.verdict.to_uppercase(),
+        desc = esc(&s.description),
+    );
+    let card = |h: &mut String, label: &str, value: String| {
+        let _ = write!(
+            h,
+            "<div class=\"card\"><b>{}</b>{}</div>",
+            esc(&value),
+            esc(label)
+        );
+    };
+    h.push_str("<div class=\"cards\">");
+    card(&mut h, "shoppers", s.shoppers.started.to_string());
+    card(&mut h, "admitted", s.admitted.gateway_total.to_string());
+    card(
+        &mut h,
+        "admitted / s (configured)",
+        format!(
+            "{:.1} ({})",
+            s.admitted.rate_per_s, s.configured.release_per_second
+        ),
+    );
+    card(
+        &mut h,
+        "conversion",
+        format!("{:.1} %", s.conversion * 100.0),
+    );
+    card(&mut h, "wait p95", format!("{:.1} s", s.wait_s.p95));
+    card(
+        &mut h,
+        "checkout p99",
+        format!("{:.0} ms", s.checkout_ms.p99),
+    );
+    card(&mut h, "held back", s.shoppers.held_back.to_string());
+    card(
+        &mut h,
+        "checkout retries",
+        s.shoppers.checkout_retries.to_string(),
+    );
+    card(&mut h, "duration", format!("{:.1} s", s.duration_s));
+    h.push_str("</div>");
+    if !s.faults.is_empty() {
+        h.push_str("<h2>Faults</h2><ul>");
+        for f in &s.faults {
+            let _ = write!(h, "<li>{:.1} s: {}</li>", f.t_s, esc(&f.what));
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("<h2>Charts</h2><div class=\"charts\">");
+    for c in charts(s, rec) {
+        h.push_str(&c);
+    }
+    h.push_str(
+        "</div><h2>The books</h2><table><tr><th>check</th><th>result</th><th>detail</th></tr>",
+    );
+    for c in &s.books {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"{r}\">{r}</td><td>{}",
+            esc(&c.name),
+            esc(&c.detail),
+            r = c.result
+        );
+        for v in &c.violations {
+            let _ = write!(h, "<br>{}", esc(v));
+        }
+        h.push_str("</td></tr>");
+    }
+    let _ = write!(
+        h,
+        "</table><h2>Numbers</h2><table><tr><th></th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>count</th></tr>\
+         <tr><td>wait before admission (s)</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>\
+         <tr><td>checkout latency (ms)</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr></table>\
+         <p>seed {} · target {} · <code>summary.json</code> holds every number.</p></body></html>",
+        s.wait_s.p50, s.wait_s.p95, s.wait_s.p99, s.wait_s.max, s.wait_s.count,
+        s.checkout_ms.p50, s.checkout_ms.p95, s.checkout_ms.p99, s.checkout_ms.max, s.checkout_ms.count,
+        s.seed,
+        esc(&s.target.public),
+    );
+    h.push('\n');
+    h
+}

@@ -1,0 +1,260 @@
+//! `sluice-load run`: set up (or reach) the gateway, play the shoppers
+//! with the scenario's faults while sampling the system, check the books,
+//! write the report.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+
+use super::books;
+use super::gateway::{find_sluice, sibling, Target};
+use super::record::{OrderSeen, Recorder, Sample};
+use super::report;
+use super::scenario::Scenario;
+use super::shopper::{self, Shared};
+use super::summary::{self, Configured, Summary, TargetInfo};
+use super::{arrivals, faults, progress, sampler};
+
+/// Idle keep-alive connections kept to the gateway.
+pub const POOL_IDLE_MAX: usize = 512;
+/// After the deadline, how long shoppers get to notice it.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A deployment that is already running.
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    pub public: String,
+    pub admin: String,
+    pub admin_token: Option<String>,
+    pub config_path: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    /// paysim's URL, for its `/ledger`.
+    pub paysim_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The `sluice` binary (started, and used for `sluice audit`).
+    pub sluice: Option<PathBuf>,
+    /// The `paysim` binary, for scenarios with `[paysim]`.
+    pub paysim: Option<PathBuf>,
+    /// Report folder; default `target/sluice-load/<scenario>-<time>/`.
+    pub out: Option<PathBuf>,
+    pub remote: Option<Remote>,
+    /// Draw the status line on stderr.
+    pub progress: bool,
+}
+
+/// What a run produced.
+pub struct RunResult {
+    pub summary: Summary,
+    pub out: PathBuf,
+    /// Every order shoppers were told about, as re-read at the end.
+    pub orders: Vec<OrderSeen>,
+    /// `/admin/state` every 500 ms.
+    pub samples: Vec<Sample>,
+}
+
+/// Plays `scenario` and checks the books.
+pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
+    let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
+    let target = Arc::new(match &opts.remote {
+        Some(r) => Target::remote(
+            &r.public,
+            &r.admin,
+            r.admin_token.clone(),
+            r.config_path.clone(),
+            r.data_dir.clone(),
+            Some(sluice),
+            r.paysim_url.clone(),
+        )?,
+        None => {
+            let paysim = scenario
+                .needs_paysim()
+                .then(|| opts.paysim.clone().unwrap_or_else(|| sibling("paysim")));
+            Target::start(&sluice, paysim.as_deref(), scenario).await?
+        }
+    });
+    let before = target
+        .admin_state()
+        .await
+        .context("reading /admin/state before the run")?;
+    let room_state = before["rooms"]
+        .as_array()
+        .and_then(|rooms| {
+            rooms
+                .iter()
+                .find(|r| r["name"] == scenario.gateway.room.as_str())
+        })
+        .cloned()
+        .with_context(|| format!("the gateway has no room `{}`", scenario.gateway.room))?;
+    let configured = Configured {
+        release_per_second: room_state["release_per_second"].as_f64().unwrap_or(0.0),
+        burst: f64::from(
+            scenario
+                .gateway
+                .burst
+                .unwrap_or(scenario.gateway.release_per_second),
+        ),
+        max_active: room_state["max_active"].as_u64().unwrap_or(0),
+    };
+
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let start = Instant::now();
+    let rec = Arc::new(Recorder::new(start));
+    let max_duration = Duration::from_secs(scenario.limits.max_duration_s);
+    let times = arrivals::schedule(
+        &scenario.arrivals,
+        scenario.seed,
+        scenario.limits.max_shoppers,
+        max_duration.as_secs_f64(),
+    );
+    let plans = shopper::plans(scenario, &times);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(scenario.shoppers.request_timeout_ms))
+        .pool_max_idle_per_host(POOL_IDLE_MAX)
+        .build()?;
+    let shared = Arc::new(Shared {
+        http: http.clone(),
+        public: target.public.clone(),
+        room: scenario.gateway.room.clone(),
+        behaviour: scenario.shoppers.clone(),
+        rec: rec.clone(),
+        deadline: start + max_duration,
+        run_id: format!("sl{}-{:x}", scenario.seed, started_unix.as_millis()),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(sampler::run(
+        target.clone(),
+        scenario.gateway.room.clone(),
+        rec.clone(),
+        stop_rx.clone(),
+    ));
+    let progress = opts.progress.then(|| {
+        tokio::spawn(progress::run(
+            scenario.name.clone(),
+            plans.len(),
+            rec.clone(),
+            stop_rx.clone(),
+        ))
+    });
+    let faults = tokio::spawn(faults::play(
+        scenario.clone(),
+        target.clone(),
+        rec.clone(),
+        start,
+    ));
+
+    let mut shoppers = tokio::task::JoinSet::new();
+    for plan in plans.iter().cloned() {
+        let at = start + Duration::from_secs_f64(plan.arrive_at_s);
+        if at >= shared.deadline {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        rec.with(|i| i.shoppers_started += 1);
+        shoppers.spawn(shopper::run(shared.clone(), plan));
+    }
+    let _ = tokio::time::timeout_at((shared.deadline + STOP_GRACE).into(), async {
+        while shoppers.join_next().await.is_some() {}
+    })
+    .await;
+    shoppers.abort_all();
+    // Faults still ahead of us are cut short with the run.
+    if !faults.is_finished() {
+        let left = shared.deadline.saturating_duration_since(Instant::now()) + STOP_GRACE;
+        if tokio::time::timeout(left, faults).await.is_err() {
+            rec.fault("faults still pending when the run ended were not played".into());
+        }
+    }
+    let duration_s = rec.now_s();
+    let _ = stop_tx.send(true);
+    let _ = sampler.await;
+    if let Some(p) = progress {
+        let _ = p.await;
+    }
+
+    let settle = Duration::from_secs(scenario.books.settle_s_max);
+    let (checks, inventory_end) = books::check(&target, &rec, &http, &before, settle).await;
+    let mut checks = checks;
+    checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
+    let run_info = summary::RunInfo {
+        scenario,
+        started_unix_s: started_unix.as_secs(),
+        duration_s,
+        planned: plans.len() as u64,
+        target: TargetInfo {
+            public: target.public.clone(),
+            admin: target.admin.clone(),
+            managed: target.process.is_some(),
+        },
+        configured,
+    };
+    let summary = rec.with(|i| Summary::assemble(run_info, i, checks, inventory_end));
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&scenario.name, started_unix.as_secs()));
+    rec.with(|i| report::write(&out, &summary, i))?;
+    if let Some(text) = target.config_text() {
+        let _ = std::fs::write(out.join("sluice.toml"), text);
+    }
+    if let Some(log) = target.log() {
+        let _ = std::fs::write(out.join("sluice.log"), log);
+    }
+    let (orders, samples) = rec.with(|i| (i.orders.clone(), i.samples.clone()));
+    Ok(RunResult {
+        summary,
+        out,
+        orders,
+        samples,
+    })
+}
+
+/// `target/sluice-load/<scenario>-<YYYYmmdd-HHMMSS>` (UTC).
+pub fn default_out(name: &str, unix_s: u64) -> PathBuf {
+    let days = (unix_s / 86_400) as i64;
+    let rem = unix_s % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    Path::new("target").join("sluice-load").join(format!(
+        "{name}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    ))
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_report_folder_is_named_by_scenario_and_utc_time() {
+        assert_eq!(
+            default_out("flash-crowd", 1_796_000_000),
+            Path::new("target/sluice-load/flash-crowd-20261130-005320")
+        );
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+    }
+}

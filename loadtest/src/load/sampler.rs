@@ -1,0 +1,69 @@
+//! Samples `/admin/state` every [`SAMPLE_EVERY`] while the run lasts: people
+//! waiting, passes active, admissions so far, stock by state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::gateway::Target;
+use super::record::{Recorder, Sample};
+
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// Samples kept, at most (a day at two a second).
+pub const SAMPLES_MAX: usize = 2 * 24 * 3600;
+
+/// One sample of `room` from an `/admin/state` answer (`None`: down).
+pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
+    let Some(state) = state else {
+        return Sample {
+            t_s,
+            ..Sample::default()
+        };
+    };
+    let r = state["rooms"]
+        .as_array()
+        .and_then(|rooms| rooms.iter().find(|r| r["name"] == room))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let sum = |key: &str| -> i64 {
+        state["inventory"]
+            .as_array()
+            .map_or(0, |l| l.iter().filter_map(|x| x[key].as_i64()).sum())
+    };
+    Sample {
+        t_s,
+        up: true,
+        waiting: r["waiting"].as_u64().unwrap_or(0),
+        active: r["active"].as_u64().unwrap_or(0),
+        admitted_total: r["admitted_total"].as_u64().unwrap_or(0),
+        available: sum("available"),
+        reserved: sum("reserved"),
+        committed: sum("committed"),
+        paused: state["admissions"] == "paused",
+    }
+}
+
+/// Samples until `stop` fires.
+pub async fn run(
+    target: Arc<Target>,
+    room: String,
+    rec: Arc<Recorder>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let state = target.admin_state().await.ok();
+        let sample = sample_of(state.as_ref(), &room, rec.now_s());
+        rec.with(|i| {
+            if i.samples.len() < SAMPLES_MAX {
+                i.samples.push(sample);
+            }
+        });
+    }
+}

@@ -1,0 +1,496 @@
+//! A scenario file (TOML): who arrives when, what they buy, how the
+//! gateway is set up and which faults are injected at which second.
+//!
+//! Unknown keys are errors and every error names the file, so a typo in a
+//! campaign rehearsal never silently changes what is tested.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Most virtual shoppers one run may start.
+pub const SHOPPERS_MAX: u32 = 1_000_000;
+/// Longest run allowed, seconds.
+pub const DURATION_S_MAX: u64 = 24 * 3600;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seeds arrivals and every shopper's choices: a run replays.
+    #[serde(default)]
+    pub seed: u64,
+    pub limits: Limits,
+    pub gateway: GatewaySetup,
+    pub products: Vec<Product>,
+    pub arrivals: Arrivals,
+    #[serde(default)]
+    pub shoppers: Behaviour,
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+    #[serde(default)]
+    pub books: BooksSetup,
+    /// Run the gateway against `paysim` (`payments.provider = "http"`).
+    #[serde(default)]
+    pub paysim: Option<PaysimSetup>,
+}
+
+/// The payment provider simulator the harness starts next to the gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaysimSetup {
+    #[serde(default)]
+    pub seed: u64,
+    /// The gateway's timeout for one provider call (`payments.timeout_ms`).
+    #[serde(default = "default_provider_timeout_ms")]
+    pub provider_timeout_ms: u64,
+    /// paysim's fault knobs (`GET /admin/faults` keys, e.g.
+    /// `timeout_ratio`, `webhook_duplicate_ratio`), passed as its `--faults` file.
+    #[serde(default)]
+    pub faults: toml::Table,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Shoppers started, at most (arrivals beyond it are dropped).
+    pub max_shoppers: u32,
+    /// The run stops its shoppers after this long, seconds.
+    pub max_duration_s: u64,
+}
+
+/// How the harness sets up the gateway it starts (ignored when targeting a
+/// running deployment, except `room` and `release_per_second`, read there
+/// from `/admin/state`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySetup {
+    #[serde(default = "default_room")]
+    pub room: String,
+    pub release_per_second: u32,
+    pub burst: Option<u32>,
+    pub max_active: u32,
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: u32,
+    #[serde(default = "default_poll_min_s")]
+    pub poll_min_s: u32,
+    #[serde(default = "default_poll_max_s")]
+    pub poll_max_s: u32,
+    /// A waiting ticket silent this long has left (gateway default when unset).
+    pub idle_timeout_s: Option<u32>,
+    #[serde(default = "default_pass_ttl_s")]
+    pub pass_ttl_s: u32,
+    #[serde(default = "default_reservation_ttl_s")]
+    pub reservation_ttl_s: u32,
+    /// Test knob of the gateway: every store commit is this much slower.
+    pub test_store_commit_delay_ms: Option<u32>,
+    /// Extra TOML appended to `[gateway]` verbatim (e.g. payments keys).
+    #[serde(default)]
+    pub extra: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Product {
+    pub sku: String,
+    pub stock: u64,
+    #[serde(default = "default_price_cents")]
+    pub price_cents: u64,
+    /// Relative share of shoppers who want this one.
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+/// When shoppers arrive.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "profile", rename_all = "snake_case")]
+pub enum Arrivals {
+    /// `shoppers` arrive at random within the first `over_s` seconds.
+    Spike { shoppers: u32, over_s: f64 },
+    /// `per_second` arrive each second for `for_s` seconds (Poisson).
+    Constant { per_second: f64, for_s: f64 },
+    /// The rate grows linearly from `from_per_second` to `to_per_second`.
+    Ramp {
+        from_per_second: f64,
+        to_per_second: f64,
+        over_s: f64,
+    },
+}
+
+/// How the virtual people behave.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Behaviour {
+    /// Share of shoppers who stop polling after a few polls.
+    pub give_up_probability: f64,
+    /// Share who poll again at once after joining (they must get 429).
+    pub impatient_probability: f64,
+    /// Units per order, 1 to this.
+    pub quantity_max: u32,
+    /// Payment methods and their shares, e.g. `{ pm_ok = 0.9, pm_decline = 0.1 }`.
+    pub payment_methods: std::collections::BTreeMap<String, f64>,
+    /// Per-request timeout, milliseconds.
+    pub request_timeout_ms: u64,
+    /// Attempts of one checkout (same Idempotency-Key), at most.
+    pub checkout_attempts_max: u32,
+    /// Status polls of one shopper, at most.
+    pub polls_max: u32,
+    /// Joins of one shopper (first one and rejoins), at most.
+    pub joins_max: u32,
+    /// `GET /orders/{id}` polls until the order is final, at most.
+    pub order_polls_max: u32,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            give_up_probability: 0.0,
+            impatient_probability: 0.0,
+            quantity_max: 1,
+            payment_methods: [("pm_ok".to_string(), 1.0)].into_iter().collect(),
+            request_timeout_ms: 5_000,
+            checkout_attempts_max: 5,
+            polls_max: 500,
+            joins_max: 20,
+            order_polls_max: 60,
+        }
+    }
+}
+
+/// Something done to the system at `at_s` seconds into the run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "FaultFile")]
+pub struct Fault {
+    pub at_s: f64,
+    pub action: FaultAction,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultAction {
+    /// Set `gateway.admissions = "paused"` in the config file.
+    PauseAdmissions,
+    /// Set `gateway.admissions = "open"` in the config file.
+    OpenAdmissions,
+    /// SIGKILL the gateway, wait `down_s`, start it on the same ports and data.
+    KillRestart { down_s: f64 },
+}
+
+/// The file form of a fault: one table per fault, tagged by `action`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+enum FaultFile {
+    PauseAdmissions { at_s: f64 },
+    OpenAdmissions { at_s: f64 },
+    KillRestart { at_s: f64, down_s: f64 },
+}
+
+impl From<FaultFile> for Fault {
+    fn from(f: FaultFile) -> Self {
+        match f {
+            FaultFile::PauseAdmissions { at_s } => Fault {
+                at_s,
+                action: FaultAction::PauseAdmissions,
+            },
+            FaultFile::OpenAdmissions { at_s } => Fault {
+                at_s,
+                action: FaultAction::OpenAdmissions,
+            },
+            FaultFile::KillRestart { at_s, down_s } => Fault {
+                at_s,
+                action: FaultAction::KillRestart { down_s },
+            },
+        }
+    }
+}
+
+/// How long the books check waits for the system to settle.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BooksSetup {
+    /// Wait at most this long for every order to be final, seconds.
+    pub settle_s_max: u64,
+}
+
+impl Default for BooksSetup {
+    fn default() -> Self {
+        Self { settle_s_max: 30 }
+    }
+}
+
+fn default_room() -> String {
+    "drop".into()
+}
+fn default_queue_capacity() -> u32 {
+    1_000_000
+}
+fn default_poll_min_s() -> u32 {
+    3
+}
+fn default_poll_max_s() -> u32 {
+    10
+}
+fn default_pass_ttl_s() -> u32 {
+    600
+}
+fn default_reservation_ttl_s() -> u32 {
+    600
+}
+fn default_provider_timeout_ms() -> u64 {
+    2_000
+}
+fn default_price_cents() -> u64 {
+    1_000
+}
+fn one() -> f64 {
+    1.0
+}
+
+/// A scenario that failed to load: the file and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ScenarioError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+impl Scenario {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let err = |message: String| ScenarioError {
+            file: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let scenario: Scenario = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        scenario.validate().map_err(err)?;
+        Ok(scenario)
+    }
+
+    /// Parses a scenario from text (`name` is used in errors).
+    pub fn parse(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
+        let err = |message: String| ScenarioError {
+            file: PathBuf::from(name),
+            message,
+        };
+        let scenario: Scenario = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        scenario.validate().map_err(err)?;
+        Ok(scenario)
+    }
+
+    /// The checks serde cannot express; the first problem found.
+    pub fn validate(&self) -> Result<(), String> {
+        let g = &self.gateway;
+        let b = &self.shoppers;
+        check(!self.name.is_empty(), "`name` must not be empty")?;
+        check(
+            (1..=SHOPPERS_MAX).contains(&self.limits.max_shoppers),
+            &format!("`limits.max_shoppers` must be 1 to {SHOPPERS_MAX}"),
+        )?;
+        check(
+            (1..=DURATION_S_MAX).contains(&self.limits.max_duration_s),
+            &format!("`limits.max_duration_s` must be 1 to {DURATION_S_MAX}"),
+        )?;
+        check(
+            g.release_per_second >= 1,
+            "`gateway.release_per_second` must be at least 1",
+        )?;
+        check(g.max_active >= 1, "`gateway.max_active` must be at least 1")?;
+        check(
+            (1..=60).contains(&g.poll_min_s) && g.poll_min_s <= g.poll_max_s,
+            "`gateway.poll_min_s` must be 1 to 60 and at most `poll_max_s`",
+        )?;
+        check(
+            !self.products.is_empty(),
+            "at least one [[products]] entry is needed",
+        )?;
+        for p in &self.products {
+            check(
+                p.weight.is_finite() && p.weight >= 0.0,
+                &format!("product `{}`: `weight` must be a number ≥ 0", p.sku),
+            )?;
+        }
+        check(
+            self.products.iter().any(|p| p.weight > 0.0),
+            "at least one product needs a positive `weight`",
+        )?;
+        match &self.arrivals {
+            Arrivals::Spike { over_s, .. } => positive(*over_s, "arrivals.over_s")?,
+            Arrivals::Constant { per_second, for_s } => {
+                positive(*per_second, "arrivals.per_second")?;
+                positive(*for_s, "arrivals.for_s")?;
+            }
+            Arrivals::Ramp {
+                from_per_second,
+                to_per_second,
+                over_s,
+            } => {
+                check(
+                    from_per_second.is_finite()
+                        && to_per_second.is_finite()
+                        && *from_per_second >= 0.0
+                        && *to_per_second >= 0.0
+                        && from_per_second + to_per_second > 0.0,
+                    "`arrivals` ramp rates must be ≥ 0 and not both 0",
+                )?;
+                positive(*over_s, "arrivals.over_s")?;
+            }
+        }
+        for (name, p) in [
+            ("give_up_probability", b.give_up_probability),
+            ("impatient_probability", b.impatient_probability),
+        ] {
+            check(
+                (0.0..=1.0).contains(&p),
+                &format!("`shoppers.{name}` must be between 0 and 1"),
+            )?;
+        }
+        check(
+            (1..=100).contains(&b.quantity_max),
+            "`shoppers.quantity_max` must be 1 to 100",
+        )?;
+        check(
+            !b.payment_methods.is_empty()
+                && b.payment_methods
+                    .values()
+                    .all(|w| w.is_finite() && *w >= 0.0)
+                && b.payment_methods.values().any(|w| *w > 0.0),
+            "`shoppers.payment_methods` needs at least one method with a positive share",
+        )?;
+        check(
+            (100..=120_000).contains(&b.request_timeout_ms),
+            "`shoppers.request_timeout_ms` must be 100 to 120000",
+        )?;
+        for (name, v, max) in [
+            ("checkout_attempts_max", b.checkout_attempts_max, 100),
+            ("polls_max", b.polls_max, 100_000),
+            ("joins_max", b.joins_max, 1_000),
+            ("order_polls_max", b.order_polls_max, 10_000),
+        ] {
+            check(
+                (1..=max).contains(&v),
+                &format!("`shoppers.{name}` must be 1 to {max}"),
+            )?;
+        }
+        for f in &self.faults {
+            check(
+                f.at_s.is_finite() && f.at_s >= 0.0,
+                "a fault's `at_s` must be ≥ 0",
+            )?;
+            if let FaultAction::KillRestart { down_s } = f.action {
+                check((0.0..=600.0).contains(&down_s), "`down_s` must be 0 to 600")?;
+            }
+        }
+        check(
+            self.books.settle_s_max <= 3600,
+            "`books.settle_s_max` must be at most 3600",
+        )?;
+        Ok(())
+    }
+
+    /// The same scenario with `shoppers` people: arrival counts and rates
+    /// are scaled, so a file written for a campaign runs short in a test.
+    pub fn with_shoppers(mut self, shoppers: u32) -> Scenario {
+        let shoppers = shoppers.clamp(1, SHOPPERS_MAX);
+        let factor = f64::from(shoppers) / f64::from(self.limits.max_shoppers.max(1));
+        self.arrivals = match self.arrivals {
+            Arrivals::Spike { over_s, .. } => Arrivals::Spike { shoppers, over_s },
+            Arrivals::Constant { per_second, for_s } => Arrivals::Constant {
+                per_second: per_second * factor,
+                for_s,
+            },
+            Arrivals::Ramp {
+                from_per_second,
+                to_per_second,
+                over_s,
+            } => Arrivals::Ramp {
+                from_per_second: from_per_second * factor,
+                to_per_second: to_per_second * factor,
+                over_s,
+            },
+        };
+        self.limits.max_shoppers = shoppers;
+        self
+    }
+
+    /// Is this a scenario that needs the `paysim` payment simulator?
+    pub fn needs_paysim(&self) -> bool {
+        self.paysim.is_some()
+    }
+}
+
+fn check(ok: bool, message: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(message.to_string())
+    }
+}
+
+fn positive(v: f64, key: &str) -> Result<(), String> {
+    check(v.is_finite() && v > 0.0, &format!("`{key}` must be > 0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+name = "t"
+[limits]
+max_shoppers = 10
+max_duration_s = 30
+[gateway]
+release_per_second = 5
+max_active = 10
+[[products]]
+sku = "a"
+stock = 3
+[arrivals]
+profile = "spike"
+shoppers = 10
+over_s = 1
+"#;
+
+    #[test]
+    fn a_minimal_file_loads_with_defaults() {
+        let s = Scenario::parse(MINIMAL, "t.toml").unwrap();
+        assert_eq!(s.gateway.room, "drop");
+        assert_eq!(s.shoppers.payment_methods["pm_ok"], 1.0);
+        assert!(s.faults.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        let e = Scenario::parse(&MINIMAL.replace("over_s = 1", "over_s = 0"), "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml: ") && e.contains("over_s"), "{e}");
+        let e = Scenario::parse(&format!("{MINIMAL}\nbogus = 1\n"), "y.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("y.toml: ") && e.contains("bogus"), "{e}");
+        let e = Scenario::load(Path::new("/nonexistent/z.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/nonexistent/z.toml: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn faults_parse_by_action() {
+        let text = format!(
+            "{MINIMAL}\n[[faults]]\nat_s = 2\naction = \"kill_restart\"\ndown_s = 1\n[[faults]]\nat_s = 1\naction = \"pause_admissions\"\n"
+        );
+        let s = Scenario::parse(&text, "f.toml").unwrap();
+        assert_eq!(s.faults[0].action, FaultAction::KillRestart { down_s: 1.0 });
+        assert_eq!(s.faults[1].action, FaultAction::PauseAdmissions);
+    }
+
+    #[test]
+    fn scaling_keeps_the_profile() {
+        let s = Scenario::parse(MINIMAL, "t.toml").unwrap().with_shoppers(4);
+        assert_eq!(s.limits.max_shoppers, 4);
+        assert!(matches!(s.arrivals, Arrivals::Spike { shoppers: 4, .. }));
+    }
+}

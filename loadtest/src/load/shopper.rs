@@ -1,0 +1,413 @@
+//! A virtual shopper: joins the line, polls when told, maybe gives up or
+//! refreshes impatiently, checks out with an Idempotency-Key once let in
+//! (retrying a lost answer with the same key), and follows the order until
+//! it is final. Every loop is bounded in count and in time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+
+use super::http::{send, Reply};
+use super::record::{OrderSeen, Outcome, Recorder};
+use super::scenario::{Behaviour, Scenario};
+
+/// How long an impatient shopper waits before polling again, too early.
+pub const IMPATIENT_AFTER: Duration = Duration::from_millis(150);
+/// Pause after a failed request (timeout, refused connection, 5xx).
+pub const BACKOFF: Duration = Duration::from_millis(500);
+/// Longest `Retry-After` a shopper honours before trying again.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(10);
+/// How long a shopper keeps retrying a checkout answered `409` (its key
+/// still in flight) before giving up.
+pub const CONFLICT_WAIT_MAX: Duration = Duration::from_secs(90);
+/// Between two `GET /orders/{id}` while an order is not final.
+pub const ORDER_POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// Order states after which nothing more happens to an order.
+pub const FINAL_STATES: [&str; 7] = [
+    "confirmed",
+    "declined",
+    "cancelled",
+    "expired",
+    "refunded",
+    "voided",
+    "rejected",
+];
+
+/// One shopper's choices, drawn from the scenario seed before the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub index: u32,
+    pub arrive_at_s: f64,
+    pub sku: String,
+    pub quantity: u32,
+    pub payment_method: String,
+    /// Stops polling after this many polls (people who give up).
+    pub gives_up_after_polls: Option<u32>,
+    /// Polls again at once after joining.
+    pub impatient: bool,
+}
+
+/// Every shopper's plan, from the scenario and the arrival times.
+pub fn plans(scenario: &Scenario, arrivals: &[f64]) -> Vec<Plan> {
+    let b = &scenario.shoppers;
+    arrivals
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let index = i as u32;
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                scenario.seed ^ (u64::from(index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            );
+            let sku = pick(
+                &mut rng,
+                scenario.products.iter().map(|p| (p.sku.as_str(), p.weight)),
+            );
+            let payment_method = pick(
+                &mut rng,
+                b.payment_methods.iter().map(|(m, w)| (m.as_str(), *w)),
+            );
+            let quantity = rng.random_range(1..=b.quantity_max);
+            let gives_up_after_polls =
+                (rng.random::<f64>() < b.give_up_probability).then(|| rng.random_range(0..3));
+            let impatient = rng.random::<f64>() < b.impatient_probability;
+            Plan {
+                index,
+                arrive_at_s: t,
+                sku,
+                quantity,
+                payment_method,
+                gives_up_after_polls,
+                impatient,
+            }
+        })
+        .collect()
+}
+
+/// A weighted choice; the weights were validated (≥ 0, one positive).
+fn pick<'a>(rng: &mut ChaCha8Rng, items: impl Iterator<Item = (&'a str, f64)> + Clone) -> String {
+    let total: f64 = items.clone().map(|(_, w)| w).sum();
+    let mut x = rng.random::<f64>() * total;
+    let mut last = "";
+    for (name, w) in items {
+        if w <= 0.0 {
+            continue;
+        }
+        last = name;
+        if x < w {
+            return name.to_string();
+        }
+        x -= w;
+    }
+    last.to_string()
+}
+
+/// What every shopper shares.
+pub struct Shared {
+    pub http: reqwest::Client,
+    pub public: String,
+    pub room: String,
+    pub behaviour: Behaviour,
+    pub rec: Arc<Recorder>,
+    /// Shoppers stop at this instant, whatever they are doing.
+    pub deadline: Instant,
+    /// Prefix of Idempotency-Keys, unique per run.
+    pub run_id: String,
+}
+
+/// Plays one shopper to the end of the visit.
+pub async fn run(shared: Arc<Shared>, plan: Plan) -> Outcome {
+    let outcome = match visit(&shared, &plan).await {
+        Ok(o) | Err(o) => o,
+    };
+    shared.rec.outcome(outcome);
+    outcome
+}
+
+/// `Err` ends the visit early with that outcome.
+async fn visit(s: &Shared, plan: &Plan) -> Result<Outcome, Outcome> {
+    let joined_at = Instant::now();
+    let pass = wait_in_line(s, plan).await?;
+    s.rec.admitted(joined_at.elapsed().as_secs_f64());
+    let (order_id, state) = checkout(s, plan, &pass).await?;
+    let state = follow_order(s, &pass, &order_id, state).await?;
+    Ok(outcome_of(&state))
+}
+
+fn outcome_of(state: &str) -> Outcome {
+    match state {
+        "confirmed" => Outcome::Confirmed,
+        "declined" => Outcome::Declined,
+        "rejected" => Outcome::Rejected,
+        "expired" => Outcome::Expired,
+        _ => Outcome::OtherFinal,
+    }
+}
+
+/// Sleeps `d`, or fails the visit if the run's deadline comes first.
+async fn pause(s: &Shared, d: Duration) -> Result<(), Outcome> {
+    let now = Instant::now();
+    if now + d >= s.deadline {
+        tokio::time::sleep_until(s.deadline.into()).await;
+        return Err(Outcome::Failed);
+    }
+    tokio::time::sleep(d).await;
+    Ok(())
+}
+
+fn told(reply: &Reply, default: Duration) -> Duration {
+    reply.retry_after().unwrap_or(default).min(RETRY_AFTER_MAX)
+}
+
+/// Joins, polls as told, rejoins when the ticket is lost; the pass.
+async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
+    let b = &s.behaviour;
+    let mut polls = 0u32;
+    let mut joins = 0u32;
+    // A rejoin is a join after a ticket was lost (restart, expiry), not a
+    // join retried after 429/503.
+    let mut had_ticket = false;
+    let join_url = format!("{}/queue/{}/join", s.public, s.room);
+    let status_url = format!("{}/queue/{}/status", s.public, s.room);
+    'join: loop {
+        if joins >= b.joins_max {
+            return Err(Outcome::Failed);
+        }
+        joins += 1;
+        let r = send(&s.rec, "join", s.http.post(&join_url)).await;
+        let (ticket, mut poll_after) = match r.status {
+            202 | 200 => match r.str("ticket") {
+                Some(t) => (t.to_string(), poll_after(&r)),
+                None => return Err(Outcome::Failed),
+            },
+            410 => return Err(Outcome::SoldOut),
+            429 | 503 => {
+                pause(s, told(&r, Duration::from_secs(1))).await?;
+                continue;
+            }
+            _ => {
+                pause(s, BACKOFF).await?;
+                continue;
+            }
+        };
+        if had_ticket {
+            s.rec.with(|i| i.rejoins += 1);
+        }
+        had_ticket = true;
+        if plan.impatient && joins == 1 {
+            pause(s, IMPATIENT_AFTER).await?;
+            let r = send(
+                &s.rec,
+                "status",
+                s.http.get(&status_url).bearer_auth(&ticket),
+            )
+            .await;
+            match (r.status, r.str("state")) {
+                (429, _) => s.rec.with(|i| i.held_back += 1),
+                (200, Some("waiting")) => s.rec.with(|i| i.impatient_served += 1),
+                // Already let in: the refresh shows the pass.
+                (200, Some("admitted")) => {
+                    if let Some(pass) = r.str("pass") {
+                        return Ok(pass.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        loop {
+            if polls >= b.polls_max {
+                return Err(Outcome::Failed);
+            }
+            if plan.gives_up_after_polls.is_some_and(|k| polls >= k) {
+                return Err(Outcome::Abandoned);
+            }
+            let jitter = Duration::from_millis(u64::from(plan.index % 250));
+            pause(s, poll_after + jitter).await?;
+            polls += 1;
+            let r = send(
+                &s.rec,
+                "status",
+                s.http.get(&status_url).bearer_auth(&ticket),
+            )
+            .await;
+            match (r.status, r.str("state")) {
+                (200, Some("admitted")) => match r.str("pass") {
+                    Some(pass) => return Ok(pass.to_string()),
+                    None => return Err(Outcome::Failed),
+                },
+                (200, Some("sold_out")) => return Err(Outcome::SoldOut),
+                (200, Some("expired")) | (401, _) => continue 'join,
+                (200, _) => poll_after = poll_after_of(&r, poll_after),
+                (429, _) => poll_after = told(&r, Duration::from_secs(1)),
+                _ => poll_after = BACKOFF,
+            }
+        }
+    }
+}
+
+fn poll_after(r: &Reply) -> Duration {
+    poll_after_of(r, Duration::from_secs(2))
+}
+
+fn poll_after_of(r: &Reply, default: Duration) -> Duration {
+    r.body
+        .get("poll_after_s")
+        .and_then(serde_json::Value::as_f64)
+        .map_or(default, Duration::from_secs_f64)
+        .min(Duration::from_secs(300))
+}
+
+/// `POST /checkout` with one Idempotency-Key, retried on a lost answer;
+/// the order id and its state.
+async fn checkout(s: &Shared, plan: &Plan, pass: &str) -> Result<(String, String), Outcome> {
+    let key = format!("{}-{:07}", s.run_id, plan.index);
+    let body =
+        json!({"sku": plan.sku, "quantity": plan.quantity, "payment_method": plan.payment_method})
+            .to_string();
+    let url = format!("{}/checkout", s.public);
+    // A `409` (the same key still in flight) does not use up an attempt:
+    // the first request may have died with a crashed process, and its lock
+    // goes stale on its own. Waiting for it is bounded in time instead.
+    let mut failures = 0u32;
+    let mut first_conflict: Option<Instant> = None;
+    let mut sent = 0u32;
+    loop {
+        if failures >= s.behaviour.checkout_attempts_max {
+            return Err(Outcome::Failed);
+        }
+        if sent > 0 {
+            s.rec.with(|i| i.checkout_retries += 1);
+        }
+        sent += 1;
+        let req = s
+            .http
+            .post(&url)
+            .bearer_auth(pass)
+            .header("idempotency-key", &key)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        let r = send(&s.rec, "checkout", req).await;
+        if r.status != 0 {
+            s.rec.checkout_latency(r.elapsed.as_secs_f64() * 1000.0);
+        }
+        match r.status {
+            200 | 201 => {
+                let (Some(id), Some(state)) = (r.str("order_id"), r.str("state")) else {
+                    return Err(Outcome::Failed);
+                };
+                s.rec.order(
+                    &key,
+                    OrderSeen {
+                        order_id: id.to_string(),
+                        sku: plan.sku.clone(),
+                        quantity: plan.quantity,
+                        state: state.to_string(),
+                        acked_at_s: s.rec.now_s(),
+                        pass: pass.to_string(),
+                        present: true,
+                    },
+                );
+                return Ok((id.to_string(), state.to_string()));
+            }
+            409 => {
+                let since = *first_conflict.get_or_insert_with(Instant::now);
+                if since.elapsed() >= CONFLICT_WAIT_MAX {
+                    return Err(Outcome::Failed);
+                }
+                pause(s, told(&r, Duration::from_secs(1))).await?;
+            }
+            410 => return Err(Outcome::SoldOut),
+            422 => {
+                s.rec.with(|i| {
+                    i.anomalies.push(format!(
+                        "Idempotency-Key {key}: the same body was refused as a mismatch"
+                    ))
+                });
+                return Err(Outcome::Failed);
+            }
+            0 | 429 | 500..=599 => {
+                failures += 1;
+                pause(s, BACKOFF * failures).await?;
+            }
+            _ => return Err(Outcome::Failed),
+        }
+    }
+}
+
+/// Polls `GET /orders/{id}` until the order is final; its final state.
+async fn follow_order(
+    s: &Shared,
+    pass: &str,
+    order_id: &str,
+    mut state: String,
+) -> Result<String, Outcome> {
+    let url = format!("{}/orders/{order_id}", s.public);
+    let mut polls = 0;
+    while !FINAL_STATES.contains(&state.as_str()) {
+        if polls >= s.behaviour.order_polls_max {
+            return Err(Outcome::Failed);
+        }
+        polls += 1;
+        pause(s, ORDER_POLL_EVERY).await?;
+        let r = send(&s.rec, "order", s.http.get(&url).bearer_auth(pass)).await;
+        if let (200, Some(st)) = (r.status, r.str("state")) {
+            state = st.to_string();
+            s.rec.order_state(order_id, &state);
+        }
+    }
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario() -> Scenario {
+        Scenario::parse(
+            r#"
+name = "t"
+seed = 9
+[limits]
+max_shoppers = 1000
+max_duration_s = 30
+[gateway]
+release_per_second = 5
+max_active = 10
+[[products]]
+sku = "a"
+stock = 3
+weight = 3
+[[products]]
+sku = "b"
+stock = 3
+weight = 1
+[arrivals]
+profile = "spike"
+shoppers = 1000
+over_s = 1
+[shoppers]
+give_up_probability = 0.2
+impatient_probability = 0.1
+payment_methods = { pm_ok = 0.9, pm_decline = 0.1 }
+"#,
+            "t.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn plans_replay_from_the_seed_and_follow_the_shares() {
+        let s = scenario();
+        let times: Vec<f64> = (0..1000).map(|i| f64::from(i) / 1000.0).collect();
+        let a = plans(&s, &times);
+        assert_eq!(a, plans(&s, &times));
+        let share = |f: &dyn Fn(&Plan) -> bool| a.iter().filter(|p| f(p)).count() as f64 / 1000.0;
+        assert!((share(&|p| p.sku == "a") - 0.75).abs() < 0.05);
+        assert!((share(&|p| p.payment_method == "pm_decline") - 0.1).abs() < 0.03);
+        assert!((share(&|p| p.gives_up_after_polls.is_some()) - 0.2).abs() < 0.04);
+        assert!((share(&|p| p.impatient) - 0.1).abs() < 0.03);
+    }
+}

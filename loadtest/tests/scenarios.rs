@@ -1,0 +1,379 @@
+//! Every scenario of `loadtest/scenarios/`, run short (a few hundred
+//! shoppers, well under a minute) against the real debug `sluice` binary:
+//! its verdict must pass, and the numbers that make it that scenario must
+//! hold.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Once;
+
+use sluice_loadtest::load::record::Outcome;
+use sluice_loadtest::load::scenario::{Arrivals, Fault, FaultAction};
+use sluice_loadtest::load::{run, RunOptions, RunResult, Scenario};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("loadtest/ sits in the workspace")
+        .to_path_buf()
+}
+
+/// `target/debug/sluice`, built once per test binary.
+fn sluice() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let root = workspace_root();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
+            .current_dir(&root)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building sluice failed");
+    });
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target = if target.is_relative() {
+        root.join(target)
+    } else {
+        target
+    };
+    target.join("debug").join("sluice")
+}
+
+fn scenario(name: &str) -> Scenario {
+    Scenario::load(&workspace_root().join(format!("loadtest/scenarios/{name}.toml")))
+        .expect("scenario file loads")
+}
+
+async fn play(s: &Scenario) -> (RunResult, tempfile::TempDir) {
+    let out = tempfile::tempdir().unwrap();
+    let opts = RunOptions {
+        sluice: Some(sluice()),
+        paysim: Some(PathBuf::from(env!("CARGO_BIN_EXE_paysim"))),
+        out: Some(out.path().to_path_buf()),
+        ..RunOptions::default()
+    };
+    let result = run(s, &opts).await.expect("the run is made");
+    let s = &result.summary;
+    println!("{}", serde_json::to_string_pretty(s).unwrap());
+    assert_eq!(
+        s.verdict,
+        "pass",
+        "violations: {:#?}\nreport: {}",
+        s.violations,
+        result.out.display()
+    );
+    assert!(result.out.join("report.html").is_file());
+    assert!(result.out.join("summary.json").is_file());
+    assert_eq!(
+        s.shoppers.started, s.shoppers.finished,
+        "every shopper ended"
+    );
+    (result, out)
+}
+
+/// The paysim ledger check ran (and, with the verdict, passed).
+fn ledger_checked(r: &RunResult) {
+    let check = r
+        .summary
+        .books
+        .iter()
+        .find(|c| c.name.contains("paysim ledger"))
+        .expect("a ledger check");
+    assert_eq!(check.result, "pass", "{check:?}");
+}
+
+/// `restart` at test size: 25 arrivals/s for 14 s, SIGKILL at 6 s.
+fn short_restart() -> Scenario {
+    let mut s = scenario("restart");
+    s.arrivals = Arrivals::Constant {
+        per_second: 25.0,
+        for_s: 14.0,
+    };
+    s.limits.max_shoppers = 400;
+    s.faults = vec![Fault {
+        at_s: 6.0,
+        action: FaultAction::KillRestart { down_s: 1.0 },
+    }];
+    // The payment reconciler leaves an attempt alone for 60 s.
+    s.books.settle_s_max = 90;
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flash_crowd_is_admitted_at_the_configured_rate() {
+    let mut s = scenario("flash-crowd").with_shoppers(400);
+    s.arrivals = Arrivals::Spike {
+        shoppers: 400,
+        over_s: 2.0,
+    };
+    s.gateway.release_per_second = 40;
+    let (r, _dir) = play(&s).await;
+    let sum = &r.summary;
+    let (rate, burst) = (40.0, 40.0);
+    let a = &sum.admitted;
+    assert!(
+        a.rate_per_s <= rate * 1.05 + burst / a.window_s.max(1.0),
+        "admitted {:.1}/s over {:.1} s against {rate}/s",
+        a.rate_per_s,
+        a.window_s
+    );
+    assert!(
+        a.rate_per_s >= rate * 0.85,
+        "admitted only {:.1}/s",
+        a.rate_per_s
+    );
+    assert!(a.peak_per_s <= rate + burst + 1.0, "peak {}", a.peak_per_s);
+    assert!(a.window_s >= 6.0, "the line drained in {:.1} s", a.window_s);
+    assert!(sum.shoppers.held_back > 0, "impatient refreshes got 429");
+    assert_eq!(sum.shoppers.impatient_served, 0);
+    assert!(sum.conversion > 0.5, "conversion {}", sum.conversion);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_item_never_oversells() {
+    let s = scenario("hot-item").with_shoppers(300);
+    let (r, _dir) = play(&s).await;
+    let sum = &r.summary;
+    let level = &sum.inventory_end["grail-1"];
+    assert_eq!(level.total, 50);
+    assert!(level.committed <= 50);
+    assert_eq!(level.available + level.reserved + level.committed, 50);
+    let confirmed_units: i64 = r
+        .orders
+        .iter()
+        .filter(|o| o.state == "confirmed")
+        .map(|o| i64::from(o.quantity))
+        .sum();
+    assert_eq!(confirmed_units, level.committed);
+    assert!(level.committed >= 45, "the item sells out: {level:?}");
+    let turned_away: u64 = [Outcome::SoldOut, Outcome::Rejected]
+        .iter()
+        .filter_map(|o| sum.outcomes.get(o))
+        .sum();
+    assert!(
+        turned_away > 100,
+        "most were told sold out: {:?}",
+        sum.outcomes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlog_holds_admissions_while_paused_then_drains() {
+    let mut s = scenario("backlog");
+    s.arrivals = Arrivals::Constant {
+        per_second: 25.0,
+        for_s: 14.0,
+    };
+    s.limits.max_shoppers = 400;
+    s.gateway.release_per_second = 40;
+    s.faults = vec![
+        Fault {
+            at_s: 3.0,
+            action: FaultAction::PauseAdmissions,
+        },
+        Fault {
+            at_s: 9.0,
+            action: FaultAction::OpenAdmissions,
+        },
+    ];
+    let (r, dir) = play(&s).await;
+    let sum = &r.summary;
+    assert!(
+        sum.faults.iter().all(|f| !f.what.contains("FAILED")),
+        "{:?}",
+        sum.faults
+    );
+    assert!(
+        sum.responses["join"].get("503").copied().unwrap_or(0) > 0,
+        "joins were refused while paused: {:?}",
+        sum.responses["join"]
+    );
+    let paused: Vec<_> = r.samples.iter().filter(|x| x.up && x.paused).collect();
+    assert!(
+        paused.len() >= 8,
+        "the gateway showed paused for ~6 s: {}",
+        paused.len()
+    );
+    // A sample taken once the pause is in force and the last one paused:
+    // no admissions between them.
+    let (first, last) = (paused[1], paused[paused.len() - 1]);
+    assert_eq!(
+        first.admitted_total, last.admitted_total,
+        "admitted while paused between {:.1} s and {:.1} s",
+        first.t_s, last.t_s
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["verdict"], "pass");
+    assert!(sum.admitted.gateway_total >= 300, "{:?}", sum.admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_every_acknowledged_order() {
+    let (r, _dir) = play(&short_restart()).await;
+    ledger_checked(&r);
+    let sum = &r.summary;
+    let killed_at = sum
+        .faults
+        .iter()
+        .find(|f| f.what == "gateway SIGKILLed")
+        .expect("the gateway was killed")
+        .t_s;
+    assert!(
+        sum.faults
+            .iter()
+            .any(|f| f.what.starts_with("gateway restarted") && !f.what.contains("FAILED")),
+        "{:?}",
+        sum.faults
+    );
+    let before: Vec<_> = r
+        .orders
+        .iter()
+        .filter(|o| o.acked_at_s < killed_at)
+        .collect();
+    assert!(
+        before.len() >= 20,
+        "orders before the kill: {}",
+        before.len()
+    );
+    assert!(
+        before.iter().all(|o| o.present),
+        "an order acknowledged before the kill is gone"
+    );
+    assert!(
+        r.orders.iter().any(|o| o.acked_at_s > killed_at + 1.0),
+        "shoppers kept buying after the restart"
+    );
+    assert!(sum.conversion > 0.5, "conversion {}", sum.conversion);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_commit_is_slower_but_loses_nothing() {
+    let mut s = scenario("slow-commit").with_shoppers(300);
+    s.arrivals = Arrivals::Spike {
+        shoppers: 300,
+        over_s: 3.0,
+    };
+    let (r, _dir) = play(&s).await;
+    let sum = &r.summary;
+    assert!(
+        sum.checkout_ms.p50 >= 40.0,
+        "every commit waits 40 ms: p50 {}",
+        sum.checkout_ms.p50
+    );
+    assert!(sum.orders.acknowledged >= 250, "{:?}", sum.orders);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_timeouts_settle_every_order() {
+    let mut s = scenario("provider-timeouts");
+    s.arrivals = Arrivals::Ramp {
+        from_per_second: 10.0,
+        to_per_second: 40.0,
+        over_s: 10.0,
+    };
+    s.limits.max_shoppers = 300;
+    s.shoppers.order_polls_max = 60;
+    let (r, _dir) = play(&s).await;
+    ledger_checked(&r);
+    let sum = &r.summary;
+    assert!(
+        sum.checkout_ms.p99 >= 1_000.0,
+        "unanswered provider calls wait out the 1 s timeout: p99 {}",
+        sum.checkout_ms.p99
+    );
+    // Shoppers here give up on the order page after 30 s; the system still
+    // confirms their orders (the reconciler settles ambiguous payments).
+    let confirmed = sum.orders.by_state.get("confirmed").copied().unwrap_or(0);
+    assert!(
+        confirmed as f64 > 0.5 * sum.shoppers.started as f64,
+        "{:?}",
+        sum.orders
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_chaos_applies_each_event_once() {
+    let mut s = scenario("webhook-chaos").with_shoppers(300);
+    s.arrivals = Arrivals::Spike {
+        shoppers: 300,
+        over_s: 4.0,
+    };
+    let (r, _dir) = play(&s).await;
+    ledger_checked(&r);
+    assert!(
+        r.summary.conversion > 0.5,
+        "conversion {}",
+        r.summary.conversion
+    );
+}
+
+#[test]
+fn every_shipped_scenario_file_is_valid() {
+    let dir = workspace_root().join("loadtest/scenarios");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            names.push(s.name);
+        }
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "backlog",
+            "flash-crowd",
+            "hot-item",
+            "provider-timeouts",
+            "restart",
+            "slow-commit",
+            "webhook-chaos"
+        ]
+    );
+}
+
+#[test]
+fn a_bad_scenario_file_is_refused_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.toml");
+    std::fs::write(&path, "name = \"x\"\n[limits]\nmax_shoppers = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-load"))
+        .arg("run")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broken.toml"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_steps_up_and_advises_a_release_rate() {
+    use sluice_loadtest::load::capacity::{self, CapacityOptions};
+    let o = CapacityOptions {
+        sluice: Some(sluice()),
+        start_per_s: 20.0,
+        step_factor: 2.0,
+        steps_max: 2,
+        step: std::time::Duration::from_secs(2),
+        passes: 4,
+        // A debug build on a shared machine: only a gross failure counts.
+        p99_ms_max: 2_000.0,
+        ..CapacityOptions::default()
+    };
+    let c = capacity::run(&o).await.expect("capacity runs");
+    println!("{}", c.table());
+    assert_eq!(c.steps.len(), 2, "{}", c.table());
+    assert!(c.steps.iter().all(|s| s.ok), "{}", c.table());
+    assert!(c.capacity_per_s >= 35.0, "{}", c.table());
+    assert_eq!(
+        c.release_per_second,
+        (c.capacity_per_s * 0.8).floor() as u32
+    );
+}
