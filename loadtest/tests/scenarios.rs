@@ -336,6 +336,16 @@ fn every_shipped_scenario_file_is_valid() {
             "webhook-chaos"
         ]
     );
+    // The campaign-size variants, run by hand, must load too.
+    let mut large = Vec::new();
+    for entry in std::fs::read_dir(dir.join("large")).unwrap() {
+        let path = entry.unwrap().path();
+        let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.limits.max_shoppers >= 100_000, "{} is campaign size", path.display());
+        large.push(s.name);
+    }
+    large.sort();
+    assert_eq!(large, ["restart-100k", "webhook-chaos-100k"]);
 }
 
 #[test]

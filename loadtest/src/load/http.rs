@@ -10,6 +10,15 @@ use super::record::Recorder;
 /// Largest response body read, bytes (orders and queue answers are small).
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
 
+/// Requests in flight at once, at most, across all shoppers. Every one
+/// holds a connection on both ends; on one machine the harness, the gateway
+/// and paysim share the file-descriptor limit (20,000 here), so a crowd of
+/// 100,000 shoppers must not open a socket each. Time spent waiting for a
+/// slot is not counted in a request's latency.
+pub const IN_FLIGHT_MAX: usize = 4_096;
+
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(IN_FLIGHT_MAX);
+
 /// What came back.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -38,6 +47,8 @@ impl Reply {
 
 /// Sends `req`, counts its answer under `route` and returns it.
 pub async fn send(rec: &Recorder, route: &str, req: reqwest::RequestBuilder) -> Reply {
+    // The semaphore is never closed, so acquiring cannot fail.
+    let _slot = IN_FLIGHT.acquire().await.ok();
     let started = Instant::now();
     let reply = match req.send().await {
         Ok(r) => {
