@@ -341,7 +341,11 @@ fn every_shipped_scenario_file_is_valid() {
     for entry in std::fs::read_dir(dir.join("large")).unwrap() {
         let path = entry.unwrap().path();
         let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert!(s.limits.max_shoppers >= 100_000, "{} is campaign size", path.display());
+        assert!(
+            s.limits.max_shoppers >= 100_000,
+            "{} is campaign size",
+            path.display()
+        );
         large.push(s.name);
     }
     large.sort();
