@@ -218,7 +218,11 @@ pub fn check_decoded(path: &str) -> Result<(), PathError> {
 /// assert of every [`CanonicalPath::encoded`].
 pub fn is_canonical(path: &CanonicalPath) -> bool {
     normalize(&path.encoded).as_ref() == Ok(path)
-        && percent_decode_str(&path.encoded).decode_utf8().ok().as_deref() == Some(&path.decoded)
+        && percent_decode_str(&path.encoded)
+            .decode_utf8()
+            .ok()
+            .as_deref()
+            == Some(&path.decoded)
 }
 
 /// The byte of the escape at `bytes[at]` (a `%`).

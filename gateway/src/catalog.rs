@@ -30,8 +30,8 @@ mod negotiate;
 #[cfg(test)]
 mod tests;
 
-pub use sluice_edge::path::MAX_PATH_BYTES;
 use sluice_edge::path::CanonicalPath;
+pub use sluice_edge::path::MAX_PATH_BYTES;
 
 /// How deep directories may nest below `static_dir`.
 pub const MAX_DEPTH: usize = 32;

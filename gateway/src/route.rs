@@ -304,22 +304,10 @@ mod tests {
         let without = runtime("");
         let with = runtime("origin = \"http://127.0.0.1:1\"");
         let h = HeaderMap::new();
-        assert_eq!(
-            status(&go(&without, &Method::GET, "/", &h)),
-            200
-        );
-        assert_eq!(
-            status(&go(&without, &Method::GET, "/nope", &h)),
-            404
-        );
-        assert_eq!(
-            status(&go(&with, &Method::GET, "/nope", &h)),
-            0
-        );
-        assert_eq!(
-            status(&go(&with, &Method::POST, "/index.html", &h)),
-            405
-        );
+        assert_eq!(status(&go(&without, &Method::GET, "/", &h)), 200);
+        assert_eq!(status(&go(&without, &Method::GET, "/nope", &h)), 404);
+        assert_eq!(status(&go(&with, &Method::GET, "/nope", &h)), 0);
+        assert_eq!(status(&go(&with, &Method::POST, "/index.html", &h)), 405);
     }
 
     #[test]
@@ -333,11 +321,7 @@ mod tests {
             "/a\\b",
             "/%00",
         ] {
-            assert_eq!(
-                status(&go(&rt, &Method::GET, p, &h)),
-                400,
-                "{p}"
-            );
+            assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 400, "{p}");
         }
     }
 
@@ -373,15 +357,9 @@ mod tests {
         let rt = runtime("origin = \"http://127.0.0.1:1\"");
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("101"));
-        assert_eq!(
-            status(&go(&rt, &Method::POST, "/api", &h)),
-            413
-        );
+        assert_eq!(status(&go(&rt, &Method::POST, "/api", &h)), 413);
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
-        assert_eq!(
-            status(&go(&rt, &Method::POST, "/api", &h)),
-            0
-        );
+        assert_eq!(status(&go(&rt, &Method::POST, "/api", &h)), 0);
     }
 
     /// A runtime with an origin and a room protecting `/cart/**`.
@@ -400,10 +378,22 @@ mod tests {
     fn protect_matches_the_canonical_path() {
         let rt = cart(false);
         let h = HeaderMap::new();
-        for p in ["/cart/x", "/%63art/x", "/%63%61%72%74/x", "/cart/%78", "/cart/"] {
+        for p in [
+            "/cart/x",
+            "/%63art/x",
+            "/%63%61%72%74/x",
+            "/cart/%78",
+            "/cart/",
+        ] {
             assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 401, "{p}");
         }
-        for p in ["/cart;x/y", "/..;/cart/x", "/cart%3bx/y", "/x/../cart/x", "//cart/x"] {
+        for p in [
+            "/cart;x/y",
+            "/..;/cart/x",
+            "/cart%3bx/y",
+            "/x/../cart/x",
+            "//cart/x",
+        ] {
             assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 400, "{p}");
         }
         // Case matters unless the room folds it.

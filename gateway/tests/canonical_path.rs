@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{admitted_pass, client, raw_request, raw_status, Gateway, GatewayOptions, RecordingOrigin};
+use common::{
+    admitted_pass, client, raw_request, raw_status, Gateway, GatewayOptions, RecordingOrigin,
+};
 
 /// What a spelling of a path under `/cart/` gets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,7 +34,10 @@ const SPELLINGS: &[(&str, Expect)] = &[
     ("/cart/a%2cb", Protected("/cart/a%2Cb")),
     ("/cart/a|b", Protected("/cart/a%7Cb")),
     ("/cart/", Protected("/cart/")),
-    ("/cart/x?q=%2f..;&r=%63", Protected("/cart/x?q=%2f..;&r=%63")),
+    (
+        "/cart/x?q=%2f..;&r=%63",
+        Protected("/cart/x?q=%2f..;&r=%63"),
+    ),
     ("http://shop/%63art/x", Protected("/cart/x")),
     ("/Cart/x", Open("/Cart/x")),
     ("/CART/x", Open("/CART/x")),
@@ -119,11 +124,17 @@ async fn every_spelling(fold_case: bool) {
             }
             Protected(_) => {
                 assert_eq!(status, 401, "{spelling}: {response}");
-                assert!(response.contains("\"error\":\"invalid_pass\""), "{spelling}");
+                assert!(
+                    response.contains("\"error\":\"invalid_pass\""),
+                    "{spelling}"
+                );
             }
             Open(target) => {
                 assert_eq!(status, 200, "{spelling}: {response}");
-                assert!(response.ends_with(&format!("origin saw {target}")), "{spelling}: {response}");
+                assert!(
+                    response.ends_with(&format!("origin saw {target}")),
+                    "{spelling}: {response}"
+                );
                 proxied.push(target.to_string());
             }
         }
@@ -174,13 +185,30 @@ async fn two_authorization_headers_are_refused_everywhere() {
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
     let one = format!("Authorization: Bearer {pass}\r\n");
     let response = get(&gw, "/cart/x", &one);
-    assert_eq!(raw_status(&response), 200, "one header with the pass: {response}");
+    assert_eq!(
+        raw_status(&response),
+        200,
+        "one header with the pass: {response}"
+    );
     assert_eq!(origin.targets(), ["/cart/x"]);
-    for target in ["/cart/x", "/open/x", "/queue/drop/status", "/catalog/products.json"] {
-        for second in ["Bearer junk".to_string(), format!("Bearer {pass}"), "Basic dTpw".into()] {
+    for target in [
+        "/cart/x",
+        "/open/x",
+        "/queue/drop/status",
+        "/catalog/products.json",
+    ] {
+        for second in [
+            "Bearer junk".to_string(),
+            format!("Bearer {pass}"),
+            "Basic dTpw".into(),
+        ] {
             let two = format!("{one}Authorization: {second}\r\n");
             let response = get(&gw, target, &two);
-            assert_eq!(raw_status(&response), 400, "{target} + {second}: {response}");
+            assert_eq!(
+                raw_status(&response),
+                400,
+                "{target} + {second}: {response}"
+            );
             assert!(
                 response.contains("\"error\":\"bad_request\"")
                     && response.contains("more than one Authorization header"),

@@ -94,13 +94,19 @@ async fn a_pass_lives_no_longer_than_pass_ttl_and_is_not_issued_ahead() {
     let longer = mint(TokenType::Pass, now - 10, now - 9 + PASS_TTL_S);
     for pass in [&forever, &longer] {
         let (status, body) = status_with_pass(&gw, pass).await;
-        assert_eq!((status, body["error"].as_str()), (401, Some("invalid_pass")));
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("invalid_pass"))
+        );
     }
     assert_eq!(rejections(&gw, "bad_lifetime").await, 2.0);
 
     let ahead = mint(TokenType::Pass, now + IAT_LEEWAY_S + 120, now + 200);
     let (status, body) = status_with_pass(&gw, &ahead).await;
-    assert_eq!((status, body["error"].as_str()), (401, Some("invalid_pass")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_pass"))
+    );
     assert_eq!(rejections(&gw, "issued_in_future").await, 1.0);
 
     // A ticket's TTL is not a pass's: a pass as long as a ticket is refused.

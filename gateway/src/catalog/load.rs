@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 
 use super::negotiate::Coding;
 use super::{
-    CacheControlRule, Catalog, CatalogError, CatalogLimits, Entry, Variant,
-    DEFAULT_CACHE_CONTROL, MAX_DEPTH,
+    CacheControlRule, Catalog, CatalogError, CatalogLimits, Entry, Variant, DEFAULT_CACHE_CONTROL,
+    MAX_DEPTH,
 };
 
 /// Smaller compressible files are served as they are: compression would

@@ -22,9 +22,7 @@ use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
-use sluice_admission::tokens::{
-    Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError,
-};
+use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
     JoinError, Policy, PollError, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
 };
