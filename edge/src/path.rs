@@ -169,6 +169,12 @@ pub fn normalize(raw: &str) -> Result<CanonicalPath, PathError> {
         }
         decoded.push(b);
     }
+    // Encoding raw characters can make the form sent longer than the one
+    // received; the limit holds for what the origin is sent, so the
+    // canonical form is itself a path this function accepts.
+    if encoded.len() > MAX_PATH_BYTES {
+        return Err(PathError::TooLong);
+    }
     let decoded = String::from_utf8(decoded).map_err(|_| PathError::NotUtf8)?;
     check_decoded(&decoded)?;
     Ok(CanonicalPath { encoded, decoded })
@@ -386,6 +392,17 @@ mod tests {
             normalize(&format!("/{}", "a".repeat(MAX_PATH_BYTES))),
             Err(PathError::TooLong)
         );
+    }
+
+    /// Found by the `path` fuzz target: 4 KiB of raw `{` and `|` encode to
+    /// three times as many bytes, which normalising again refused.
+    #[test]
+    fn the_limit_holds_for_the_encoded_form_too() {
+        let fits = format!("/{}", "|".repeat((MAX_PATH_BYTES - 1) / 3));
+        assert!(is_canonical(&normalize(&fits).unwrap()));
+        let expands = format!("/{}", "|".repeat((MAX_PATH_BYTES - 1) / 3 + 1));
+        assert!(expands.len() < MAX_PATH_BYTES);
+        assert_eq!(normalize(&expands), Err(PathError::TooLong));
     }
 
     #[test]
