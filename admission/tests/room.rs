@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{nz, policy, room, room_with, T0_MS};
-use sluice_admission::tokens::{KeyMaterial, KeySpec, Keyring, TokenType};
+use sluice_admission::tokens::{Expected, KeyMaterial, KeySpec, Keyring, TokenType};
 use sluice_admission::{
     InMemoryStock, JoinError, Joined, PolicyError, PollError, Status, Stop, WaitingRoom,
 };
@@ -111,7 +111,7 @@ fn admitted_repoll_gets_the_very_same_pass_token() {
     let t2 = keys.sign(&a2.claims("drop")).unwrap();
     assert_eq!(t1, t2);
     let claims = keys
-        .verify(&t1, TokenType::Pass, "drop", (T0_MS + 9_000) / 1000)
+        .verify(&t1, &Expected::pass("drop", 60), (T0_MS + 9_000) / 1000)
         .unwrap();
     assert_eq!(claims.sub, j.ticket_id.to_string());
     assert_eq!(claims.exp - claims.iat, 60);

@@ -7,7 +7,8 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use proptest::prelude::*;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use sluice_admission::tokens::{
-    generate_ed25519_pkcs8_der, Claims, KeyMaterial, KeySpec, Keyring, TokenError, TokenType,
+    generate_ed25519_pkcs8_der, Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError,
+    TokenType, IAT_LEEWAY_S,
 };
 
 const NOW: u64 = 1_800_000_000;
@@ -39,6 +40,19 @@ fn claims(typ: TokenType) -> Claims {
     )
 }
 
+/// Long enough for every token these tests mint (`iat` NOW - 10, `exp`
+/// NOW + 600).
+const TTL_S: u64 = 3600;
+
+fn expect(typ: TokenType, room: &str) -> Expected<'_> {
+    Expected {
+        typ,
+        room,
+        ttl_s: TTL_S,
+        opens_at_s: None,
+    }
+}
+
 fn ed_der() -> Vec<u8> {
     generate_ed25519_pkcs8_der().expect("keygen")
 }
@@ -47,7 +61,9 @@ fn ed_der() -> Vec<u8> {
 fn ticket_round_trips_with_exact_claims() {
     let ring = hs_ring();
     let token = ring.sign(&claims(TokenType::Ticket)).unwrap();
-    let got = ring.verify(&token, TokenType::Ticket, "drop", NOW).unwrap();
+    let got = ring
+        .verify(&token, &expect(TokenType::Ticket, "drop"), NOW)
+        .unwrap();
     assert_eq!(got, claims(TokenType::Ticket));
     let header = jsonwebtoken::decode_header(&token).unwrap();
     assert_eq!(header.kid.as_deref(), Some("k2"));
@@ -86,7 +102,7 @@ fn a_rotated_out_signer_still_verifies() {
     .unwrap();
     let token = old.sign(&claims(TokenType::Pass)).unwrap();
     assert!(hs_ring()
-        .verify(&token, TokenType::Pass, "drop", NOW)
+        .verify(&token, &expect(TokenType::Pass, "drop"), NOW)
         .is_ok());
 }
 
@@ -108,7 +124,9 @@ fn eddsa_round_trips_and_pem_parses() {
         jsonwebtoken::decode_header(&token).unwrap().alg,
         Algorithm::EdDSA
     );
-    assert!(ring.verify(&token, TokenType::Ticket, "drop", NOW).is_ok());
+    assert!(ring
+        .verify(&token, &expect(TokenType::Ticket, "drop"), NOW)
+        .is_ok());
 }
 
 #[test]
@@ -117,23 +135,23 @@ fn refusals_carry_their_reason() {
     let ticket = ring.sign(&claims(TokenType::Ticket)).unwrap();
     let cases: Vec<(Result<Claims, TokenError>, &str)> = vec![
         (
-            ring.verify(&ticket, TokenType::Pass, "drop", NOW),
+            ring.verify(&ticket, &expect(TokenType::Pass, "drop"), NOW),
             "wrong_type",
         ),
         (
-            ring.verify(&ticket, TokenType::Ticket, "other", NOW),
+            ring.verify(&ticket, &expect(TokenType::Ticket, "other"), NOW),
             "wrong_audience",
         ),
         (
-            ring.verify(&ticket, TokenType::Ticket, "drop", NOW + 600),
+            ring.verify(&ticket, &expect(TokenType::Ticket, "drop"), NOW + 600),
             "expired",
         ),
         (
-            ring.verify("not a token", TokenType::Ticket, "drop", NOW),
+            ring.verify("not a token", &expect(TokenType::Ticket, "drop"), NOW),
             "malformed",
         ),
         (
-            ring.verify(&"a".repeat(5000), TokenType::Ticket, "drop", NOW),
+            ring.verify(&"a".repeat(5000), &expect(TokenType::Ticket, "drop"), NOW),
             "malformed",
         ),
     ];
@@ -141,14 +159,15 @@ fn refusals_carry_their_reason() {
         assert_eq!(got.unwrap_err().reason(), reason);
     }
     assert!(ring
-        .verify(&ticket, TokenType::Ticket, "drop", NOW + 599)
+        .verify(&ticket, &expect(TokenType::Ticket, "drop"), NOW + 599)
         .is_ok());
 
     let mut foreign = claims(TokenType::Ticket);
     foreign.iss = "someone".into();
     let t = ring.sign(&foreign).unwrap();
     assert_eq!(
-        ring.verify(&t, TokenType::Ticket, "drop", NOW).unwrap_err(),
+        ring.verify(&t, &expect(TokenType::Ticket, "drop"), NOW)
+            .unwrap_err(),
         TokenError::WrongIssuer
     );
 
@@ -159,7 +178,8 @@ fn refusals_carry_their_reason() {
     .unwrap();
     let t = stranger.sign(&claims(TokenType::Ticket)).unwrap();
     assert_eq!(
-        ring.verify(&t, TokenType::Ticket, "drop", NOW).unwrap_err(),
+        ring.verify(&t, &expect(TokenType::Ticket, "drop"), NOW)
+            .unwrap_err(),
         TokenError::UnknownKid
     );
 
@@ -171,7 +191,8 @@ fn refusals_carry_their_reason() {
     .unwrap();
     let t = forger.sign(&claims(TokenType::Ticket)).unwrap();
     assert_eq!(
-        ring.verify(&t, TokenType::Ticket, "drop", NOW).unwrap_err(),
+        ring.verify(&t, &expect(TokenType::Ticket, "drop"), NOW)
+            .unwrap_err(),
         TokenError::BadSignature
     );
 }
@@ -186,7 +207,7 @@ fn alg_none_is_refused() {
         format!("{header}.{payload}"),
     ] {
         let err = ring
-            .verify(&token, TokenType::Pass, "drop", NOW)
+            .verify(&token, &expect(TokenType::Pass, "drop"), NOW)
             .unwrap_err();
         assert!(
             matches!(err, TokenError::AlgMismatch | TokenError::Malformed),
@@ -195,7 +216,7 @@ fn alg_none_is_refused() {
     }
     let token = format!("{header}.{payload}.");
     assert_eq!(
-        ring.verify(&token, TokenType::Pass, "drop", NOW)
+        ring.verify(&token, &expect(TokenType::Pass, "drop"), NOW)
             .unwrap_err(),
         TokenError::AlgMismatch
     );
@@ -230,7 +251,7 @@ fn hs256_token_naming_an_ed25519_key_is_refused() {
     )
     .unwrap();
     assert_eq!(
-        ring.verify(&forged, TokenType::Pass, "drop", NOW)
+        ring.verify(&forged, &expect(TokenType::Pass, "drop"), NOW)
             .unwrap_err(),
         TokenError::AlgMismatch
     );
@@ -250,7 +271,7 @@ fn hs256_token_naming_an_ed25519_key_is_refused() {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).unwrap())
     );
     assert_eq!(
-        ring.verify(&retagged, TokenType::Pass, "drop", NOW)
+        ring.verify(&retagged, &expect(TokenType::Pass, "drop"), NOW)
             .unwrap_err(),
         TokenError::AlgMismatch
     );
@@ -298,7 +319,7 @@ fn assert_every_flip_refused(ring: &Keyring, token: &str, typ: TokenType, index:
     bytes[i] ^= xor;
     // A flip that leaves invalid UTF-8 cannot even reach `verify`.
     if let Ok(text) = String::from_utf8(bytes) {
-        let got = ring.verify(&text, typ, "drop", NOW);
+        let got = ring.verify(&text, &expect(typ, "drop"), NOW);
         assert!(got.is_err(), "flip at {i} with {xor:#x} accepted: {text}");
     }
 }
@@ -324,13 +345,13 @@ proptest! {
         let ring = hs_ring();
         let token = ring.sign(&claims(TokenType::Ticket)).unwrap();
         if aud != "drop" {
-            prop_assert_eq!(ring.verify(&token, TokenType::Ticket, &aud, NOW).unwrap_err(), TokenError::WrongAudience);
+            prop_assert_eq!(ring.verify(&token, &expect(TokenType::Ticket, &aud), NOW).unwrap_err(), TokenError::WrongAudience);
         }
-        prop_assert_eq!(ring.verify(&token, TokenType::Pass, "drop", NOW).unwrap_err(), TokenError::WrongType);
+        prop_assert_eq!(ring.verify(&token, &expect(TokenType::Pass, "drop"), NOW).unwrap_err(), TokenError::WrongType);
         if kid != "k1" && kid != "k2" {
             let other = Keyring::new(vec![KeySpec { kid: kid.clone(), material: KeyMaterial::Hs256(HS_SECRET.to_vec()) }]).unwrap();
             let t = other.sign(&claims(TokenType::Ticket)).unwrap();
-            prop_assert_eq!(ring.verify(&t, TokenType::Ticket, "drop", NOW).unwrap_err(), TokenError::UnknownKid);
+            prop_assert_eq!(ring.verify(&t, &expect(TokenType::Ticket, "drop"), NOW).unwrap_err(), TokenError::UnknownKid);
         }
     }
 }
@@ -359,7 +380,7 @@ fn keyring_from_config_reads_base64url_secrets() {
     assert_eq!(from_config.signing_kid(), "k2");
     let token = from_config.sign(&claims(TokenType::Ticket)).unwrap();
     assert!(hs_ring()
-        .verify(&token, TokenType::Ticket, "drop", NOW)
+        .verify(&token, &expect(TokenType::Ticket, "drop"), NOW)
         .is_ok());
     let bad = vec![SigningKey {
         kid: "x".into(),
@@ -367,4 +388,109 @@ fn keyring_from_config_reads_base64url_secrets() {
         secret: Secret::new("not base64!".into()),
     }];
     assert!(Keyring::from_config(&bad).is_err());
+}
+
+/// A token of `typ` issued at `iat` that expires at `exp`.
+fn minted(ring: &Keyring, typ: TokenType, iat: u64, exp: u64) -> String {
+    let mut c = claims(typ);
+    c.iat = iat;
+    c.exp = exp;
+    ring.sign(&c).unwrap()
+}
+
+#[test]
+fn a_token_issued_in_the_future_is_refused_beyond_the_leeway() {
+    let ring = hs_ring();
+    for typ in [TokenType::Ticket, TokenType::Pass] {
+        let at_leeway = minted(&ring, typ, NOW + IAT_LEEWAY_S, NOW + 60);
+        assert!(ring.verify(&at_leeway, &expect(typ, "drop"), NOW).is_ok());
+        let ahead = minted(&ring, typ, NOW + IAT_LEEWAY_S + 1, NOW + 60);
+        let refused = ring.verify(&ahead, &expect(typ, "drop"), NOW).unwrap_err();
+        assert_eq!(refused, TokenError::IssuedInFuture);
+        assert_eq!(refused.reason(), "issued_in_future");
+    }
+}
+
+#[test]
+fn a_lifetime_longer_than_the_rooms_ttl_is_refused() {
+    let ring = hs_ring();
+    let pass_ttl_s = 600;
+    let exact = minted(&ring, TokenType::Pass, NOW - 10, NOW - 10 + pass_ttl_s);
+    assert!(ring
+        .verify(&exact, &Expected::pass("drop", pass_ttl_s), NOW)
+        .is_ok());
+    let longer = minted(&ring, TokenType::Pass, NOW - 10, NOW - 9 + pass_ttl_s);
+    let refused = ring
+        .verify(&longer, &Expected::pass("drop", pass_ttl_s), NOW)
+        .unwrap_err();
+    assert_eq!(refused, TokenError::BadLifetime);
+    assert_eq!(refused.reason(), "bad_lifetime");
+    // "Forever": the token a leaked key would mint.
+    let forever = minted(&ring, TokenType::Ticket, NOW - 10, u64::MAX);
+    assert_eq!(
+        ring.verify(&forever, &Expected::ticket("drop", 3600), NOW),
+        Err(TokenError::BadLifetime)
+    );
+    // The TTL is the one of the expected type.
+    let ticket = minted(&ring, TokenType::Ticket, NOW - 10, NOW + 3000);
+    assert!(ring
+        .verify(&ticket, &Expected::ticket("drop", 3600), NOW)
+        .is_ok());
+    assert_eq!(
+        ring.verify(&ticket, &Expected::ticket("drop", 600), NOW),
+        Err(TokenError::BadLifetime)
+    );
+}
+
+#[test]
+fn an_empty_or_negative_lifetime_is_refused() {
+    let ring = hs_ring();
+    let empty = minted(&ring, TokenType::Pass, NOW + 2, NOW + 2);
+    let backwards = minted(&ring, TokenType::Pass, NOW + 3, NOW + 1);
+    for t in [empty, backwards] {
+        assert_eq!(
+            ring.verify(&t, &Expected::pass("drop", 600), NOW),
+            Err(TokenError::BadLifetime)
+        );
+    }
+}
+
+#[test]
+fn a_pre_queue_ticket_lives_from_the_opening() {
+    let ring = hs_ring();
+    let opens_at_s = NOW + 1800;
+    let ttl_s = 3600;
+    // Joined before the opening: it expires ttl_s after it.
+    let early = minted(&ring, TokenType::Ticket, NOW - 10, opens_at_s + ttl_s);
+    let rules = Expected::ticket("drop", ttl_s).opening_at(Some(opens_at_s));
+    assert!(ring.verify(&early, &rules, NOW).is_ok());
+    assert_eq!(
+        ring.verify(&early, &Expected::ticket("drop", ttl_s), NOW),
+        Err(TokenError::BadLifetime)
+    );
+    let later = minted(&ring, TokenType::Ticket, NOW - 10, opens_at_s + ttl_s + 1);
+    assert_eq!(
+        ring.verify(&later, &rules, NOW),
+        Err(TokenError::BadLifetime)
+    );
+    // An opening past `exp` cannot underflow into a huge allowance.
+    let past = Expected::ticket("drop", ttl_s).opening_at(Some(u64::MAX));
+    assert!(ring.verify(&early, &past, NOW).is_ok());
+}
+
+#[test]
+fn a_token_without_iat_is_malformed() {
+    let ring = hs_ring();
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("k2".into());
+    let claims = serde_json::json!({
+        "iss": "sluice", "aud": "drop", "sub": "00112233445566778899aabbccddeeff",
+        "seq": 1, "typ": "pass", "exp": NOW + 60,
+    });
+    let token =
+        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(HS_SECRET)).unwrap();
+    assert_eq!(
+        ring.verify(&token, &Expected::pass("drop", 600), NOW),
+        Err(TokenError::Malformed)
+    );
 }

@@ -35,15 +35,18 @@ impl ServeHttp for Admin {
         let req = session.req_header();
         let path = req.uri.path().to_string();
         let method = req.method.clone();
-        let authorization = req.headers.get(header::AUTHORIZATION).cloned();
+        // Two `Authorization` headers are refused, as on the public listener.
+        let Ok(presented) = sluice_edge::auth::bearer(&req.headers).map(|t| t.map(str::to_owned))
+        else {
+            return error(&ApiError::new(
+                ErrorCode::BadRequest,
+                "The request carries more than one Authorization header.",
+            ));
+        };
         let open_route = matches!(path.as_str(), "/healthz" | "/readyz");
         let runtime = self.shared.runtime();
         if let Some(token) = &runtime.config.gateway.admin_token {
-            let presented = authorization
-                .as_ref()
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
+            let presented = presented.as_deref().unwrap_or("");
             if !open_route && !constant_time_eq(presented.as_bytes(), token.expose().as_bytes()) {
                 return error(&ApiError::new(
                     ErrorCode::Unauthorized,

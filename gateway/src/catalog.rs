@@ -8,12 +8,12 @@
 //! slow or changing disk cannot stall it, a half-written deploy cannot be
 //! served, and no request path can name a file outside the map.
 //!
-//! [`Catalog::lookup`] is also the gateway's gate for request paths: it
-//! answers [`Lookup::BadPath`] for any path that is malformed or looks like a
-//! traversal attempt (`..`, encoded slashes, double encoding, control
-//! characters, drive letters, ...), for every method, whether or not a file
-//! matches. Such a path must then be answered with `400 bad_request` and never
-//! proxied, so an origin that is less careful than this map never sees it.
+//! [`Catalog::lookup`] takes the request's [`CanonicalPath`]: the gateway
+//! refuses a path that is malformed or looks like a traversal attempt
+//! (`..`, encoded slashes, double encoding, control characters, drive
+//! letters, ...) with `400 bad_request` before anything looks it up
+//! (`sluice_edge::path`), so the catalog, the `protect` globs and the origin
+//! all see the same one form.
 //!
 //! Every input is bounded: the number and size of files ([`CatalogLimits`]),
 //! directory depth ([`MAX_DEPTH`]), path length ([`MAX_PATH_BYTES`]), and how
@@ -27,11 +27,11 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 mod load;
 mod negotiate;
-mod path;
 #[cfg(test)]
 mod tests;
 
-pub use path::MAX_PATH_BYTES;
+use sluice_edge::path::CanonicalPath;
+pub use sluice_edge::path::MAX_PATH_BYTES;
 
 /// How deep directories may nest below `static_dir`.
 pub const MAX_DEPTH: usize = 32;
@@ -88,11 +88,8 @@ pub enum CatalogError {
 /// What the catalog says about a request.
 #[derive(Debug)]
 pub enum Lookup {
-    /// The path is well-formed but names no catalog file: proxy it.
+    /// No catalog file has this path: proxy it.
     NotFound,
-    /// A malformed path or traversal attempt: answer `400 bad_request` with
-    /// this message; never proxy it.
-    BadPath(&'static str),
     /// A catalog file, but the method is not GET or HEAD: answer `405` with
     /// `Allow: GET, HEAD`.
     MethodNotAllowed,
@@ -176,17 +173,14 @@ impl Catalog {
         self.files.contains_key(path)
     }
 
-    /// Answers a request. `raw_path` is the path as sent (percent-encoded; a
-    /// `?query` is ignored). A path ending in `/` means its `index.html`.
-    pub fn lookup(&self, method: &Method, raw_path: &str, headers: &HeaderMap) -> Lookup {
-        let path = match path::decode(raw_path) {
-            Ok(path) => path,
-            Err(why) => return Lookup::BadPath(why),
-        };
+    /// Answers a request for `path`, matched on its decoded form. A path
+    /// ending in `/` means its `index.html`.
+    pub fn lookup(&self, method: &Method, path: &CanonicalPath, headers: &HeaderMap) -> Lookup {
+        let path = path.decoded();
         let entry = if path.ends_with('/') {
             self.files.get(&format!("{path}index.html"))
         } else {
-            self.files.get(path.as_ref())
+            self.files.get(path)
         };
         let Some(entry) = entry else {
             return Lookup::NotFound;

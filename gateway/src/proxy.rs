@@ -5,10 +5,10 @@
 //! | phase | here |
 //! | --- | --- |
 //! | `new_ctx` | take the current [`Runtime`] snapshot for the whole request |
-//! | `request_filter` | request id, then [`route`]: catalog, error, cache hit, or on to the origin |
+//! | `request_filter` | request id, [`read_request`] (the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
-//! | `upstream_request_filter` | forwarding headers, drop hop-by-hop headers |
+//! | `upstream_request_filter` | the canonical path as the target, forwarding headers, drop hop-by-hop headers |
 //! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
@@ -32,7 +32,9 @@ use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
 use crate::queue::Rooms;
-use crate::route::{route, LocalResponse, PassCheck, RequestFacts, Route};
+use crate::route::{
+    origin_target, read_request, route, LocalResponse, PassCheck, RequestFacts, Route,
+};
 use crate::runtime::Runtime;
 use crate::state::Shared;
 
@@ -50,6 +52,8 @@ impl Proxy {
 pub struct Ctx {
     runtime: Arc<Runtime>,
     request_id: String,
+    /// The request's canonical path, once `request_filter` has read it.
+    path: Option<sluice_edge::path::CanonicalPath>,
     started: Instant,
     /// How the answer was produced, for metrics and the access log.
     source: &'static str,
@@ -88,6 +92,7 @@ impl ProxyHttp for Proxy {
         Ctx {
             runtime: self.shared.runtime(),
             request_id: String::new(),
+            path: None,
             started: Instant::now(),
             source: "local",
             upstream_sent: None,
@@ -102,6 +107,17 @@ impl ProxyHttp for Proxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let req = session.req_header();
         ctx.request_id = headers::request_id(req.headers.get(headers::X_REQUEST_ID));
+        // A target that is not UTF-8 reaches `uri` with U+FFFD in it, which
+        // the normaliser refuses (raw non-ASCII).
+        let path = match read_request(req.uri.path(), &req.headers) {
+            Ok(path) => path,
+            Err(local) => {
+                ctx.source = local.source;
+                self.write_local(session, ctx, local).await?;
+                return Ok(true);
+            }
+        };
+        let req = session.req_header();
         let host = req
             .headers
             .get(header::HOST)
@@ -110,7 +126,7 @@ impl ProxyHttp for Proxy {
             .unwrap_or("");
         let facts = RequestFacts {
             method: &req.method,
-            path: req.uri.path(),
+            path: &path,
             query: req.uri.query(),
             host,
             headers: &req.headers,
@@ -120,7 +136,9 @@ impl ProxyHttp for Proxy {
             headers: &req.headers,
             metrics: &self.shared.metrics,
         };
-        match route(&ctx.runtime, &facts, &passes, Instant::now()) {
+        let routed = route(&ctx.runtime, &facts, &passes, Instant::now());
+        let path = ctx.path.insert(path).decoded().to_owned();
+        match routed {
             Route::Webhook => {
                 ctx.source = "webhook";
                 let local = self.webhook(session, ctx).await?;
@@ -142,7 +160,7 @@ impl ProxyHttp for Proxy {
                 let req = session.req_header();
                 let local = self.shared.rooms.handle(
                     &req.method,
-                    req.uri.path(),
+                    &path,
                     &req.headers,
                     client,
                     &self.shared.metrics,
@@ -243,6 +261,12 @@ impl ProxyHttp for Proxy {
         upstream: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some(path) = &ctx.path {
+            let target = origin_target(path, upstream.uri.query());
+            let uri = http::Uri::try_from(target)
+                .map_err(|e| Error::because(ErrorType::InternalError, "canonical path", e))?;
+            upstream.set_uri(uri);
+        }
         for name in headers::hop_by_hop(&upstream.headers) {
             upstream.remove_header(&name);
         }
@@ -484,7 +508,13 @@ impl Proxy {
             body.extend_from_slice(&chunk);
         }
         let req = session.req_header();
-        let route = OrderRoute::of(req.uri.path()).expect("route() checked the path");
+        let path = ctx.path.as_ref().map_or("", |p| p.decoded());
+        let Some(route) = OrderRoute::of(path) else {
+            return Ok(LocalResponse::error(&ApiError::new(
+                ErrorCode::NotFound,
+                "Nothing is served at this path.",
+            )));
+        };
         Ok(self
             .shared
             .orders

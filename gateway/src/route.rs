@@ -1,14 +1,23 @@
 //! The routing decision, as a plain function of (runtime, request facts, now).
 //!
-//! The proxy phases only gather the request's facts, call [`route`] and carry
-//! out the answer; everything that decides lives here and is unit-tested
-//! without a server.
+//! The proxy phases only gather the request's facts, call [`read_request`]
+//! and [`route`] and carry out the answer; everything that decides lives
+//! here and is unit-tested without a server.
+//!
+//! [`read_request`] runs first and once: it turns the path into its one
+//! canonical form (`sluice_edge::path`) and refuses a request that cannot be
+//! read one way only. Everything after it (the `protect` globs, the local
+//! routes, the catalog, the origin cache key, the target sent to the
+//! origin) uses that form, so what was checked is what the origin serves.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+
+use sluice_edge::auth::check_single_authorization;
+use sluice_edge::path::{normalize, CanonicalPath};
 
 use crate::catalog::Lookup;
 use crate::error::{ApiError, ErrorCode};
@@ -18,8 +27,8 @@ use crate::runtime::Runtime;
 /// What the gateway knows about a request when it decides.
 pub struct RequestFacts<'a> {
     pub method: &'a Method,
-    /// The path as sent, still percent-encoded.
-    pub path: &'a str,
+    /// The request's canonical path, from [`read_request`].
+    pub path: &'a CanonicalPath,
     pub query: Option<&'a str>,
     pub host: &'a str,
     pub headers: &'a HeaderMap,
@@ -87,6 +96,24 @@ impl PassCheck for NoPasses {
     }
 }
 
+/// What every later decision about a request reads, read once: its
+/// canonical path, and that it names one caller (a single `Authorization`
+/// header). Otherwise `400 bad_request`, which is never proxied.
+pub fn read_request(raw_path: &str, headers: &HeaderMap) -> Result<CanonicalPath, LocalResponse> {
+    let bad = |message: &str| LocalResponse::error(&ApiError::new(ErrorCode::BadRequest, message));
+    check_single_authorization(headers).map_err(|e| bad(&e.to_string()))?;
+    normalize(raw_path).map_err(|e| bad(e.message()))
+}
+
+/// The request-target sent to the origin: the canonical path, and the
+/// query as the client sent it.
+pub fn origin_target(path: &CanonicalPath, query: Option<&str>) -> String {
+    match query {
+        Some(query) => format!("{}?{query}", path.encoded()),
+        None => path.encoded().to_owned(),
+    }
+}
+
 pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: Instant) -> Route {
     let gateway = &rt.config.gateway;
     if let Some(len) = content_length(req.headers) {
@@ -100,18 +127,15 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
             ));
         }
     }
-    let lookup = rt.catalog.lookup(req.method, req.path, req.headers);
-    if let Lookup::BadPath(why) = lookup {
-        return error(ApiError::new(ErrorCode::BadRequest, why));
-    }
-    if req.path.starts_with("/queue/") {
+    let path = req.path.decoded();
+    if path.starts_with("/queue/") {
         return Route::Queue;
     }
-    if req.path.starts_with("/webhooks/") {
+    if path.starts_with("/webhooks/") {
         return Route::Webhook;
     }
     if let Some(room) = rt
-        .protecting_room(req.path)
+        .protecting_room(path)
         .filter(|room| !passes.has_pass(&room.name))
     {
         let queue = format!("/queue/{}", room.name);
@@ -141,10 +165,10 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
             .with("join", format!("{queue}/join")),
         );
     }
-    if crate::orders::OrderRoute::of(req.path).is_some() {
+    if crate::orders::OrderRoute::of(path).is_some() {
         return Route::Orders;
     }
-    match lookup {
+    match rt.catalog.lookup(req.method, req.path, req.headers) {
         Lookup::Hit(hit) => {
             return Route::Local(LocalResponse {
                 status: hit.status,
@@ -163,7 +187,7 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
                 .push((header::ALLOW, HeaderValue::from_static("GET, HEAD")));
             return Route::Local(local);
         }
-        Lookup::NotFound | Lookup::BadPath(_) => {}
+        Lookup::NotFound => {}
     }
     if gateway.origin.is_none() {
         return error(ApiError::new(
@@ -171,9 +195,15 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
             "Nothing is served at this path.",
         ));
     }
-    let key = rt
-        .origin_cache
-        .request_key(req.method, req.host, req.path, req.query, req.headers);
+    // Keyed on what the origin is sent: two spellings it may tell apart
+    // (`/a,b` and `/a%2Cb`) are two entries.
+    let key = rt.origin_cache.request_key(
+        req.method,
+        req.host,
+        req.path.encoded(),
+        req.query,
+        req.headers,
+    );
     if let Some(k) = &key {
         if let Some(response) = rt.origin_cache.get(&k.key, now) {
             let not_modified = match (req.headers.get(header::IF_NONE_MATCH), response.etag()) {
@@ -242,14 +272,20 @@ mod tests {
         Runtime::build(Arc::new(config), Arc::new(catalog), None)
     }
 
-    fn facts<'a>(method: &'a Method, path: &'a str, headers: &'a HeaderMap) -> RequestFacts<'a> {
-        RequestFacts {
+    /// What the proxy does: read the request, then route it.
+    fn go(rt: &Runtime, method: &Method, raw_path: &str, headers: &HeaderMap) -> Route {
+        let path = match read_request(raw_path, headers) {
+            Ok(path) => path,
+            Err(local) => return Route::Local(local),
+        };
+        let facts = RequestFacts {
             method,
-            path,
+            path: &path,
             query: None,
             host: "shop",
             headers,
-        }
+        };
+        route(rt, &facts, &NoPasses, Instant::now())
     }
 
     fn status(r: &Route) -> u16 {
@@ -268,42 +304,10 @@ mod tests {
         let without = runtime("");
         let with = runtime("origin = \"http://127.0.0.1:1\"");
         let h = HeaderMap::new();
-        assert_eq!(
-            status(&route(
-                &without,
-                &facts(&Method::GET, "/", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            200
-        );
-        assert_eq!(
-            status(&route(
-                &without,
-                &facts(&Method::GET, "/nope", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            404
-        );
-        assert_eq!(
-            status(&route(
-                &with,
-                &facts(&Method::GET, "/nope", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            0
-        );
-        assert_eq!(
-            status(&route(
-                &with,
-                &facts(&Method::POST, "/index.html", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            405
-        );
+        assert_eq!(status(&go(&without, &Method::GET, "/", &h)), 200);
+        assert_eq!(status(&go(&without, &Method::GET, "/nope", &h)), 404);
+        assert_eq!(status(&go(&with, &Method::GET, "/nope", &h)), 0);
+        assert_eq!(status(&go(&with, &Method::POST, "/index.html", &h)), 405);
     }
 
     #[test]
@@ -317,16 +321,7 @@ mod tests {
             "/a\\b",
             "/%00",
         ] {
-            assert_eq!(
-                status(&route(
-                    &rt,
-                    &facts(&Method::GET, p, &h),
-                    &NoPasses,
-                    Instant::now()
-                )),
-                400,
-                "{p}"
-            );
+            assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 400, "{p}");
         }
     }
 
@@ -338,12 +333,7 @@ mod tests {
             header::ACCEPT,
             HeaderValue::from_static("text/html,application/xhtml+xml"),
         );
-        let Route::Local(r) = route(
-            &rt,
-            &facts(&Method::GET, "/checkout", &browser),
-            &NoPasses,
-            Instant::now(),
-        ) else {
+        let Route::Local(r) = go(&rt, &Method::GET, "/checkout", &browser) else {
             panic!()
         };
         assert_eq!(r.status, StatusCode::SEE_OTHER);
@@ -351,12 +341,7 @@ mod tests {
             .headers
             .contains(&(header::LOCATION, HeaderValue::from_static("/queue/drop"))));
         let api = HeaderMap::new();
-        let Route::Local(r) = route(
-            &rt,
-            &facts(&Method::POST, "/orders/abc/cancel", &api),
-            &NoPasses,
-            Instant::now(),
-        ) else {
+        let Route::Local(r) = go(&rt, &Method::POST, "/orders/abc/cancel", &api) else {
             panic!()
         };
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
@@ -372,24 +357,85 @@ mod tests {
         let rt = runtime("origin = \"http://127.0.0.1:1\"");
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("101"));
-        assert_eq!(
-            status(&route(
-                &rt,
-                &facts(&Method::POST, "/api", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            413
-        );
+        assert_eq!(status(&go(&rt, &Method::POST, "/api", &h)), 413);
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
+        assert_eq!(status(&go(&rt, &Method::POST, "/api", &h)), 0);
+    }
+
+    /// A runtime with an origin and a room protecting `/cart/**`.
+    fn cart(fold_case: bool) -> Runtime {
+        let dir = std::env::temp_dir().join(format!("sluice-route-cart-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = format!(
+            "[gateway]\nstatic_dir = {dir:?}\norigin = \"http://127.0.0.1:1\"\n[[rooms]]\nname = \"drop\"\nprotect = [\"/cart/**\"]\nprotect_case_insensitive = {fold_case}\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n"
+        );
+        let config = parse_with_env(&src, Path::new("t.toml"), &|_| None).unwrap();
+        let catalog = crate::runtime::load_catalog(&config).unwrap();
+        Runtime::build(Arc::new(config), Arc::new(catalog), None)
+    }
+
+    #[test]
+    fn protect_matches_the_canonical_path() {
+        let rt = cart(false);
+        let h = HeaderMap::new();
+        for p in [
+            "/cart/x",
+            "/%63art/x",
+            "/%63%61%72%74/x",
+            "/cart/%78",
+            "/cart/",
+        ] {
+            assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 401, "{p}");
+        }
+        for p in [
+            "/cart;x/y",
+            "/..;/cart/x",
+            "/cart%3bx/y",
+            "/x/../cart/x",
+            "//cart/x",
+        ] {
+            assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 400, "{p}");
+        }
+        // Case matters unless the room folds it.
+        assert_eq!(status(&go(&rt, &Method::GET, "/Cart/x", &h)), 0);
+        let folding = cart(true);
+        for p in ["/Cart/x", "/CART/x", "/%43art/x", "/cart/x"] {
+            assert_eq!(status(&go(&folding, &Method::GET, p, &h)), 401, "{p}");
+        }
+        assert_eq!(status(&go(&folding, &Method::GET, "/carts", &h)), 0);
+    }
+
+    #[test]
+    fn local_routes_match_the_canonical_path() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let h = HeaderMap::new();
+        assert_eq!(status(&go(&rt, &Method::GET, "/%71ueue/drop", &h)), 2);
+        assert_eq!(status(&go(&rt, &Method::POST, "/%77ebhooks/sim", &h)), 4);
+        assert_eq!(status(&go(&rt, &Method::POST, "/%63heckout", &h)), 401);
+    }
+
+    #[test]
+    fn two_authorization_headers_are_a_bad_request() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let mut h = HeaderMap::new();
+        h.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer a"));
+        assert_eq!(status(&go(&rt, &Method::GET, "/api", &h)), 0);
+        h.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer b"));
+        let Route::Local(r) = go(&rt, &Method::GET, "/api", &h) else {
+            panic!("proxied")
+        };
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"], "bad_request");
+    }
+
+    #[test]
+    fn the_origin_is_sent_the_canonical_path_and_the_query_as_sent() {
+        let p = normalize("/%63art/caf%c3%a9").unwrap();
+        assert_eq!(origin_target(&p, None), "/cart/caf%C3%A9");
         assert_eq!(
-            status(&route(
-                &rt,
-                &facts(&Method::POST, "/api", &h),
-                &NoPasses,
-                Instant::now()
-            )),
-            0
+            origin_target(&p, Some("a=%2f&b=..;")),
+            "/cart/caf%C3%A9?a=%2f&b=..;"
         );
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use sluice_policies::model::Room;
 use sluice_policies::Config;
 
@@ -39,7 +39,7 @@ impl Runtime {
         let protect = config
             .rooms
             .iter()
-            .map(|room| glob_set(&room.protect))
+            .map(|room| glob_set(&room.protect, room.protect_case_insensitive))
             .collect();
         Runtime {
             config,
@@ -49,7 +49,8 @@ impl Runtime {
         }
     }
 
-    /// The room whose `protect` patterns cover `path`.
+    /// The room whose `protect` patterns cover `path`, the decoded
+    /// canonical path of the request.
     pub fn protecting_room(&self, path: &str) -> Option<&Room> {
         self.protect
             .iter()
@@ -78,13 +79,16 @@ pub fn load_catalog(config: &Config) -> Result<Catalog, String> {
         .map_err(|e| format!("static_dir {}: {e}", g.static_dir.display()))
 }
 
-fn glob_set(patterns: &[String]) -> GlobSet {
+/// The globs of one room. With `fold_case` they match in any case; the
+/// fold is Unicode's, a superset of the ASCII fold an origin does, so it
+/// protects at least every spelling such an origin serves as the same.
+fn glob_set(patterns: &[String], fold_case: bool) -> GlobSet {
     let mut builder = GlobSetBuilder::new();
     for p in patterns {
         // Patterns were validated with the config. `*` also matches `/`,
         // so `/orders/*` protects `/orders/{id}/cancel` too: when in doubt
         // a pattern protects more, never less.
-        if let Ok(glob) = Glob::new(p) {
+        if let Ok(glob) = GlobBuilder::new(p).case_insensitive(fold_case).build() {
             builder.add(glob);
         }
     }

@@ -33,6 +33,17 @@ async fn admin_token_guards_everything_but_the_probes() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200, "{path} with the token");
+        // The right token and a second header: refused, not picked.
+        let r = c
+            .get(gw.admin_url(path))
+            .bearer_auth(token)
+            .header("authorization", "Bearer wrong-token-0123456789")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path} with two Authorization headers");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["error"], "bad_request");
     }
     for path in ["/healthz", "/readyz"] {
         assert_eq!(

@@ -125,6 +125,8 @@ pub struct RoomFile {
     pub name: Spanned<String>,
     #[serde(default)]
     pub protect: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub protect_case_insensitive: bool,
     pub release_per_second: Spanned<RateFile>,
     pub max_active: Spanned<i64>,
     pub queue_capacity: Spanned<i64>,

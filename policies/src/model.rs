@@ -166,6 +166,9 @@ pub struct OriginCache {
 pub struct Room {
     pub name: String,
     pub protect: Vec<String>,
+    /// `protect` matches with ASCII case folded (`/Cart/x` is `/cart/x`),
+    /// for origins that fold case.
+    pub protect_case_insensitive: bool,
     /// The rate in force: configured, or derived from the backends.
     pub release_per_second: NonZeroU32,
     /// Where the rate comes from.

@@ -567,9 +567,16 @@ impl Validator<'_> {
             }
             let mut protect = Vec::with_capacity(r.protect.len());
             for p in r.protect {
+                // With case folded on either side, `/Cart/*` and `/cart/*`
+                // are the same paths.
                 let taken_by = out
                     .iter()
-                    .find(|o| o.protect.contains(p.get_ref()))
+                    .find(|o| {
+                        let fold = o.protect_case_insensitive || r.protect_case_insensitive;
+                        o.protect.iter().any(|q| {
+                            q == p.get_ref() || (fold && q.eq_ignore_ascii_case(p.get_ref()))
+                        })
+                    })
                     .map(|o| o.name.clone());
                 if let Some(other) = taken_by {
                     self.problem(
@@ -628,6 +635,7 @@ impl Validator<'_> {
             out.push(Room {
                 name,
                 protect,
+                protect_case_insensitive: r.protect_case_insensitive,
                 release_per_second: nz32(release),
                 release_source,
                 burst: nz32(burst),

@@ -371,3 +371,39 @@ fn payments_are_checked() {
         "between 0 and 1",
     );
 }
+
+#[test]
+fn protect_case_insensitive_is_read_and_folds_the_overlap_check() {
+    let room = |name: &str, glob: &str, fold: bool| {
+        format!("[[rooms]]\nname = \"{name}\"\nprotect = [\"{glob}\"]\nprotect_case_insensitive = {fold}\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n")
+    };
+    let c = parse(&format!("[gateway]\n{}", room("a", "/cart/**", true))).unwrap();
+    assert!(c.rooms[0].protect_case_insensitive);
+    let c = parse(&format!("[gateway]\n{ROOM}")).unwrap();
+    assert!(!c.rooms[0].protect_case_insensitive, "off by default");
+    // Two case-sensitive rooms may protect paths that differ in case only.
+    parse(&format!(
+        "[gateway]\n{}{}",
+        room("a", "/cart/**", false),
+        room("b", "/Cart/**", false)
+    ))
+    .unwrap();
+    // With folding on either side they are the same paths.
+    let folded = format!(
+        "[gateway]\n{}{}",
+        room("a", "/cart/**", false),
+        room("b", "/Cart/**", true)
+    );
+    let problems = parse(&folded).unwrap_err().0;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.contains("already protected by room \"a\"")),
+        "{problems:?}"
+    );
+    let not_bool = format!("[gateway]\n{}", room("a", "/cart/**", true)).replace(
+        "protect_case_insensitive = true",
+        "protect_case_insensitive = \"yes\"",
+    );
+    assert!(parse(&not_bool).is_err());
+}

@@ -40,7 +40,7 @@ pub struct Claims {
     /// The place in line the ticket was given at join.
     pub seq: u64,
     pub typ: TokenType,
-    /// Issued at, unix seconds.
+    /// Issued at, unix seconds. Required: a token without it is malformed.
     pub iat: u64,
     /// Expires at, unix seconds; the token is valid while `now < exp`.
     pub exp: u64,

@@ -23,6 +23,10 @@ pub enum TokenError {
     WrongIssuer,
     #[error("token has expired")]
     Expired,
+    #[error("token is issued in the future")]
+    IssuedInFuture,
+    #[error("token lifetime is empty or longer than the room's TTL")]
+    BadLifetime,
     #[error("token could not be signed")]
     Signing,
 }
@@ -39,6 +43,8 @@ impl TokenError {
             TokenError::WrongAudience => "wrong_audience",
             TokenError::WrongIssuer => "wrong_issuer",
             TokenError::Expired => "expired",
+            TokenError::IssuedInFuture => "issued_in_future",
+            TokenError::BadLifetime => "bad_lifetime",
             TokenError::Signing => "signing",
         }
     }

@@ -20,6 +20,50 @@ const KEYS_MAX: usize = 16;
 const KID_BYTES_MAX: usize = 64;
 /// HS256 secrets shorter than the hash output weaken the MAC.
 const HS256_SECRET_BYTES_MIN: usize = 32;
+/// How far in the future a token's `iat` may be, in seconds: room for the
+/// clocks of two gateways to differ a little, not for a token minted ahead.
+pub const IAT_LEEWAY_S: u64 = 5;
+
+/// What a presented token must be: its type, its room, and the room's TTL
+/// for that type, which bounds its lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected<'a> {
+    pub typ: TokenType,
+    pub room: &'a str,
+    /// The room's `pass_ttl_s` or `ticket_ttl_s`: the longest `exp - iat`.
+    pub ttl_s: u64,
+    /// The room's fair start (unix seconds), if it has one: a ticket taken
+    /// before the opening lives until `ttl_s` after it, so its lifetime is
+    /// counted from the opening.
+    pub opens_at_s: Option<u64>,
+}
+
+impl<'a> Expected<'a> {
+    /// A pass of `room`, whose `pass_ttl_s` is `ttl_s`.
+    pub fn pass(room: &'a str, ttl_s: u64) -> Self {
+        Self {
+            typ: TokenType::Pass,
+            room,
+            ttl_s,
+            opens_at_s: None,
+        }
+    }
+
+    /// A ticket of `room`, whose `ticket_ttl_s` is `ttl_s`.
+    pub fn ticket(room: &'a str, ttl_s: u64) -> Self {
+        Self {
+            typ: TokenType::Ticket,
+            room,
+            ttl_s,
+            opens_at_s: None,
+        }
+    }
+
+    /// The same, for a room with a fair start at `opens_at_s`.
+    pub fn opening_at(self, opens_at_s: Option<u64>) -> Self {
+        Self { opens_at_s, ..self }
+    }
+}
 
 /// The secret part of one key.
 #[derive(Clone)]
@@ -137,14 +181,16 @@ impl Keyring {
         jsonwebtoken::encode(&header, claims, &key.encoding).map_err(|_| TokenError::Signing)
     }
 
-    /// Verifies a token presented for `room` as a `expected` at
-    /// `now_unix_s`. Checks, in order: shape, algorithm, key, signature,
-    /// issuer, audience, type, expiry.
+    /// Verifies a token presented as `expected` at `now_unix_s`. Checks, in
+    /// order: shape, algorithm, key, signature, issuer, audience, type,
+    /// expiry, `iat` no more than [`IAT_LEEWAY_S`] ahead, and a lifetime
+    /// (`exp` minus `iat`, or minus the opening for a ticket taken before
+    /// it) above zero and at most the room's TTL, so a token minted with a
+    /// leaked key cannot live longer than one the room mints.
     pub fn verify(
         &self,
         token: &str,
-        expected: TokenType,
-        room: &str,
+        expected: &Expected<'_>,
         now_unix_s: u64,
     ) -> Result<Claims, TokenError> {
         if token.len() > TOKEN_BYTES_MAX {
@@ -184,14 +230,21 @@ impl Keyring {
         if claims.iss != ISSUER {
             return Err(TokenError::WrongIssuer);
         }
-        if claims.aud != room {
+        if claims.aud != expected.room {
             return Err(TokenError::WrongAudience);
         }
-        if claims.typ != expected {
+        if claims.typ != expected.typ {
             return Err(TokenError::WrongType);
         }
         if now_unix_s >= claims.exp {
             return Err(TokenError::Expired);
+        }
+        if claims.iat > now_unix_s.saturating_add(IAT_LEEWAY_S) {
+            return Err(TokenError::IssuedInFuture);
+        }
+        let lives_from_s = claims.iat.max(expected.opens_at_s.unwrap_or(0));
+        if claims.exp <= claims.iat || claims.exp.saturating_sub(lives_from_s) > expected.ttl_s {
+            return Err(TokenError::BadLifetime);
         }
         Ok(claims)
     }

@@ -17,4 +17,4 @@ mod keyring;
 pub use claims::{Claims, TokenType, ISSUER};
 pub use error::{KeyError, TokenError};
 pub use keygen::{generate_ed25519_pkcs8_der, generate_hs256_secret};
-pub use keyring::{KeyMaterial, KeySpec, Keyring};
+pub use keyring::{Expected, KeyMaterial, KeySpec, Keyring, IAT_LEEWAY_S};

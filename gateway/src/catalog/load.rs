@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 
 use super::negotiate::Coding;
 use super::{
-    path, CacheControlRule, Catalog, CatalogError, CatalogLimits, Entry, Variant,
-    DEFAULT_CACHE_CONTROL, MAX_DEPTH,
+    CacheControlRule, Catalog, CatalogError, CatalogLimits, Entry, Variant, DEFAULT_CACHE_CONTROL,
+    MAX_DEPTH,
 };
 
 /// Smaller compressible files are served as they are: compression would
@@ -158,8 +158,8 @@ impl Walker<'_> {
                 continue;
             }
             let key = format!("{prefix}/{name}");
-            if let Err(why) = path::check_decoded(&key) {
-                tracing::warn!(path = %path.display(), why, "catalog skips a name no request could reach");
+            if let Err(why) = sluice_edge::path::check_decoded(&key) {
+                tracing::warn!(path = %path.display(), why = why.message(), "catalog skips a name no request could reach");
                 continue;
             }
             let file_type = entry.file_type().map_err(io_error(&path))?;

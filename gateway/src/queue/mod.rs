@@ -18,15 +18,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use http::{header, HeaderMap, Method};
+use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
-use sluice_admission::tokens::{Claims, KeyMaterial, KeySpec, Keyring, TokenError, TokenType};
+use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
     JoinError, Policy, PollError, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
 };
-use sluice_policies::model::Admissions;
+use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
 
 use crate::error::{ApiError, ErrorCode};
@@ -48,7 +48,50 @@ pub struct RoomEntry {
     limiter: Mutex<(u32, JoinLimiter)>,
     /// Joins refused by the per-client limit (the room never sees them).
     rate_limited_joins: AtomicU64,
+    /// What a token of this room may claim.
+    lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+}
+
+/// The room's TTLs in force and its fair start: a presented ticket or pass
+/// may not live longer than the room would have let it.
+struct Lifetimes {
+    pass_ttl_s: AtomicU64,
+    ticket_ttl_s: AtomicU64,
+    /// Fixed when the room is made, as the room's own opening is.
+    opens_at_s: Option<u64>,
+}
+
+impl Lifetimes {
+    fn new(room: &Room) -> Self {
+        let lifetimes = Self {
+            pass_ttl_s: AtomicU64::new(0),
+            ticket_ttl_s: AtomicU64::new(0),
+            opens_at_s: room.opens_at_unix,
+        };
+        lifetimes.apply(room);
+        lifetimes
+    }
+
+    fn apply(&self, room: &Room) {
+        self.pass_ttl_s
+            .store(room.pass_ttl.as_secs(), Ordering::Relaxed);
+        self.ticket_ttl_s
+            .store(room.ticket_ttl.as_secs(), Ordering::Relaxed);
+    }
+}
+
+impl RoomEntry {
+    /// What a pass of this room (named `room`) must be.
+    fn expect_pass<'a>(&self, room: &'a str) -> Expected<'a> {
+        Expected::pass(room, self.lifetimes.pass_ttl_s.load(Ordering::Relaxed))
+    }
+
+    /// What a ticket of this room (named `room`) must be.
+    fn expect_ticket<'a>(&self, room: &'a str) -> Expected<'a> {
+        Expected::ticket(room, self.lifetimes.ticket_ttl_s.load(Ordering::Relaxed))
+            .opening_at(self.lifetimes.opens_at_s)
+    }
 }
 
 /// Every room of the config, kept across reloads.
@@ -111,6 +154,7 @@ impl Rooms {
                     line.update_policy(policy)
                         .map_err(|e| format!("room {:?}: {e}", room.name))?;
                     drop(line);
+                    entry.lifetimes.apply(room);
                     entry.clone()
                 }
                 None => {
@@ -125,6 +169,7 @@ impl Rooms {
                     Arc::new(RoomEntry {
                         limiter: Mutex::new((0, JoinLimiter::new(1, 1, 0))),
                         rate_limited_joins: AtomicU64::new(0),
+                        lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
                     })
                 }
@@ -174,10 +219,11 @@ impl Rooms {
         let token = bearer(headers)
             .or_else(|| cookie(headers, PASS_COOKIE))
             .ok_or(TokenError::Malformed)?;
+        let entry = self.get(room).ok_or(TokenError::WrongAudience)?;
         let result = self
             .keyring
             .load()
-            .verify(token, TokenType::Pass, room, now_ms() / 1000);
+            .verify(token, &entry.expect_pass(room), now_ms() / 1000);
         if let Err(e) = &result {
             metrics
                 .ticket_rejections
@@ -192,9 +238,9 @@ impl Rooms {
         let token = bearer(headers).or_else(|| cookie(headers, PASS_COOKIE))?;
         let keyring = self.keyring.load();
         let now_s = now_ms() / 1000;
-        self.rooms.load().keys().find_map(|room| {
+        self.rooms.load().iter().find_map(|(room, entry)| {
             keyring
-                .verify(token, TokenType::Pass, room, now_s)
+                .verify(token, &entry.expect_pass(room), now_s)
                 .ok()
                 .map(|c| (room.clone(), c))
         })
@@ -261,7 +307,7 @@ impl Rooms {
             if let Ok(claims) =
                 self.keyring
                     .load()
-                    .verify(token, TokenType::Ticket, room, now / 1000)
+                    .verify(token, &entry.expect_ticket(room), now / 1000)
             {
                 if let Some(id) = TicketId::parse(&claims.sub) {
                     let polled = entry
@@ -367,7 +413,7 @@ impl Rooms {
         let claims = match self
             .keyring
             .load()
-            .verify(token, TokenType::Ticket, room, now / 1000)
+            .verify(token, &entry.expect_ticket(room), now / 1000)
         {
             Ok(claims) => claims,
             Err(e) => return invalid(e.reason()),
@@ -439,26 +485,14 @@ fn too_early(retry_after_s: u64) -> LocalResponse {
     )
 }
 
-/// `Authorization: Bearer <token>`.
+/// The token of `Authorization: Bearer <token>`. A repeated
+/// `Authorization` header has no token here; `route()` refuses such a
+/// request with `400` before any handler runs.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+    sluice_edge::auth::bearer(headers).ok().flatten()
 }
 
 /// The value of cookie `name`.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
+    sluice_edge::auth::cookie(headers, name)
 }

@@ -455,3 +455,67 @@ pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &st
     }
     panic!("not admitted to {room}");
 }
+
+/// An origin that records the request-target of every request it gets,
+/// byte for byte, and answers `200` with `origin saw <target>`. Plain TCP,
+/// so nothing between the wire and the record normalises anything.
+pub struct RecordingOrigin {
+    pub addr: SocketAddr,
+    targets: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// Bytes of a request head the recording origin reads, at most.
+const RECORDED_HEAD_BYTES_MAX: usize = 64 * 1024;
+
+impl RecordingOrigin {
+    pub fn start() -> RecordingOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let targets = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = targets.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let record = record.clone();
+                std::thread::spawn(move || Self::serve(stream, &record));
+            }
+        });
+        RecordingOrigin { addr, targets }
+    }
+
+    /// One request per connection (`Connection: close`).
+    fn serve(mut stream: TcpStream, record: &std::sync::Mutex<Vec<String>>) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < RECORDED_HEAD_BYTES_MAX {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let target = head
+            .split("\r\n")
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .unwrap_or("")
+            .to_string();
+        record.lock().unwrap().push(target.clone());
+        let body = format!("origin saw {target}");
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request-target received so far, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets.lock().unwrap().clone()
+    }
+}
