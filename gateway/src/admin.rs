@@ -179,6 +179,7 @@ impl Admin {
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
         let (inventory, orders) = self.shared.orders.state();
         json!({
+            "node": {"id": node_id(&config.gateway), "region": config.gateway.region},
             "admissions": config.gateway.admissions.as_str(),
             "rooms": rooms,
             "inventory": inventory,
@@ -192,6 +193,21 @@ impl Admin {
             "origin_cache": {"entries": cache_entries, "bytes": cache_bytes},
         })
     }
+}
+
+/// `gateway.node_id`, else `<hostname>:<public port>`: stable across
+/// restarts of the same gateway, distinct for two on one host.
+pub fn node_id(gateway: &sluice_policies::model::Gateway) -> String {
+    if let Some(id) = &gateway.node_id {
+        return id.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", gateway.listen.port())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
