@@ -21,11 +21,15 @@ const ADJUST_BODY_BYTES_MAX: usize = 4096;
 
 pub struct Admin {
     shared: Arc<Shared>,
+    /// `/admin/state` `node`: fixed at start, like the metrics' region.
+    node: serde_json::Value,
 }
 
 impl Admin {
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        let gateway = &shared.runtime().config.gateway;
+        let node = json!({"id": node_id(gateway), "region": gateway.region});
+        Self { shared, node }
     }
 }
 
@@ -179,7 +183,7 @@ impl Admin {
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
         let (inventory, orders) = self.shared.orders.state();
         json!({
-            "node": {"id": node_id(&config.gateway), "region": config.gateway.region},
+            "node": self.node,
             "admissions": config.gateway.admissions.as_str(),
             "rooms": rooms,
             "inventory": inventory,

@@ -6,8 +6,8 @@
 //! scrapes can be segmented by region.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -38,6 +38,8 @@ pub struct Metrics {
     pub reservations: IntCounterVec,
     /// Checkout requests by room and result (order state or error code).
     pub checkout: IntCounterVec,
+    /// Time to answer `POST /checkout`, by room (the pass's).
+    pub checkout_seconds: HistogramVec,
     /// The simulator's webhooks sent to this gateway, by result
     /// (`delivered`, `retried`, `failed`, `dropped`).
     pub webhook_deliveries: IntCounterVec,
@@ -155,6 +157,17 @@ impl Metrics {
                 &["room", "result"],
             )
             .expect("valid metric"),
+            checkout_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "sluice_checkout_seconds",
+                    "Time to answer POST /checkout, by room, provider calls included.",
+                )
+                .buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.0, 5.0, 10.0, 30.0,
+                ]),
+                &["room"],
+            )
+            .expect("valid metric"),
             webhook_deliveries: IntCounterVec::new(
                 Opts::new(
                     "sluice_webhook_deliveries_total",
@@ -183,6 +196,7 @@ impl Metrics {
             Box::new(m.ticket_rejections.clone()),
             Box::new(m.reservations.clone()),
             Box::new(m.checkout.clone()),
+            Box::new(m.checkout_seconds.clone()),
             Box::new(m.webhook_deliveries.clone()),
         ];
         for c in collectors {

@@ -296,8 +296,15 @@ impl Orders {
         let service = self.service.clone();
         match route {
             OrderRoute::Checkout => {
-                self.checkout(&room, &pass, subject, headers, body, env)
-                    .await
+                let started = std::time::Instant::now();
+                let answer = self
+                    .checkout(&room, &pass, subject, headers, body, env)
+                    .await;
+                metrics
+                    .checkout_seconds
+                    .with_label_values(&[&room])
+                    .observe(started.elapsed().as_secs_f64());
+                answer
             }
             OrderRoute::Get(id) => {
                 let id = id.to_string();
