@@ -60,10 +60,7 @@ impl ServeHttp for Admin {
             .and_then(|p| p.strip_suffix("/adjust"))
         {
             if method != Method::POST {
-                return error(&ApiError::new(
-                    ErrorCode::MethodNotAllowed,
-                    "Adjust with POST.",
-                ));
+                return method_not_allowed("Adjust with POST.", "POST");
             }
             let mut body = Vec::new();
             loop {
@@ -90,10 +87,7 @@ impl ServeHttp for Admin {
             return json_response(status, &value);
         }
         if method != Method::GET && method != Method::HEAD {
-            return error(&ApiError::new(
-                ErrorCode::MethodNotAllowed,
-                "The admin routes only answer GET.",
-            ));
+            return method_not_allowed("The admin routes only answer GET.", "GET, HEAD");
         }
         match path.as_str() {
             "/metrics" => respond(
@@ -235,6 +229,14 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<
     let mut body = serde_json::to_vec(value).expect("JSON values serialize");
     body.push(b'\n');
     respond(status, "application/json", body)
+}
+
+/// `405` with the `Allow` header RFC 9110 asks for.
+fn method_not_allowed(message: &str, allow: &'static str) -> Response<Vec<u8>> {
+    let mut r = error(&ApiError::new(ErrorCode::MethodNotAllowed, message));
+    r.headers_mut()
+        .insert(header::ALLOW, http::HeaderValue::from_static(allow));
+    r
 }
 
 fn error(e: &ApiError) -> Response<Vec<u8>> {
