@@ -4,9 +4,12 @@
 //! | call | request | answer |
 //! | --- | --- | --- |
 //! | authorize | `POST /v1/authorizations` + `Idempotency-Key`, `{"order_id","amount_cents","currency","payment_method"}` | `{"id","status":"authorized"\|"declined"}` |
-//! | capture, void, refund | `POST /v1/authorizations/{id}/{capture,void,refund}` + `Idempotency-Key`, `{"amount_cents"}` | `{"id","status"}` |
+//! | capture, void, refund | `POST /v1/authorizations/{id}/{capture,void,refund}` + `Idempotency-Key`, `{"amount_cents","currency"}` | `{"id","status"}` |
 //! | look-up | `GET /v1/operations/{key}` | `{"key","operation","status","payment_id"}`, `404` never received |
 //! | events | `GET /v1/events?after=<seq>&limit=<n>` | `{"events":[{"seq",…}],"next"}` |
+//!
+//! Every call carries `Authorization: Bearer <api key>` when a key is
+//! configured, as card providers ask.
 //!
 //! Timeouts, resets, `5xx`, `408`, `409` (same key in flight), `429` and
 //! unreadable answers are [`PaymentError::Ambiguous`]; `409
@@ -27,8 +30,8 @@ use crate::payment::{
 
 /// Largest answer body read from the provider.
 pub const PROVIDER_ANSWER_BYTES_MAX: u64 = 1024 * 1024;
-/// The currency every amount is in.
-pub const CURRENCY: &str = "BRL";
+/// The currency when the config names none.
+pub const CURRENCY_DEFAULT: &str = "BRL";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpProviderConfig {
@@ -40,6 +43,9 @@ pub struct HttpProviderConfig {
     pub call_timeout_ms: u64,
     /// Sent as `Authorization: Bearer …` when set.
     pub api_key: Option<String>,
+    /// ISO 4217 code every amount is in; sent with every call that moves
+    /// money (authorize, capture, void, refund).
+    pub currency: String,
     /// The `provider` metrics label.
     pub name: String,
 }
@@ -51,6 +57,7 @@ impl Default for HttpProviderConfig {
             connect_timeout_ms: 1_000,
             call_timeout_ms: 5_000,
             api_key: None,
+            currency: CURRENCY_DEFAULT.into(),
             name: "http".into(),
         }
     }
@@ -215,7 +222,7 @@ impl HttpProvider {
             "POST",
             &path,
             Some(key),
-            Some(json!({ "amount_cents": amount_cents })),
+            Some(json!({ "amount_cents": amount_cents, "currency": self.config.currency })),
         )?;
         if answer.class == StatusClass::NotFound {
             return Err(PaymentError::Refused(format!("no payment {payment_id}")));
@@ -247,7 +254,7 @@ impl PaymentProvider for HttpProvider {
         let body = json!({
             "order_id": order_id,
             "amount_cents": amount_cents,
-            "currency": CURRENCY,
+            "currency": self.config.currency,
             "payment_method": payment_method,
         });
         let answer = self.call(

@@ -6,6 +6,11 @@
 //! sees a timeout; a look-up finds it), `pm_slow` answers after
 //! [`SimConfig::slow_ms`]. Any other method is declined as unknown.
 //!
+//! Like a real provider it sends each event as it happens: a hook set with
+//! [`SimulatedProvider::set_event_hook`] gets every event (the gateway
+//! queues it and POSTs it, signed, to its own `/webhooks/simulated`); the
+//! event list ([`PaymentProvider::events_since`]) has them all too.
+//!
 //! Like a real provider it keeps every operation by idempotency key: the
 //! same key with the same parameters replays the first answer, with other
 //! parameters it is refused (`idempotency_mismatch`). Faults (timeouts —
@@ -93,6 +98,9 @@ struct Ledger {
     payments: HashMap<String, SimPayment>,
     events: Vec<ProviderEvent>,
     next_id: u64,
+    /// Drawn once per provider from the seed, so ids of two runs (a
+    /// restart) never collide in the store's event and payment tables.
+    run: u32,
 }
 
 /// What a roll of the fault dice decided for one call.
@@ -107,8 +115,13 @@ enum Fate {
     ServerError,
 }
 
+/// Called with every event as it is emitted; must not block (it runs
+/// under the ledger's lock).
+pub type EventHook = Arc<dyn Fn(&WebhookEvent) + Send + Sync>;
+
 pub struct SimulatedProvider {
     ledger: Mutex<Ledger>,
+    hook: Mutex<Option<EventHook>>,
     config: Mutex<SimConfig>,
     rng: Mutex<StdRng>,
     clock: Arc<dyn Clock>,
@@ -146,12 +159,21 @@ impl SimulatedProvider {
     /// Explicit knobs, clock (event timestamps) and sleeper (latency).
     pub fn with(config: SimConfig, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
         Self {
-            ledger: Mutex::new(Ledger::default()),
+            ledger: Mutex::new(Ledger {
+                run: StdRng::seed_from_u64(config.seed ^ 0x5eed_1d5).random(),
+                ..Ledger::default()
+            }),
+            hook: Mutex::new(None),
             rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
             config: Mutex::new(config),
             clock,
             sleeper,
         }
+    }
+
+    /// Every event emitted from now on is also handed to `hook`.
+    pub fn set_event_hook(&self, hook: EventHook) {
+        *lock(&self.hook) = Some(hook);
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -245,6 +267,7 @@ impl SimulatedProvider {
             return Err(PaymentError::Ambiguous);
         }
         let now_s = self.clock.now_ms().div_euclid(1000);
+        let hook = lock(&self.hook).clone();
         let mut ledger = lock(&self.ledger);
         let outcome = match ledger.operations.get(key) {
             Some((stored_hash, _)) if *stored_hash != params_hash => {
@@ -257,7 +280,7 @@ impl SimulatedProvider {
                         ledger.next_id += 1;
                         let seq = ledger.events.len() as u64 + 1;
                         let event = WebhookEvent {
-                            id: format!("evt_sim_{}", ledger.next_id),
+                            id: format!("evt_sim_{:08x}_{}", ledger.run, ledger.next_id),
                             event_type,
                             created: now_s,
                             data: EventData {
@@ -266,6 +289,9 @@ impl SimulatedProvider {
                                 amount_cents: payment.amount_cents,
                             },
                         };
+                        if let Some(hook) = &hook {
+                            hook(&event);
+                        }
                         ledger.events.push(ProviderEvent { seq, event });
                     };
                 let outcome = effect(&mut ledger, &mut emit);
@@ -367,7 +393,7 @@ impl PaymentProvider for SimulatedProvider {
         };
         let outcome = self.keyed(idempotency_key, hash, extra_ms, |ledger, emit| {
             ledger.next_id += 1;
-            let payment_id = format!("pay_sim_{}", ledger.next_id);
+            let payment_id = format!("pay_sim_{:08x}_{}", ledger.run, ledger.next_id);
             let payment = SimPayment {
                 payment_id: payment_id.clone(),
                 order_id: order_id.to_owned(),
@@ -444,5 +470,42 @@ impl PaymentProvider for SimulatedProvider {
             .collect();
         let next = events.last().map_or(cursor, |e| e.seq);
         Ok(EventPage { events, next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hook_gets_every_event_as_it_is_emitted() {
+        let sim = SimulatedProvider::new();
+        let seen: Arc<Mutex<Vec<WebhookEvent>>> = Arc::default();
+        let sink = seen.clone();
+        sim.set_event_hook(Arc::new(move |e: &WebhookEvent| {
+            sink.lock().unwrap().push(e.clone())
+        }));
+        let AuthorizeOutcome::Authorized { payment_id } =
+            sim.authorize("k1", "ord_1", 500, PM_OK).unwrap()
+        else {
+            panic!("pm_ok authorizes");
+        };
+        sim.capture("k2", &payment_id, 500).unwrap();
+        // A replay emits nothing new.
+        sim.capture("k2", &payment_id, 500).unwrap();
+        sim.authorize("k3", "ord_2", 700, PM_DECLINE).unwrap();
+        let seen = seen.lock().unwrap();
+        let types: Vec<EventType> = seen.iter().map(|e| e.event_type).collect();
+        assert_eq!(
+            types,
+            [EventType::Authorized, EventType::Captured, EventType::Declined]
+        );
+        assert_eq!(seen[1].data.payment_id, payment_id);
+        assert_eq!(seen[2].data.amount_cents, 700);
+        assert_eq!(
+            sim.events().len(),
+            3,
+            "the event list holds the same events"
+        );
     }
 }

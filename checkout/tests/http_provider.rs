@@ -32,9 +32,24 @@ struct Fake {
     /// Every call answers 503 without effect.
     down: bool,
     captures: u32,
+    /// Every money-moving call's `Authorization` header and `currency`.
+    calls: Vec<(String, Value)>,
 }
 
 type Shared = Arc<Mutex<Fake>>;
+
+/// Notes what a money-moving call carried.
+fn record(fake: &Shared, headers: &HeaderMap, body: &Value) {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    fake.lock()
+        .unwrap()
+        .calls
+        .push((auth, body["currency"].clone()));
+}
 
 fn idem(headers: &HeaderMap) -> String {
     headers
@@ -89,6 +104,7 @@ async fn authorize(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
+    record(&fake, &headers, &body);
     let key = idem(&headers);
     let params = body.clone();
     keyed(fake, key, params, move |f| {
@@ -115,6 +131,7 @@ async fn movement(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
+    record(&fake, &headers, &body);
     let key = idem(&headers);
     let params = json!({"id": id, "action": action, "body": body});
     keyed(fake, key, params, move |f| {
@@ -192,8 +209,29 @@ fn client(base_url: &str) -> HttpProvider {
         connect_timeout_ms: 300,
         call_timeout_ms: 500,
         api_key: Some("sk_test".into()),
+        currency: "EUR".into(),
         name: "paysim".into(),
     })
+}
+
+#[test]
+fn every_call_carries_the_api_key_and_the_configured_currency() {
+    let (fake, url) = start();
+    let p = client(&url);
+    let AuthorizeOutcome::Authorized { payment_id } = p
+        .authorize("ord_1:authorize", "ord_1", 500, "pm_ok")
+        .unwrap()
+    else {
+        panic!("not authorized");
+    };
+    p.capture("ord_1:capture", &payment_id, 500).unwrap();
+    p.refund("ord_1:refund", &payment_id, 500).unwrap();
+    let calls = fake.lock().unwrap().calls.clone();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    for (auth, currency) in calls {
+        assert_eq!(auth, "Bearer sk_test");
+        assert_eq!(currency, json!("EUR"));
+    }
 }
 
 #[test]

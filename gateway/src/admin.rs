@@ -21,11 +21,15 @@ const ADJUST_BODY_BYTES_MAX: usize = 4096;
 
 pub struct Admin {
     shared: Arc<Shared>,
+    /// `/admin/state` `node`: fixed at start, like the metrics' region.
+    node: serde_json::Value,
 }
 
 impl Admin {
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        let gateway = &shared.runtime().config.gateway;
+        let node = json!({"id": node_id(gateway), "region": gateway.region});
+        Self { shared, node }
     }
 }
 
@@ -59,10 +63,7 @@ impl ServeHttp for Admin {
             .and_then(|p| p.strip_suffix("/adjust"))
         {
             if method != Method::POST {
-                return error(&ApiError::new(
-                    ErrorCode::MethodNotAllowed,
-                    "Adjust with POST.",
-                ));
+                return method_not_allowed("Adjust with POST.", "POST");
             }
             let mut body = Vec::new();
             loop {
@@ -89,10 +90,7 @@ impl ServeHttp for Admin {
             return json_response(status, &value);
         }
         if method != Method::GET && method != Method::HEAD {
-            return error(&ApiError::new(
-                ErrorCode::MethodNotAllowed,
-                "The admin routes only answer GET.",
-            ));
+            return method_not_allowed("The admin routes only answer GET.", "GET, HEAD");
         }
         match path.as_str() {
             "/metrics" => respond(
@@ -182,6 +180,7 @@ impl Admin {
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
         let (inventory, orders) = self.shared.orders.state();
         json!({
+            "node": self.node,
             "admissions": config.gateway.admissions.as_str(),
             "rooms": rooms,
             "inventory": inventory,
@@ -195,6 +194,21 @@ impl Admin {
             "origin_cache": {"entries": cache_entries, "bytes": cache_bytes},
         })
     }
+}
+
+/// `gateway.node_id`, else `<hostname>:<public port>`: stable across
+/// restarts of the same gateway, distinct for two on one host.
+pub fn node_id(gateway: &sluice_policies::model::Gateway) -> String {
+    if let Some(id) = &gateway.node_id {
+        return id.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", gateway.listen.port())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -218,6 +232,14 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Vec<
     let mut body = serde_json::to_vec(value).expect("JSON values serialize");
     body.push(b'\n');
     respond(status, "application/json", body)
+}
+
+/// `405` with the `Allow` header RFC 9110 asks for.
+fn method_not_allowed(message: &str, allow: &'static str) -> Response<Vec<u8>> {
+    let mut r = error(&ApiError::new(ErrorCode::MethodNotAllowed, message));
+    r.headers_mut()
+        .insert(header::ALLOW, http::HeaderValue::from_static(allow));
+    r
 }
 
 fn error(e: &ApiError) -> Response<Vec<u8>> {

@@ -5,7 +5,10 @@
 //! - [`route`] decides what a request gets, from the current [`runtime`]
 //!   snapshot (config + [`catalog`] + [`origin_cache`]).
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
-//!   forwarding headers; [`metrics`] the Prometheus registry.
+//!   forwarding headers; [`metrics`] the Prometheus registry (every
+//!   family labelled with the gateway's `region`).
+//! - [`sim_webhooks`] sends the in-process payment simulator's signed
+//!   webhooks to the gateway's own `/webhooks/simulated`.
 pub mod admin;
 pub mod catalog;
 pub mod control;
@@ -22,4 +25,5 @@ pub mod route;
 pub mod runtime;
 pub mod scrape;
 pub mod server;
+pub mod sim_webhooks;
 pub mod state;

@@ -1,10 +1,13 @@
 //! Prometheus metrics of the gateway, in one registry of its own.
 //!
-//! Labels never name a person: only `result`/`state` style values.
+//! Labels never name a person: only `room`, `sku`, `result`/`state` style
+//! values. The registry adds `region` (`gateway.region`, fixed at start)
+//! to every sample of every family, the collectors' too, so a fleet's
+//! scrapes can be segmented by region.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -35,11 +38,18 @@ pub struct Metrics {
     pub reservations: IntCounterVec,
     /// Checkout requests by room and result (order state or error code).
     pub checkout: IntCounterVec,
+    /// Time to answer `POST /checkout`, by room (the pass's).
+    pub checkout_seconds: HistogramVec,
+    /// The simulator's webhooks sent to this gateway, by result
+    /// (`delivered`, `retried`, `failed`, `dropped`).
+    pub webhook_deliveries: IntCounterVec,
 }
 
 impl Metrics {
-    pub fn new() -> Self {
-        let registry = Registry::new();
+    /// The metrics of a gateway in `region`.
+    pub fn new(region: &str) -> Self {
+        let labels = std::collections::HashMap::from([("region".to_string(), region.to_string())]);
+        let registry = Registry::new_custom(None, Some(labels)).expect("a valid label set");
         let m = Self {
             requests: IntCounterVec::new(
                 Opts::new(
@@ -147,6 +157,25 @@ impl Metrics {
                 &["room", "result"],
             )
             .expect("valid metric"),
+            checkout_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "sluice_checkout_seconds",
+                    "Time to answer POST /checkout, by room, provider calls included.",
+                )
+                .buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.0, 5.0, 10.0, 30.0,
+                ]),
+                &["room"],
+            )
+            .expect("valid metric"),
+            webhook_deliveries: IntCounterVec::new(
+                Opts::new(
+                    "sluice_webhook_deliveries_total",
+                    "Simulator webhooks sent to this gateway, by result (delivered, retried, failed, dropped).",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
             registry,
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -167,6 +196,8 @@ impl Metrics {
             Box::new(m.ticket_rejections.clone()),
             Box::new(m.reservations.clone()),
             Box::new(m.checkout.clone()),
+            Box::new(m.checkout_seconds.clone()),
+            Box::new(m.webhook_deliveries.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");
@@ -174,6 +205,9 @@ impl Metrics {
         // Expose the label values up front so dashboards and alerts see zeros.
         for r in ["success", "failure"] {
             m.config_reloads.with_label_values(&[r]);
+        }
+        for r in ["delivered", "retried", "failed", "dropped"] {
+            m.webhook_deliveries.with_label_values(&[r]);
         }
         m
     }
@@ -195,7 +229,7 @@ impl Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new("local")
     }
 }
 
@@ -207,5 +241,48 @@ pub fn status_class(status: u16) -> &'static str {
         300..=399 => "3xx",
         400..=499 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::core::{Collector, Desc};
+    use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType};
+
+    /// A collector built at scrape time, like the rooms' and the store's.
+    struct Live(Desc);
+
+    impl Collector for Live {
+        fn desc(&self) -> Vec<&Desc> {
+            vec![&self.0]
+        }
+        fn collect(&self) -> Vec<MetricFamily> {
+            let mut m = Metric::default();
+            let mut g = Gauge::default();
+            g.set_value(1.0);
+            m.set_gauge(g);
+            let mut f = MetricFamily::default();
+            f.set_name("sluice_live".into());
+            f.set_help("h".into());
+            f.set_field_type(MetricType::GAUGE);
+            f.set_metric(vec![m]);
+            vec![f]
+        }
+    }
+
+    #[test]
+    fn every_family_carries_the_region_collectors_too() {
+        let m = Metrics::new("sa-east-1");
+        let desc = Desc::new("sluice_live".into(), "h".into(), vec![], Default::default()).unwrap();
+        m.registry().register(Box::new(Live(desc))).unwrap();
+        m.requests.with_label_values(&["2xx"]).inc();
+        let text = String::from_utf8(m.render()).unwrap();
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(samples.len() > 10, "{text}");
+        for line in samples {
+            assert!(line.contains("region=\"sa-east-1\""), "{line}");
+        }
+        assert!(text.contains("sluice_live{region=\"sa-east-1\"} 1"), "{text}");
     }
 }

@@ -486,11 +486,12 @@ impl Proxy {
                 "A provider event is small; this body is not.",
             )));
         };
-        let headers = &session.req_header().headers;
+        let req = session.req_header();
+        let provider = req.uri.path().strip_prefix("/webhooks/").unwrap_or("");
         Ok(self
             .shared
             .orders
-            .webhook(headers, body, &ctx.runtime.config.payments.webhook_secrets)
+            .webhook(provider, &req.headers, body, &ctx.runtime.config.payments)
             .await)
     }
 

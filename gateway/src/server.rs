@@ -1,5 +1,6 @@
-//! Wiring: one pingora server with three services (public proxy, admin
-//! listener, control loop) around one [`Shared`] state.
+//! Wiring: one pingora server with six services (public proxy, admin
+//! listener, control loop, release ticker, orders worker, simulator
+//! webhooks) around one [`Shared`] state.
 
 use std::sync::Arc;
 
@@ -12,9 +13,10 @@ use pingora::services::listening::Service;
 
 use crate::admin::Admin;
 use crate::control::Control;
-use crate::orders::OrdersWorker;
+use crate::orders::{simulator_outside_demo, OrdersWorker};
 use crate::proxy::Proxy;
 use crate::queue::Releaser;
+use crate::sim_webhooks::SimWebhooks;
 use crate::state::{Overrides, Shared};
 
 /// Loads the config and runs the gateway until SIGTERM (graceful drain) or
@@ -71,18 +73,29 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     let control = background_service("sluice control", Control::new(shared.clone()));
     let releaser = background_service("sluice release", Releaser::new(shared.rooms.clone()));
     let orders = background_service("sluice orders", OrdersWorker::new(shared.orders.clone()));
+    let sim_webhooks = background_service("sluice sim webhooks", SimWebhooks::new(shared.clone()));
 
     server.add_service(proxy);
     server.add_service(admin);
     server.add_service(control);
     server.add_service(releaser);
     server.add_service(orders);
+    server.add_service(sim_webhooks);
+    let config = shared.runtime().config.clone();
+    let why = simulator_outside_demo(&config);
+    if !why.is_empty() {
+        tracing::warn!(
+            reasons = why.join("; "),
+            "payments.provider is the in-process simulator, which charges nothing, in a config that is not the demo's: set [payments] provider = \"http\" for real sales"
+        );
+    }
     tracing::info!(
         listen = %gateway.listen,
         admin = %gateway.admin_listen,
         tls = gateway.tls.is_some(),
         config = %config_path.display(),
         admissions = gateway.admissions.as_str(),
+        region = %gateway.region,
         "sluice starting"
     );
     server.run(pingora::server::RunArgs::default());

@@ -66,9 +66,9 @@ impl Shared {
         let catalog = load_catalog(&current)?;
         let runtime = Runtime::build(current.clone(), Arc::new(catalog), None);
         let tls = current.gateway.tls.is_some();
-        let orders = Arc::new(Orders::open(&current)?);
+        let metrics = Metrics::new(&current.gateway.region);
+        let orders = Arc::new(Orders::open(&current, &metrics)?);
         let rooms = Arc::new(Rooms::new(&current, tls, orders.stock_authority())?);
-        let metrics = Metrics::new();
         metrics
             .registry()
             .register(Box::new(RoomCollector::new(rooms.clone())))

@@ -93,6 +93,7 @@ async fn metrics_pass_promtool() {
     // The access-log phase (which counts) runs just after the response is
     // sent, so give it a moment.
     let mut text = String::new();
+    let mut raw = String::new();
     for _ in 0..50 {
         text = c
             .get(gw.admin_url("/metrics"))
@@ -102,6 +103,8 @@ async fn metrics_pass_promtool() {
             .text()
             .await
             .unwrap();
+        raw = text.clone();
+        text = without_region(&text);
         if text.contains("sluice_http_served_total{result=\"origin\"} 1") {
             break;
         }
@@ -153,7 +156,7 @@ async fn metrics_pass_promtool() {
         .stdin
         .take()
         .unwrap()
-        .write_all(text.as_bytes())
+        .write_all(raw.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -37,6 +37,18 @@ pub struct PaymentsFile {
     #[serde(default)]
     pub webhook_secrets: Vec<Spanned<String>>,
     pub currency: Option<Spanned<String>>,
+    /// Names the environment variable holding the provider's API key.
+    pub api_key_env: Option<Spanned<String>>,
+    /// `[payments.webhooks.<provider>]`: secrets for `/webhooks/<provider>`.
+    #[serde(default)]
+    pub webhooks: std::collections::BTreeMap<String, WebhookProviderFile>,
+}
+
+/// One provider's webhook endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookProviderFile {
+    pub secrets: Vec<Spanned<String>>,
 }
 
 /// Where order events are published.
@@ -100,6 +112,8 @@ pub struct GatewayFile {
     pub cache_control: Vec<Spanned<CacheControlFile>>,
     pub origin_cache: Option<Spanned<OriginCacheFile>>,
     pub test_store_commit_delay_ms: Option<Spanned<i64>>,
+    pub region: Option<Spanned<String>>,
+    pub node_id: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -44,7 +44,44 @@ pub struct Payments {
     /// Webhook signing secrets; several during rotation. Empty: webhooks
     /// are refused.
     pub webhook_secrets: Vec<Secret>,
+    /// ISO 4217 code sent with every provider call.
     pub currency: String,
+    /// The provider's API key, read from `api_key_env` at load.
+    pub api_key: Option<Secret>,
+    /// `[payments.webhooks.<provider>]`, sorted by provider name.
+    pub webhooks: Vec<WebhookProvider>,
+}
+
+/// A provider name in `/webhooks/{name}`: 1 to 32 of `a-z`, `0-9`, `-`, `_`.
+pub fn is_webhook_provider_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// The secrets `/webhooks/{name}` verifies with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookProvider {
+    pub name: String,
+    pub secrets: Vec<Secret>,
+}
+
+impl Payments {
+    /// The secrets that verify `/webhooks/{provider}`: the provider's own
+    /// section, else the shared `webhook_secrets`; `None` when neither
+    /// exists (the route answers 404).
+    pub fn webhook_secrets_for(&self, provider: &str) -> Option<&[Secret]> {
+        if !is_webhook_provider_name(provider) {
+            return None;
+        }
+        match self.webhooks.iter().find(|w| w.name == provider) {
+            Some(w) => Some(&w.secrets),
+            None if !self.webhook_secrets.is_empty() => Some(&self.webhook_secrets),
+            None => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +148,11 @@ pub struct Gateway {
     /// Test-only: slows every store commit down (load harness
     /// `slow-commit`). Refused unless test knobs are allowed.
     pub test_store_commit_delay: Duration,
+    /// The `region` label on every metric family (restart to change).
+    pub region: String,
+    /// This gateway's id in `/admin/state` `node.id`; `None`: hostname and
+    /// public port.
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,5 +133,17 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.shutdown_grace != n.shutdown_grace {
         keys.push("gateway.shutdown_grace_s");
     }
+    if o.region != n.region {
+        keys.push("gateway.region");
+    }
+    if o.node_id != n.node_id {
+        keys.push("gateway.node_id");
+    }
+    let (op, np) = (&old.payments, &new.payments);
+    if (op.provider, &op.url, &op.api_key, &op.currency, op.timeout)
+        != (np.provider, &np.url, &np.api_key, &np.currency, np.timeout)
+    {
+        keys.push("payments (provider, url, api_key_env, currency, timeout_ms)");
+    }
     keys
 }

@@ -240,6 +240,14 @@ impl Validator<'_> {
             .collect();
         let origin_cache = self.origin_cache(g.origin_cache.map(Spanned::into_inner));
         let test_store_commit_delay = self.test_knob_ms(g.test_store_commit_delay_ms);
+        let region = self
+            .label_value(g.region, "region", 63, |c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_'
+            })
+            .unwrap_or_else(|| "local".into());
+        let node_id = self.label_value(g.node_id, "node_id", 128, |c| {
+            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')
+        });
         Gateway {
             listen,
             admin_listen,
@@ -260,7 +268,30 @@ impl Validator<'_> {
             cache_control,
             origin_cache,
             test_store_commit_delay,
+            region,
+            node_id,
         }
+    }
+
+    /// A short value that becomes a metric label or an id: 1 to `len_max`
+    /// characters, each passing `allowed`.
+    fn label_value(
+        &mut self,
+        value: Option<Spanned<String>>,
+        key: &str,
+        len_max: usize,
+        allowed: fn(char) -> bool,
+    ) -> Option<String> {
+        let v = value?;
+        let text = v.get_ref();
+        if text.is_empty() || text.len() > len_max || !text.chars().all(allowed) {
+            self.problem(
+                &v,
+                format!("`{key}` must be 1 to {len_max} characters of a-z, 0-9, `-` or `_` (node_id also takes A-Z, `.` and `:`), got {text:?}"),
+            );
+            return None;
+        }
+        Some(v.into_inner())
     }
 
     fn dir(&mut self, value: Option<Spanned<String>>, default: &str) -> PathBuf {
@@ -324,13 +355,19 @@ impl Validator<'_> {
     }
 
     fn admin_token(&mut self, name: Spanned<String>) -> Option<Secret> {
+        self.secret_env(name, "admin_token_env", "the admin token")
+    }
+
+    /// A secret of at least 16 characters from the environment variable
+    /// `name` names (`key` is the config key, `what` says what it holds).
+    fn secret_env(&mut self, name: Spanned<String>, key: &str, what: &str) -> Option<Secret> {
         let var = name.get_ref();
         let valid_name =
             !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid_name {
             self.problem(
                 &name,
-                format!("`admin_token_env` must name an environment variable, got {var:?}"),
+                format!("`{key}` must name an environment variable, got {var:?}"),
             );
             return None;
         }
@@ -346,7 +383,7 @@ impl Validator<'_> {
             None => {
                 self.problem(
                     &name,
-                    format!("environment variable {var} (the admin token) is not set"),
+                    format!("environment variable {var} ({what}) is not set"),
                 );
                 None
             }
@@ -798,6 +835,8 @@ impl Validator<'_> {
                 timeout_ms: None,
                 webhook_secrets: Vec::new(),
                 currency: None,
+                api_key_env: None,
+                webhooks: Default::default(),
             });
         let provider = match file.provider {
             None => PaymentProviderKind::Simulated,
@@ -829,7 +868,7 @@ impl Validator<'_> {
         if provider == PaymentProviderKind::Http && url.is_none() {
             self.problems.push(
                 self.loc
-                    .at(span, "`payments.provider = \"http\"` needs `payments.url`"),
+                    .at(span.clone(), "`payments.provider = \"http\"` needs `payments.url`"),
             );
         }
         let mut webhook_secrets = Vec::new();
@@ -840,6 +879,30 @@ impl Validator<'_> {
                 webhook_secrets.push(Secret::new(s.into_inner()));
             }
         }
+        let mut webhooks = Vec::new();
+        for (name, section) in file.webhooks {
+            if !is_webhook_provider_name(&name) {
+                // The section itself has no span; its first secret does.
+                let at = section.secrets.first().map(|s| s.span()).or(span.clone());
+                self.problems.push(self.loc.at(
+                    at,
+                    format!("a webhook provider name must be 1 to 32 characters of a-z, 0-9, `-` or `_`, got {name:?}"),
+                ));
+                continue;
+            }
+            let mut secrets = Vec::new();
+            for s in section.secrets {
+                if s.get_ref().len() < 16 {
+                    self.problem(&s, "a webhook secret must be at least 16 characters");
+                } else {
+                    secrets.push(Secret::new(s.into_inner()));
+                }
+            }
+            webhooks.push(WebhookProvider { name, secrets });
+        }
+        let api_key = file
+            .api_key_env
+            .and_then(|name| self.secret_env(name, "payments.api_key_env", "the payment provider's API key"));
         let currency = match file.currency {
             None => "BRL".to_string(),
             Some(c)
@@ -885,6 +948,8 @@ impl Validator<'_> {
             ) as u64),
             webhook_secrets,
             currency,
+            api_key,
+            webhooks,
         }
     }
 }

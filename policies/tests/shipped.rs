@@ -24,10 +24,13 @@ fn every_shipped_policy_file_validates() {
         files.len() >= 2,
         "demo.toml and at least one example ship: {files:?}"
     );
-    // Examples that protect their admin listener name the token variable;
-    // give it a value so the rest of the file is what gets checked.
-    let env =
-        |name: &str| (name == "SLUICE_ADMIN_TOKEN").then(|| "0123456789abcdef-example".to_string());
+    // Examples that protect their admin listener (or call a provider) name
+    // the secret's variable; give it a value so the rest of the file is
+    // what gets checked.
+    let env = |name: &str| {
+        matches!(name, "SLUICE_ADMIN_TOKEN" | "SLUICE_PSP_API_KEY")
+            .then(|| "0123456789abcdef-example".to_string())
+    };
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();
         if let Err(problems) = parse_with_env(&source, &file, &env) {

@@ -14,6 +14,9 @@ mod worker;
 
 use std::sync::{Arc, Mutex};
 
+use sluice_checkout::webhook::WebhookEvent;
+use tokio::sync::mpsc;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::json;
@@ -29,6 +32,8 @@ use crate::metrics::Metrics;
 use crate::queue::{now_ms, Rooms};
 use crate::route::LocalResponse;
 pub use collector::OrdersCollector;
+pub use payments::{simulator_outside_demo, SIM_WEBHOOK_QUEUE_EVENTS_MAX};
+pub use sink::Backoff;
 pub use stock::StoreStock;
 pub use worker::OrdersWorker;
 
@@ -43,6 +48,8 @@ pub struct Orders {
     outbox: sluice_policies::model::Outbox,
     stock: Arc<StoreStock>,
     stuck: Mutex<Vec<(OrderState, usize)>>,
+    /// The simulator's events, until the webhook sender takes them.
+    sim_events: Mutex<Option<mpsc::Receiver<WebhookEvent>>>,
 }
 
 /// What the order routes need from the rest of the gateway.
@@ -85,7 +92,7 @@ impl OrderRoute<'_> {
 impl Orders {
     /// Opens the store in `gateway.data_dir` and seeds the configured
     /// products (first time only).
-    pub fn open(config: &Config) -> Result<Self, String> {
+    pub fn open(config: &Config, metrics: &Metrics) -> Result<Self, String> {
         let group_commit = GroupCommitConfig {
             commit_delay: config.gateway.test_store_commit_delay,
             ..GroupCommitConfig::default()
@@ -100,9 +107,11 @@ impl Orders {
             )
         })?;
         let store = Arc::new(store);
+        let dropped = metrics.webhook_deliveries.with_label_values(&["dropped"]);
+        let (provider, sim_events) = payments::provider(&config.payments, dropped);
         let service = Arc::new(CheckoutService::with_payments(
             store,
-            payments::provider(&config.payments),
+            provider,
             sluice_checkout::PaymentsConfig::default(),
         ));
         let orders = Self {
@@ -110,6 +119,7 @@ impl Orders {
             outbox: config.outbox.clone(),
             stock: Arc::new(StoreStock::default()),
             stuck: Mutex::new(Vec::new()),
+            sim_events: Mutex::new(sim_events),
         };
         orders.apply(config)?;
         Ok(orders)
@@ -138,6 +148,14 @@ impl Orders {
         Ok(())
     }
 
+    /// The simulator's event queue (once; `None` for other providers).
+    pub fn take_sim_events(&self) -> Option<mpsc::Receiver<WebhookEvent>> {
+        self.sim_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
     pub fn outbox_config(&self) -> &sluice_policies::model::Outbox {
         &self.outbox
     }
@@ -150,17 +168,26 @@ impl Orders {
         &self.service
     }
 
-    /// `POST /webhooks/{provider}`: the signature is checked before
-    /// anything else; `2xx` only once the event is durably applied (or was
-    /// already), so the provider retries on anything else.
+    /// `POST /webhooks/{provider}`: the provider's secrets (its own
+    /// `[payments.webhooks.<provider>]`, else the shared list; neither:
+    /// `404`), then the signature before anything else; `2xx` only once the
+    /// event is durably applied (or was already), so the provider retries
+    /// on anything else.
     pub async fn webhook(
         &self,
+        provider: &str,
         headers: &HeaderMap,
         body: Bytes,
-        secrets: &[sluice_policies::model::Secret],
+        payments: &sluice_policies::model::Payments,
     ) -> LocalResponse {
         use sluice_checkout::webhook::{
             apply_webhook, count_refused, parse_event, verify_signature,
+        };
+        let Some(secrets) = payments.webhook_secrets_for(provider) else {
+            return LocalResponse::error(&ApiError::new(
+                ErrorCode::NotFound,
+                "No webhook endpoint is configured for this provider.",
+            ));
         };
         let metrics = self.store().metrics();
         let header = headers
@@ -269,8 +296,15 @@ impl Orders {
         let service = self.service.clone();
         match route {
             OrderRoute::Checkout => {
-                self.checkout(&room, &pass, subject, headers, body, env)
-                    .await
+                let started = std::time::Instant::now();
+                let answer = self
+                    .checkout(&room, &pass, subject, headers, body, env)
+                    .await;
+                metrics
+                    .checkout_seconds
+                    .with_label_values(&[&room])
+                    .observe(started.elapsed().as_secs_f64());
+                answer
             }
             OrderRoute::Get(id) => {
                 let id = id.to_string();

@@ -334,13 +334,44 @@ impl Gateway {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
     }
 
-    /// The value of an unlabelled (or first-labelled-match) metric line.
+    /// The value of an unlabelled (or first-labelled-match) metric line,
+    /// matched without the `region` label every sample carries.
     pub fn metric(&self, line_prefix: &str) -> Option<f64> {
-        let text = reqwest::blocking_get(&self.admin_url("/metrics"));
+        let text = without_region(&reqwest::blocking_get(&self.admin_url("/metrics")));
         text.lines()
             .find(|l| l.starts_with(line_prefix) && l[line_prefix.len()..].starts_with(' '))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
+}
+
+/// Metrics text with the gateway's `region` label taken out of every
+/// sample (`x{a="1",region="r"} 2` → `x{a="1"} 2`, `x{region="r"} 2` →
+/// `x 2`), so tests match on the labels they are about.
+pub fn without_region(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let line = match line.find("region=\"") {
+            Some(start) if !line.starts_with('#') => {
+                let end = line[start + 8..]
+                    .find('"')
+                    .map_or(line.len(), |e| start + 8 + e + 1);
+                let (mut before, mut after) = (&line[..start], &line[end..]);
+                if before.ends_with(',') {
+                    before = &before[..before.len() - 1];
+                } else if after.starts_with(',') {
+                    after = &after[1..];
+                } else if before.ends_with('{') && after.starts_with('}') {
+                    before = &before[..before.len() - 1];
+                    after = &after[1..];
+                }
+                format!("{before}{after}")
+            }
+            _ => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 fn spawn(config_path: &Path, dir: &Path, env: &[(String, String)]) -> Child {

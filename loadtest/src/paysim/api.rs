@@ -165,7 +165,10 @@ fn operate(
 ) -> Response {
     let result = idempotency_key(&headers).and_then(|key| {
         let request: OperationRequest = if body.is_empty() {
-            OperationRequest { amount_cents: None }
+            OperationRequest {
+                amount_cents: None,
+                currency: None,
+            }
         } else {
             parse_body(&body)?
         };

@@ -79,6 +79,9 @@ pub struct OperationRequest {
     /// Required for capture and refund; void accepts and ignores it.
     #[serde(default)]
     pub amount_cents: Option<u64>,
+    /// When sent, must be the authorization's currency.
+    #[serde(default)]
+    pub currency: Option<String>,
 }
 
 /// What a key was first used for; a replay must match it exactly.
@@ -164,6 +167,7 @@ pub struct Payment {
     pub id: String,
     pub order_id: String,
     pub amount_cents: u64,
+    pub currency: String,
     pub status: PaymentStatus,
     /// The provider authorized it (whatever happened after).
     pub authorized: bool,
@@ -254,6 +258,7 @@ impl Ledger {
             id: id.clone(),
             order_id: request.order_id.clone(),
             amount_cents: request.amount_cents,
+            currency: request.currency.clone(),
             status,
             authorized: status == PaymentStatus::Authorized,
             captures: 0,
@@ -320,6 +325,14 @@ impl Ledger {
             .get(payment_id)
             .ok_or_else(|| LedgerError::NotFound(payment_id.to_owned()))?;
         let authorized_cents = self.payments[index].amount_cents;
+        if let Some(currency) = &request.currency {
+            if *currency != self.payments[index].currency {
+                return Err(LedgerError::BadRequest(format!(
+                    "currency must be the authorization's, {}",
+                    self.payments[index].currency
+                )));
+            }
+        }
         let amount_cents = match (op, request.amount_cents) {
             (PaymentOp::Void, amount) => amount.unwrap_or(authorized_cents),
             (_, None) => {
@@ -527,6 +540,7 @@ mod tests {
 
     fn amount(cents: u64) -> OperationRequest {
         OperationRequest {
+            currency: None,
             amount_cents: Some(cents),
         }
     }
