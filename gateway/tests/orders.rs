@@ -371,9 +371,16 @@ async fn operators_adjust_stock_with_a_reason() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
 
-    // A reload with another stock number does not reset a known SKU.
+    // A reload with another stock number does not reset a known SKU: once
+    // the reload has been applied, the total is still the adjusted one.
+    let reloads = || gw.metric("sluice_config_reloads_total{result=\"success\"}");
+    let before = reloads().unwrap_or(0.0);
     gw.edit_config(|t| t.replace("stock = 10", "stock = 99"));
-    std::thread::sleep(Duration::from_millis(600));
+    let applied = eventually_async(Duration::from_secs(5), || {
+        reloads().unwrap_or(0.0) > before
+    })
+    .await;
+    assert!(applied.is_some(), "the reload never ran; log:\n{}", gw.log());
     assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
 }
 
