@@ -11,6 +11,7 @@ use http::{header, Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::json;
+use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Shared;
@@ -39,12 +40,7 @@ impl ServeHttp for Admin {
         let open_route = matches!(path.as_str(), "/healthz" | "/readyz");
         let runtime = self.shared.runtime();
         if let Some(token) = &runtime.config.gateway.admin_token {
-            let presented = authorization
-                .as_ref()
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            if !open_route && !constant_time_eq(presented.as_bytes(), token.expose().as_bytes()) {
+            if !open_route && !bearer_matches(authorization.as_ref(), token.expose()) {
                 return error(&ApiError::new(
                     ErrorCode::Unauthorized,
                     "The admin routes need a bearer token.",
@@ -194,11 +190,16 @@ impl Admin {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether an `Authorization` value is `Bearer <token>`. The bytes are
+/// compared by `subtle`, whose comparison the optimiser cannot turn into
+/// an early exit, so the time taken does not tell a caller how much of a
+/// guess was right (only whether its length was).
+fn bearer_matches(authorization: Option<&http::HeaderValue>, token: &str) -> bool {
+    let presented = authorization
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    presented.as_bytes().ct_eq(token.as_bytes()).into()
 }
 
 fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -230,12 +231,33 @@ fn error(e: &ApiError) -> Response<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::bearer_matches;
+    use http::HeaderValue;
+
+    const TOKEN: &str = "admin-token-0123456789";
+
+    fn presented(value: &str) -> bool {
+        bearer_matches(Some(&HeaderValue::from_str(value).unwrap()), TOKEN)
+    }
 
     #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"secret-token", b"secret-token"));
-        assert!(!constant_time_eq(b"secret-token", b"secret-tokeN"));
-        assert!(!constant_time_eq(b"secret", b"secret-token"));
+    fn only_the_exact_bearer_token_opens() {
+        assert!(presented("Bearer admin-token-0123456789"));
+        assert!(!bearer_matches(None, TOKEN), "no header");
+        for wrong in [
+            "Bearer admin-token-012345678X",
+            "Bearer Xdmin-token-0123456789",
+            "Bearer admin-token-012345678",
+            "Bearer admin-token-01234567890",
+            "Bearer ",
+            "Bearer",
+            "admin-token-0123456789",
+            "Basic admin-token-0123456789",
+            "Bearer  admin-token-0123456789",
+        ] {
+            assert!(!presented(wrong), "{wrong:?} opened the admin routes");
+        }
+        let not_utf8 = HeaderValue::from_bytes(b"Bearer \xffadmin").unwrap();
+        assert!(!bearer_matches(Some(&not_utf8), TOKEN));
     }
 }

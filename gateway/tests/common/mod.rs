@@ -53,40 +53,10 @@ pub fn dead_port() -> DeadPort {
     }
 }
 
-/// Whether process `pid` holds a socket listening on TCP `port` (IPv4 or
-/// IPv6, any local address), read from `/proc`: proof that a subprocess
-/// bound the port it was given, not some other socket.
-pub fn listens_on(pid: u32, port: u16) -> bool {
-    let mut inodes = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state), Some(inode)) =
-                (fields.get(1), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            let local_port = local
-                .rsplit_once(':')
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            // 0A is TCP_LISTEN.
-            if local_port == Some(port) && *state == "0A" {
-                inodes.push(format!("socket:[{inode}]"));
-            }
-        }
-    }
-    if inodes.is_empty() {
-        return false;
-    }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
-    })
-}
+/// Whether process `pid` holds a socket listening on TCP `port`, read
+/// from `/proc`: proof that a subprocess bound the port it was given, not
+/// some other socket.
+pub use sluice_loadtest::load::ports::{listens_on, PORT_TAKEN_LOG};
 
 /// How a subprocess's start on given ports ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -346,8 +316,6 @@ impl Default for GatewayOptions {
 const START_TRIES_MAX: usize = 5;
 /// How long one start may take.
 const START_WAIT_MAX: Duration = Duration::from_secs(20);
-/// What pingora logs while another socket holds its address.
-const PORT_TAKEN_LOG: &str = "is in use, will try again";
 
 impl Gateway {
     /// Writes the config and starts `sluice` on free ports (the public one
