@@ -112,10 +112,7 @@ fn acknowledged_hot_path_holds_survive_sigkill() {
         // Hot-path holds have no order row; expiry still releases them.
         let outcome = reconcile_once(&store, T0_MS + TTL_MS, 60_000, 10_000).unwrap();
         assert_eq!(outcome.expired as i64 * 2, stock.reserved);
-        assert_eq!(
-            store.stock("hot").unwrap().available,
-            i64::from(HOT_UNITS)
-        );
+        assert_eq!(store.stock("hot").unwrap().available, i64::from(HOT_UNITS));
     }
 }
 

@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{key, request, seeds, test_payments, T0_MS};
-use sluice_loadtest::paysim;
 use sluice_checkout::{
     CheckoutService, HttpProvider, HttpProviderConfig, OrderState, PaymentProvider, Store,
 };
+use sluice_loadtest::paysim;
 
 #[test]
 fn checkout_cancel_and_events_against_paysim() {

@@ -113,7 +113,11 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
         gw.admin_json("/admin/state")["orders"]["reserved"] == 0
     })
     .await;
-    assert!(settled.is_some(), "orders still reserved; log:\n{}", gw.log());
+    assert!(
+        settled.is_some(),
+        "orders still reserved; log:\n{}",
+        gw.log()
+    );
 
     // Every acknowledged order is there, in its state or further on.
     let mut confirmed = 0;

@@ -58,7 +58,10 @@ async fn sigterm_drains_requests_in_flight() {
     let slow = tokio::spawn(c.get(gw.url("/slow")).send());
     // The origin has the request (and holds it 1.5 s) before the signal.
     let in_flight = eventually_async(Duration::from_secs(5), || origin.hits() == 1).await;
-    assert!(in_flight.is_some(), "the slow request never reached the origin");
+    assert!(
+        in_flight.is_some(),
+        "the slow request never reached the origin"
+    );
     gw.signal(Signal::SIGTERM);
     let r = slow.await.unwrap().expect("in-flight request completes");
     assert_eq!(r.status(), 200);

@@ -86,7 +86,10 @@ async fn requests_in_flight_survive_a_reload() {
     let slow = tokio::spawn(c.get(gw.url("/slow")).send());
     // The origin has the request (and holds it 1.5 s) before the reload.
     let in_flight = eventually_async(Duration::from_secs(5), || origin.hits() == 1).await;
-    assert!(in_flight.is_some(), "the slow request never reached the origin");
+    assert!(
+        in_flight.is_some(),
+        "the slow request never reached the origin"
+    );
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     gw.signal(Signal::SIGHUP);
     let r = slow.await.unwrap().unwrap();

@@ -467,9 +467,8 @@ impl Gateway {
 /// Whether the log says a port (`addr`'s, or any) is held by another socket.
 fn port_taken_in(log_path: &Path, addr: Option<SocketAddr>) -> bool {
     std::fs::read_to_string(log_path).is_ok_and(|log| {
-        log.lines().any(|l| {
-            l.contains(PORT_TAKEN_LOG) && addr.is_none_or(|a| l.contains(&a.to_string()))
-        })
+        log.lines()
+            .any(|l| l.contains(PORT_TAKEN_LOG) && addr.is_none_or(|a| l.contains(&a.to_string())))
     })
 }
 
@@ -588,7 +587,11 @@ pub fn repo_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// Joins `room` at `base_url` and polls as told until admitted: the pass.
+/// How long [`admitted_pass`] waits in line, at most.
+const ADMISSION_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Joins `room` at `base_url` and polls when told to (`poll_after_s`, as a
+/// browser does; sooner is refused) until admitted: the pass.
 pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &str) -> String {
     let joined: serde_json::Value = client
         .post(format!("{base_url}/queue/{room}/join"))
@@ -600,10 +603,12 @@ pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &st
         .unwrap();
     let ticket = joined["ticket"]
         .as_str()
-        .expect("join gives a ticket")
+        .unwrap_or_else(|| panic!("join gives a ticket: {joined}"))
         .to_string();
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+    let deadline = Instant::now() + ADMISSION_WAIT_MAX;
+    let mut poll_after_s = joined["poll_after_s"].as_u64().unwrap_or(1);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(poll_after_s)).await;
         let status: serde_json::Value = client
             .get(format!("{base_url}/queue/{room}/status"))
             .bearer_auth(&ticket)
@@ -616,6 +621,7 @@ pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &st
         if status["state"] == "admitted" {
             return status["pass"].as_str().unwrap().to_string();
         }
+        poll_after_s = status["poll_after_s"].as_u64().unwrap_or(1);
     }
-    panic!("not admitted to {room}");
+    panic!("not admitted to {room} within {ADMISSION_WAIT_MAX:?}");
 }

@@ -78,9 +78,7 @@ pub struct Background {
 impl Background {
     /// Binds a free port and serves `config` on it.
     pub fn start(config: Config) -> anyhow::Result<Background> {
-        Bound::new()
-            .context("binding 127.0.0.1:0")?
-            .serve(config)
+        Bound::new().context("binding 127.0.0.1:0")?.serve(config)
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -136,7 +136,9 @@ impl Sim {
 
     /// Holds a processed capture's answer while `hold_captures` is on.
     pub async fn hold_capture(&self) {
-        self.holds.hold_capture(|| self.faults().hold_captures).await;
+        self.holds
+            .hold_capture(|| self.faults().hold_captures)
+            .await;
     }
 
     pub fn held_stats(&self) -> HeldStats {
