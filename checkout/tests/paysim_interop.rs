@@ -1,7 +1,6 @@
-//! `HttpProvider` against a running `paysim` (built from `loadtest/`):
-//! `SLUICE_PAYSIM_URL=http://127.0.0.1:PORT cargo test -p sluice-checkout
-//! --test paysim_interop`. Without the variable the test says so and passes,
-//! so the crate's tests do not depend on another crate's binary.
+//! `HttpProvider` against `paysim` (from `loadtest/`), served in-process on
+//! a port the system chose: the adapter and the simulator agree on the
+//! wire format, the test cards and the event list.
 
 mod common;
 
@@ -11,15 +10,17 @@ use common::{key, request, seeds, test_payments, T0_MS};
 use sluice_checkout::{
     CheckoutService, HttpProvider, HttpProviderConfig, OrderState, PaymentProvider, Store,
 };
+use sluice_loadtest::paysim;
 
 #[test]
 fn checkout_cancel_and_events_against_paysim() {
-    let Ok(base_url) = std::env::var("SLUICE_PAYSIM_URL") else {
-        eprintln!("SLUICE_PAYSIM_URL not set: skipped");
-        return;
-    };
+    let paysim = paysim::Background::start(paysim::Config {
+        seed: 3,
+        ..paysim::Config::default()
+    })
+    .unwrap();
     let provider = Arc::new(HttpProvider::new(HttpProviderConfig {
-        base_url,
+        base_url: paysim.url(),
         call_timeout_ms: 2_000,
         name: "paysim".into(),
         ..HttpProviderConfig::default()

@@ -11,6 +11,7 @@ use http::{header, Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::json;
+use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Shared;
@@ -50,8 +51,7 @@ impl ServeHttp for Admin {
         let open_route = matches!(path.as_str(), "/healthz" | "/readyz");
         let runtime = self.shared.runtime();
         if let Some(token) = &runtime.config.gateway.admin_token {
-            let presented = presented.as_deref().unwrap_or("");
-            if !open_route && !constant_time_eq(presented.as_bytes(), token.expose().as_bytes()) {
+            if !open_route && !token_matches(presented.as_deref(), token.expose()) {
                 return error(&ApiError::new(
                     ErrorCode::Unauthorized,
                     "The admin routes need a bearer token.",
@@ -211,11 +211,16 @@ pub fn node_id(gateway: &sluice_policies::model::Gateway) -> String {
     format!("{host}:{}", gateway.listen.port())
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether the presented bearer token is the admin token. The bytes are
+/// compared by `subtle`, whose comparison the optimiser cannot turn into
+/// an early exit, so the time taken does not tell a caller how much of a
+/// guess was right (only whether its length was).
+fn token_matches(presented: Option<&str>, token: &str) -> bool {
+    presented
+        .unwrap_or("")
+        .as_bytes()
+        .ct_eq(token.as_bytes())
+        .into()
 }
 
 fn respond(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -255,12 +260,42 @@ fn error(e: &ApiError) -> Response<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::token_matches;
+    use http::{header, HeaderMap, HeaderValue};
+
+    const TOKEN: &str = "admin-token-0123456789";
+
+    /// The admin listener's own path: the edge parser, then the compare.
+    fn opens(value: Option<HeaderValue>) -> bool {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = value {
+            headers.insert(header::AUTHORIZATION, v);
+        }
+        let presented = sluice_edge::auth::bearer(&headers).expect("one header");
+        token_matches(presented, TOKEN)
+    }
+
+    fn presented(value: &str) -> bool {
+        opens(Some(HeaderValue::from_str(value).unwrap()))
+    }
 
     #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"secret-token", b"secret-token"));
-        assert!(!constant_time_eq(b"secret-token", b"secret-tokeN"));
-        assert!(!constant_time_eq(b"secret", b"secret-token"));
+    fn only_the_exact_bearer_token_opens() {
+        assert!(presented("Bearer admin-token-0123456789"));
+        assert!(!opens(None), "no header");
+        for wrong in [
+            "Bearer admin-token-012345678X",
+            "Bearer Xdmin-token-0123456789",
+            "Bearer admin-token-012345678",
+            "Bearer admin-token-01234567890",
+            "Bearer ",
+            "Bearer",
+            "admin-token-0123456789",
+            "Basic admin-token-0123456789",
+        ] {
+            assert!(!presented(wrong), "{wrong:?} opened the admin routes");
+        }
+        let not_utf8 = HeaderValue::from_bytes(b"Bearer \xffadmin").unwrap();
+        assert!(!opens(Some(not_utf8)));
     }
 }

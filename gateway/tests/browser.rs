@@ -20,23 +20,41 @@ impl Browser {
     /// A fresh headless Chromium with its own profile, or None when the
     /// machine has none (only allowed outside the test command).
     async fn start(lang: &str) -> Option<Browser> {
-        let port = free_port();
-        let driver = match Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(d) => d,
-            Err(e) => {
-                assert!(
-                    std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(),
-                    "chromedriver is required: {e}"
-                );
-                eprintln!("chromedriver not installed, skipping the browser test");
-                return None;
+        // chromedriver binds the port it is given; if someone took it in
+        // between, it exits, and it gets another one.
+        let mut started = None;
+        for _ in 0..5 {
+            let port = free_port();
+            let mut driver = match Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Ok(d) => d,
+                Err(e) => {
+                    assert!(
+                        std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(),
+                        "chromedriver is required: {e}"
+                    );
+                    eprintln!("chromedriver not installed, skipping the browser test");
+                    return None;
+                }
+            };
+            match wait_listening(&mut driver, &[port], Duration::from_secs(10), || false) {
+                Started::Listening => {
+                    started = Some((driver, port));
+                    break;
+                }
+                Started::Exited => continue,
+                other => {
+                    let _ = driver.kill();
+                    let _ = driver.wait();
+                    panic!("chromedriver did not start: {other:?}");
+                }
             }
-        };
+        }
+        let (driver, port) = started.expect("chromedriver got a port of its own");
         let profile = tempfile::tempdir().unwrap();
         let caps = serde_json::json!({
             "goog:chromeOptions": {
@@ -123,7 +141,9 @@ async fn a_shopper_waits_is_admitted_and_moves_on() {
         .json()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Polls when told to, as the page does.
+    let poll_after_s = first["poll_after_s"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_secs(poll_after_s)).await;
     let s: serde_json::Value = client()
         .get(gw.url("/queue/drop/status"))
         .bearer_auth(first["ticket"].as_str().unwrap())
@@ -190,9 +210,10 @@ async fn paused_sold_out_and_full_are_shown_in_portuguese() {
 
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     assert!(
-        eventually(Duration::from_secs(1), || gw.admin_json("/admin/state")
+        eventually_async(Duration::from_secs(1), || gw.admin_json("/admin/state")
             ["admissions"]
             == "paused")
+        .await
         .is_some()
     );
     browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
@@ -204,9 +225,10 @@ async fn paused_sold_out_and_full_are_shown_in_portuguese() {
             + "[[products]]\nsku = \"gone\"\nstock = 0\nprice_cents = 1\nroom = \"drop\"\n"
     });
     assert!(
-        eventually(Duration::from_secs(1), || gw.admin_json("/admin/state")
+        eventually_async(Duration::from_secs(1), || gw.admin_json("/admin/state")
             ["admissions"]
             == "open")
+        .await
         .is_some()
     );
     browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
@@ -223,14 +245,15 @@ async fn a_full_line_is_said_clearly() {
     };
     // One admitted and five waiting fill the room's capacity of five (the
     // browser is started first: the admitted pass lasts only 3 s).
-    for _ in 0..6 {
-        let r = client()
-            .post(gw.url("/queue/drop/join"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let join = || client().post(gw.url("/queue/drop/join")).send();
+    assert_eq!(join().await.unwrap().status(), 202);
+    let admitted = eventually_async(Duration::from_secs(5), || {
+        gw.admin_json("/admin/state")["rooms"][0]["active"] == 1
+    })
+    .await;
+    assert!(admitted.is_some(), "the first one is let in");
+    for _ in 0..5 {
+        assert_eq!(join().await.unwrap().status(), 202);
     }
     browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
     let text = browser

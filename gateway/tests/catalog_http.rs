@@ -204,11 +204,12 @@ async fn catalog_reloads_with_the_config() {
     std::fs::write(gw.static_dir().join("new.html"), "<p>new</p>").unwrap();
     gw.signal(nix::sys::signal::Signal::SIGHUP);
     let url = gw.url("/new.html");
-    let took = eventually(std::time::Duration::from_secs(3), || {
+    let took = eventually_async(std::time::Duration::from_secs(3), || {
         raw_status(&raw_request(
             gw.listen,
             "GET /new.html HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n",
         )) == 200
-    });
+    })
+    .await;
     assert!(took.is_some(), "catalog not reloaded on SIGHUP: {url}");
 }

@@ -84,7 +84,15 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
                 }
             }));
         }
-        let at = Duration::from_millis(rng.random_range(300..1200));
+        // Once this round's traffic is flowing (orders are being answered),
+        // at a random moment within it.
+        let answered_before = acked.lock().unwrap().len();
+        let flowing = eventually_async(Duration::from_secs(30), || {
+            acked.lock().unwrap().len() >= answered_before + 5
+        })
+        .await;
+        assert!(flowing.is_some(), "no orders answered; log:\n{}", gw.log());
+        let at = Duration::from_millis(rng.random_range(0..800));
         tokio::time::sleep(at).await;
         // kill -9 in the middle of the traffic, then start again.
         tokio::task::block_in_place(|| gw.kill9_and_restart());
@@ -100,8 +108,16 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
         acked.len()
     );
 
-    // Past every reservation's expiry, with the reconciler running.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Until the reconciler has expired every reservation left behind.
+    let settled = eventually_async(Duration::from_secs(30), || {
+        gw.admin_json("/admin/state")["orders"]["reserved"] == 0
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "orders still reserved; log:\n{}",
+        gw.log()
+    );
 
     // Every acknowledged order is there, in its state or further on.
     let mut confirmed = 0;

@@ -56,14 +56,20 @@ async fn sigterm_drains_requests_in_flight() {
     });
     let c = client();
     let slow = tokio::spawn(c.get(gw.url("/slow")).send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The origin has the request (and holds it 1.5 s) before the signal.
+    let in_flight = eventually_async(Duration::from_secs(5), || origin.hits() == 1).await;
+    assert!(
+        in_flight.is_some(),
+        "the slow request never reached the origin"
+    );
     gw.signal(Signal::SIGTERM);
     let r = slow.await.unwrap().expect("in-flight request completes");
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "slow answer");
-    let exited = eventually(Duration::from_secs(10), || {
+    let exited = eventually_async(Duration::from_secs(10), || {
         matches!(gw.child.try_wait(), Ok(Some(_)))
-    });
+    })
+    .await;
     assert!(exited.is_some(), "gateway exits after draining");
     assert!(gw.child.try_wait().unwrap().unwrap().success());
 }

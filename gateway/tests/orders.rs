@@ -137,10 +137,11 @@ async fn a_paid_checkout_is_confirmed_once_and_replayed_by_its_key() {
 
     // The outbox relay publishes the event to the JSON-lines sink.
     let outbox = gw.dir.path().join("var").join("outbox.jsonl");
-    let published = eventually(Duration::from_secs(3), || {
+    let published = eventually_async(Duration::from_secs(3), || {
         std::fs::read_to_string(&outbox)
             .is_ok_and(|t| t.contains("order.confirmed") && t.contains(id))
-    });
+    })
+    .await;
     assert!(
         published.is_some(),
         "order.confirmed not published to {}",
@@ -371,9 +372,18 @@ async fn operators_adjust_stock_with_a_reason() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
 
-    // A reload with another stock number does not reset a known SKU.
+    // A reload with another stock number does not reset a known SKU: once
+    // the reload has been applied, the total is still the adjusted one.
+    let reloads = || gw.metric("sluice_config_reloads_total{result=\"success\"}");
+    let before = reloads().unwrap_or(0.0);
     gw.edit_config(|t| t.replace("stock = 10", "stock = 99"));
-    std::thread::sleep(Duration::from_millis(600));
+    let applied =
+        eventually_async(Duration::from_secs(5), || reloads().unwrap_or(0.0) > before).await;
+    assert!(
+        applied.is_some(),
+        "the reload never ran; log:\n{}",
+        gw.log()
+    );
     assert_eq!(inventory(&gw, "sneaker-42")["total"], 15);
 }
 
@@ -447,14 +457,15 @@ async fn events_reach_the_storefront_over_http_despite_failures() {
         .unwrap();
     let id = order["order_id"].as_str().unwrap().to_string();
     // Refused twice, then delivered: the relay retried with backoff.
-    let delivered = eventually(Duration::from_secs(8), || {
+    let delivered = eventually_async(Duration::from_secs(8), || {
         origin
             .outbox
             .lock()
             .unwrap()
             .iter()
             .any(|b| b.contains("order.confirmed") && b.contains(&id))
-    });
+    })
+    .await;
     assert!(
         delivered.is_some(),
         "order.confirmed never reached the storefront; log:\n{}",
@@ -470,8 +481,9 @@ async fn events_reach_the_storefront_over_http_despite_failures() {
         gw.log().contains("outbox relay"),
         "the failures were logged"
     );
-    let pending = eventually(Duration::from_secs(3), || {
+    let pending = eventually_async(Duration::from_secs(3), || {
         gw.metric("sluice_outbox_pending") == Some(0.0)
-    });
+    })
+    .await;
     assert!(pending.is_some());
 }

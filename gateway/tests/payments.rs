@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
@@ -14,64 +13,73 @@ use sluice_loadtest::paysim::{self, Faults, WebhookTarget};
 const SECRET: &str = "whsec_current_0123456789";
 const OLD_SECRET: &str = "whsec_previous_0123456789";
 
-/// paysim on its own thread and runtime; stops when dropped.
+/// paysim on its own thread and runtime, on a port it bound itself; stops
+/// when dropped.
 struct Paysim {
-    addr: SocketAddr,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    server: paysim::Background,
+}
+
+fn paysim_config(webhook_url: Option<String>, secrets: &[&str], faults: Faults) -> paysim::Config {
+    paysim::Config {
+        seed: 11,
+        faults,
+        limits: Default::default(),
+        webhook: webhook_url.map(|url| WebhookTarget {
+            url,
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+        }),
+    }
 }
 
 impl Paysim {
-    fn start(webhook_url: Option<String>, secrets: &[&str], faults: Faults) -> Paysim {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let config = paysim::Config {
-            seed: 11,
-            faults,
-            limits: Default::default(),
-            webhook: webhook_url.map(|url| WebhookTarget {
-                url,
-                secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            }),
-        };
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                paysim::serve(listener, config, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        Paysim { addr, _stop: stop }
+    fn start(faults: Faults) -> Paysim {
+        let config = paysim_config(None, &[], faults);
+        Paysim {
+            server: paysim::Background::start(config).unwrap(),
+        }
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
-    async fn ledger(&self) -> Vec<Value> {
-        let v: Value = client()
-            .get(format!("{}/ledger", self.url()))
+    async fn get(&self, path: &str) -> Value {
+        client()
+            .get(format!("{}{path}", self.url()))
             .send()
             .await
             .unwrap()
             .json()
             .await
+            .unwrap()
+    }
+
+    async fn ledger(&self) -> Vec<Value> {
+        self.get("/ledger").await["payments"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Capture answers held by `hold_captures` right now.
+    async fn captures_held(&self) -> u64 {
+        self.get("/admin/held").await["captures"].as_u64().unwrap()
+    }
+
+    async fn set_faults(&self, faults: &Faults) {
+        let r = client()
+            .put(format!("{}/admin/faults", self.url()))
+            .json(faults)
+            .send()
+            .await
             .unwrap();
-        v["payments"].as_array().unwrap().clone()
+        assert_eq!(r.status(), 200);
     }
 }
 
-/// A gateway whose payments go to `paysim` over HTTP.
-fn gateway(paysim: &Paysim, listen_port: u16, secrets: &[&str]) -> Gateway {
+/// A gateway whose payments go to `paysim_url` over HTTP, each call given
+/// `timeout_ms`.
+fn gateway(paysim_url: &str, secrets: &[&str], timeout_ms: u32) -> Gateway {
     let secrets: Vec<String> = secrets.iter().map(|s| format!("\"{s}\"")).collect();
     let key = String::from_utf8(
         std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -82,23 +90,14 @@ fn gateway(paysim: &Paysim, listen_port: u16, secrets: &[&str]) -> Gateway {
     )
     .unwrap();
     Gateway::start(GatewayOptions {
-        listen_port: Some(listen_port),
         rest: format!(
-            "{key}[payments]\nprovider = \"http\"\nurl = \"{}\"\ntimeout_ms = 800\nwebhook_secrets = [{}]\n\
+            "{key}[payments]\nprovider = \"http\"\nurl = \"{paysim_url}\"\ntimeout_ms = {timeout_ms}\nwebhook_secrets = [{}]\n\
              [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 50\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
              [[products]]\nsku = \"hot\"\nstock = 20\nprice_cents = 1000\nroom = \"drop\"\n",
-            paysim.url(),
             secrets.join(", ")
         ),
         ..Default::default()
     })
-}
-
-/// A gateway on a port of its own choosing.
-fn fixed_port_gateway(paysim: &Paysim, secrets: &[&str]) -> (Gateway, u16) {
-    let port = free_port();
-    let gw = gateway(paysim, port, secrets);
-    (gw, port)
 }
 
 async fn checkout(gw: &Gateway, pass: &str, key: &str, pm: &str) -> Value {
@@ -153,15 +152,11 @@ fn sign(secret: &str, t: i64, body: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_authorization_answer_is_looked_up_not_declined_nor_charged_twice() {
-    let paysim = Paysim::start(
-        None,
-        &[],
-        Faults {
-            timeout_hold_ms: 3_000,
-            ..Faults::default()
-        },
-    );
-    let (gw, _) = fixed_port_gateway(&paysim, &[SECRET]);
+    let paysim = Paysim::start(Faults {
+        timeout_hold_ms: 3_000,
+        ..Faults::default()
+    });
+    let gw = gateway(&paysim.url(), &[SECRET], 800);
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
     let order = checkout(&gw, &pass, "key-lost-0001", "pm_lost_response").await;
     let id = order["order_id"]
@@ -186,18 +181,19 @@ async fn a_lost_authorization_answer_is_looked_up_not_declined_nor_charged_twice
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicated_and_reordered_webhooks_change_nothing_twice() {
-    let port = free_port();
     let faults = Faults {
         webhook_duplicate_ratio: 1.0,
         webhook_reorder_window: 4,
         ..Faults::default()
     };
-    let paysim = Paysim::start(
-        Some(format!("http://127.0.0.1:{port}/webhooks/paysim")),
-        &[SECRET],
-        faults,
-    );
-    let gw = gateway(&paysim, port, &[SECRET]);
+    // The simulator's port first, then the gateway that calls it, then the
+    // simulator that calls the gateway back.
+    let bound = paysim::Bound::new().unwrap();
+    let gw = gateway(&bound.url(), &[SECRET], 800);
+    let config = paysim_config(Some(gw.url("/webhooks/paysim")), &[SECRET], faults);
+    let paysim = Paysim {
+        server: bound.serve(config).unwrap(),
+    };
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
     let mut ids = Vec::new();
     for i in 0..4 {
@@ -208,11 +204,12 @@ async fn duplicated_and_reordered_webhooks_change_nothing_twice() {
             order["state"].as_str().unwrap().to_string(),
         ));
     }
-    let dupes = eventually(Duration::from_secs(10), || {
+    let dupes = eventually_async(Duration::from_secs(10), || {
         gw.metric("sluice_webhook_events_total{result=\"duplicate\"}")
             .unwrap_or(0.0)
             >= 4.0
-    });
+    })
+    .await;
     assert!(
         dupes.is_some(),
         "duplicates arrived and were recognised; log:\n{}",
@@ -235,8 +232,8 @@ async fn duplicated_and_reordered_webhooks_change_nothing_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_and_stale_signatures_are_refused_and_rotation_accepts_both_secrets() {
-    let paysim = Paysim::start(None, &[], Faults::default());
-    let (gw, _) = fixed_port_gateway(&paysim, &[SECRET, OLD_SECRET]);
+    let paysim = Paysim::start(Faults::default());
+    let gw = gateway(&paysim.url(), &[SECRET, OLD_SECRET], 800);
     let body = r#"{"id":"evt_test_1","type":"payment.authorized","created":1,"data":{"payment_id":"pay_unknown","order_id":"ord_unknown","amount_cents":1000}}"#;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -293,20 +290,15 @@ async fn bad_and_stale_signatures_are_refused_and_rotation_accepts_both_secrets(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_during_capture_ends_confirmed_once_after_restart() {
-    // Every provider call takes 1.5 s: the gateway is killed while the
-    // capture is on the wire.
-    let paysim = Paysim::start(
-        None,
-        &[],
-        Faults {
-            latency_ms: 1_500,
-            ..Faults::default()
-        },
-    );
-    let (mut gw, _) = fixed_port_gateway(&paysim, &[SECRET]);
-    // The call timeout must outlast the latency for this test.
-    gw.edit_config(|t| t.replace("timeout_ms = 800", "timeout_ms = 4000"));
-    tokio::task::block_in_place(|| gw.kill9_and_restart());
+    // paysim processes the capture and holds its answer: the gateway is
+    // killed once the capture has reached the provider and before the
+    // gateway heard back, whatever the machine's speed. The call timeout
+    // is long so the gateway is still waiting on that answer when it dies.
+    let paysim = Paysim::start(Faults {
+        hold_captures: true,
+        ..Faults::default()
+    });
+    let mut gw = gateway(&paysim.url(), &[SECRET], 20_000);
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
     let c = client();
     let url = gw.url("/checkout");
@@ -321,9 +313,32 @@ async fn a_crash_during_capture_ends_confirmed_once_after_restart() {
                 .await
         }
     });
-    // Authorization answers at ~1.5 s; the capture is sent right after.
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
-    tokio::task::block_in_place(|| gw.kill9_and_restart());
+    let sim = &paysim;
+    let held = eventually_await(Duration::from_secs(20), || async move {
+        sim.captures_held().await == 1
+    })
+    .await;
+    assert!(
+        held.is_some(),
+        "the capture never reached paysim; log:\n{}",
+        gw.log()
+    );
+    tokio::task::block_in_place(|| gw.kill9());
+    let ledger = paysim.ledger().await;
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(
+        ledger[0]["captures"], 1,
+        "the provider captured; the gateway never heard: {ledger:?}"
+    );
+    // Captures are answered at once from here on; the answer held for the
+    // dead connection goes nowhere.
+    paysim.set_faults(&Faults::default()).await;
+    let released = eventually_await(Duration::from_secs(5), || async move {
+        sim.captures_held().await == 0
+    })
+    .await;
+    assert!(released.is_some());
+    tokio::task::block_in_place(|| gw.restart());
     assert!(
         inflight.await.unwrap().is_err(),
         "the shopper's connection died with the gateway"
@@ -332,14 +347,18 @@ async fn a_crash_during_capture_ends_confirmed_once_after_restart() {
     // The shopper retries with the same key, as told: the key of a request
     // that died is `409` until it is taken over (30 s); meanwhile the
     // reconciler finishes the payment.
-    let mut order = Value::Null;
-    for _ in 0..45 {
-        order = checkout(&gw, &pass, "key-crash-capture", "pm_ok").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let order = loop {
+        let order = checkout(&gw, &pass, "key-crash-capture", "pm_ok").await;
         if order["error"] != "idempotency_conflict" {
-            break;
+            break order;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key stayed locked: {order}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let id = order["order_id"]
         .as_str()
         .unwrap_or_else(|| panic!("no order: {order}"))

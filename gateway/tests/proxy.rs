@@ -116,9 +116,9 @@ async fn bodies_over_the_limit_get_413_in_the_contract_shape() {
 
 #[tokio::test]
 async fn origin_down_is_502_and_slow_is_504() {
-    let dead = free_port();
+    let dead = dead_port();
     let gw = Gateway::start(GatewayOptions {
-        origin: Some(format!("http://127.0.0.1:{dead}")),
+        origin: Some(format!("http://127.0.0.1:{}", dead.port)),
         ..Default::default()
     });
     let r = client().get(gw.url("/anything")).send().await.unwrap();

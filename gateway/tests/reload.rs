@@ -84,7 +84,12 @@ async fn requests_in_flight_survive_a_reload() {
     });
     let c = client();
     let slow = tokio::spawn(c.get(gw.url("/slow")).send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The origin has the request (and holds it 1.5 s) before the reload.
+    let in_flight = eventually_async(Duration::from_secs(5), || origin.hits() == 1).await;
+    assert!(
+        in_flight.is_some(),
+        "the slow request never reached the origin"
+    );
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     gw.signal(Signal::SIGHUP);
     let r = slow.await.unwrap().unwrap();

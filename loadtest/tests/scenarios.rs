@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Once;
 
 use sluice_loadtest::load::record::Outcome;
 use sluice_loadtest::load::scenario::{Arrivals, Fault, FaultAction};
@@ -18,28 +17,63 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `target/debug/sluice`, built once per test binary.
+/// What the `sluice` binary is built from: a binary older than any of
+/// these is stale.
+const GATEWAY_SOURCES: [&str; 10] = [
+    "gateway/src",
+    "gateway/Cargo.toml",
+    "admission/src",
+    "admission/Cargo.toml",
+    "policies/src",
+    "policies/Cargo.toml",
+    "checkout/src",
+    "checkout/Cargo.toml",
+    "Cargo.toml",
+    "Cargo.lock",
+];
+
+/// The `sluice` binary next to this test binary (`target/debug/`), which
+/// `cargo test --workspace` builds before it runs any test. This crate
+/// cannot name it through `CARGO_BIN_EXE_*` (another package's binary), and
+/// a test does not run `cargo` itself; so the binary must be there and
+/// newer than every gateway source, or the test says how to build it.
 fn sluice() -> PathBuf {
-    static BUILD: Once = Once::new();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps");
+    let sluice = debug.join("sluice");
+    let build = "build it with `cargo build -p sluice-gateway --bin sluice` \
+                 (`cargo test --workspace` and scripts/test.sh do)";
+    let built = std::fs::metadata(&sluice)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}; {build}", sluice.display()));
     let root = workspace_root();
-    BUILD.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
-            .current_dir(&root)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building sluice failed");
-    });
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let target = if target.is_relative() {
-        root.join(target)
-    } else {
-        target
-    };
-    target.join("debug").join("sluice")
+    for source in GATEWAY_SOURCES {
+        if let Some((path, changed)) = newest_file(&root.join(source)) {
+            assert!(
+                changed <= built,
+                "{} is older than {}; {build}",
+                sluice.display(),
+                path.display()
+            );
+        }
+    }
+    sluice
+}
+
+/// The most recently modified file under `path`.
+fn newest_file(path: &Path) -> Option<(PathBuf, std::time::SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_file() {
+        return Some((path.to_path_buf(), meta.modified().ok()?));
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter_map(|entry| newest_file(&entry.path()))
+        .max_by_key(|(_, changed)| *changed)
 }
 
 fn scenario(name: &str) -> Scenario {

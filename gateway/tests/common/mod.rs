@@ -1,5 +1,13 @@
 //! Test harness: the real `sluice` binary on free ports, in front of a real
 //! HTTP origin run by the test.
+//!
+//! Ports: servers run in the test process (the origin, paysim) bind
+//! `127.0.0.1:0` and report the port they got. A subprocess cannot hand
+//! its port back (pingora binds its listeners inside `Server::run` and
+//! tells nobody the address), so [`Gateway::start`] picks free ports,
+//! starts `sluice`, and accepts the start only once `/proc` shows that
+//! very process owns both listening sockets; if another socket took a
+//! port in between, it starts again on new ones.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -17,13 +25,78 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use axum::Router;
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now. Someone else may take it before
+/// the caller binds it: give it to a subprocess only with a check that the
+/// subprocess got it ([`listens_on`]) and a retry.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A port that refuses connections for as long as this lives: bound, never
+/// listening, so nothing else can take it meanwhile.
+pub struct DeadPort {
+    _socket: tokio::net::TcpSocket,
+    pub port: u16,
+}
+
+pub fn dead_port() -> DeadPort {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    DeadPort {
+        _socket: socket,
+        port,
+    }
+}
+
+/// Whether process `pid` holds a socket listening on TCP `port`, read
+/// from `/proc`: proof that a subprocess bound the port it was given, not
+/// some other socket.
+pub use sluice_loadtest::load::ports::{listens_on, PORT_TAKEN_LOG};
+
+/// How a subprocess's start on given ports ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started {
+    /// It owns a listener on every port.
+    Listening,
+    /// Another socket holds one of the ports.
+    PortTaken,
+    /// It exited.
+    Exited,
+    /// Neither within the deadline.
+    TimedOut,
+}
+
+/// Waits until `child` listens on every port of `ports`, exits, or
+/// `port_taken()` says a port went to someone else.
+pub fn wait_listening(
+    child: &mut Child,
+    ports: &[u16],
+    within: Duration,
+    mut port_taken: impl FnMut() -> bool,
+) -> Started {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if port_taken() {
+            return Started::PortTaken;
+        }
+        if child.try_wait().ok().flatten().is_some() {
+            return if port_taken() {
+                Started::PortTaken
+            } else {
+                Started::Exited
+            };
+        }
+        if ports.iter().all(|p| listens_on(child.id(), *p)) {
+            return Started::Listening;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Started::TimedOut
 }
 
 /// The test origin: a storefront stand-in with routes that misbehave on
@@ -239,7 +312,15 @@ impl Default for GatewayOptions {
     }
 }
 
+/// Starts on new ports when a chosen port was taken, at most this often.
+const START_TRIES_MAX: usize = 5;
+/// How long one start may take.
+const START_WAIT_MAX: Duration = Duration::from_secs(20);
+
 impl Gateway {
+    /// Writes the config and starts `sluice` on free ports (the public one
+    /// pinned by `listen_port` if given); returns once the process owns
+    /// both listeners.
     pub fn start(opts: GatewayOptions) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let static_dir = if opts.repo_static {
@@ -252,54 +333,94 @@ impl Gateway {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();
         }
-        let listen: SocketAddr =
-            format!("127.0.0.1:{}", opts.listen_port.unwrap_or_else(free_port))
-                .parse()
-                .unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let origin = opts
             .origin
+            .as_ref()
             .map(|o| format!("origin = \"{o}\"\n"))
             .unwrap_or_default();
-        let config = format!(
-            "[gateway]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\ndata_dir = {:?}\nstatic_dir = {:?}\nshutdown_grace_s = 2\n{origin}{}\n\n{}",
-            dir.path().join("var"),
-            static_dir,
-            opts.extra_gateway,
-            opts.rest
-        );
         let config_path = dir.path().join("sluice.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let child = spawn(&config_path, dir.path(), &opts.env);
-        let gw = Gateway {
-            child,
-            env: opts.env,
-            listen,
-            admin,
-            config_path,
-            dir,
-        };
-        gw.wait_ready();
-        gw
+        let log_path = dir.path().join("sluice.log");
+        for _ in 0..START_TRIES_MAX {
+            let listen = loopback(opts.listen_port.unwrap_or_else(free_port));
+            let admin = loopback(free_port());
+            let config = format!(
+                "[gateway]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\ndata_dir = {:?}\nstatic_dir = {:?}\nshutdown_grace_s = 2\n{origin}{}\n\n{}",
+                dir.path().join("var"),
+                static_dir,
+                opts.extra_gateway,
+                opts.rest
+            );
+            std::fs::write(&config_path, config).unwrap();
+            let mut child = spawn(&config_path, dir.path(), &opts.env);
+            let ports = [listen.port(), admin.port()];
+            match wait_listening(&mut child, &ports, START_WAIT_MAX, || {
+                port_taken_in(&log_path, None)
+            }) {
+                Started::Listening => {
+                    return Gateway {
+                        child,
+                        env: opts.env,
+                        listen,
+                        admin,
+                        config_path,
+                        dir,
+                    }
+                }
+                // A pinned public port cannot move; a taken admin port can.
+                Started::PortTaken
+                    if opts.listen_port.is_none() || port_taken_in(&log_path, Some(admin)) =>
+                {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = std::fs::remove_file(&log_path);
+                    let _ = std::fs::remove_dir_all(dir.path().join("var"));
+                }
+                other => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "gateway did not start ({other:?}) on {listen} and {admin}; log:\n{}",
+                        std::fs::read_to_string(&log_path).unwrap_or_default()
+                    )
+                }
+            }
+        }
+        panic!("gateway ports taken {START_TRIES_MAX} times in a row");
     }
 
     /// SIGKILL, then start again with the same config, ports and data.
     pub fn kill9_and_restart(&mut self) {
+        self.kill9();
+        self.restart();
+    }
+
+    /// SIGKILL, and wait until the process is gone.
+    pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the process again with the same config, ports and data (after
+    /// [`Gateway::kill9`] or an exit).
+    pub fn restart(&mut self) {
         self.child = spawn(&self.config_path, self.dir.path(), &self.env);
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if TcpStream::connect(self.listen).is_ok() && TcpStream::connect(self.admin).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("gateway did not start; log:\n{}", self.log());
+    fn wait_ready(&mut self) {
+        let ports = [self.listen.port(), self.admin.port()];
+        let log_path = self.dir.path().join("sluice.log");
+        let started = wait_listening(&mut self.child, &ports, START_WAIT_MAX, || {
+            port_taken_in(&log_path, None)
+        });
+        assert_eq!(
+            started,
+            Started::Listening,
+            "gateway did not start on {} and {}; log:\n{}",
+            self.listen,
+            self.admin,
+            self.log()
+        );
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -374,6 +495,18 @@ pub fn without_region(text: &str) -> String {
     out
 }
 
+/// Whether the log says a port (`addr`'s, or any) is held by another socket.
+fn port_taken_in(log_path: &Path, addr: Option<SocketAddr>) -> bool {
+    std::fs::read_to_string(log_path).is_ok_and(|log| {
+        log.lines()
+            .any(|l| l.contains(PORT_TAKEN_LOG) && addr.is_none_or(|a| l.contains(&a.to_string())))
+    })
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 fn spawn(config_path: &Path, dir: &Path, env: &[(String, String)]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.arg("run").arg("--config").arg(config_path);
@@ -439,23 +572,57 @@ pub fn client() -> ::reqwest::Client {
     ::reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-/// Polls `f` until it returns true or `within` passes; returns how long it took.
+/// How often the `eventually` helpers look again.
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Polls `f` until it returns true or `within` passes; returns how long it
+/// took. Sleeps the thread between looks: for tests without a runtime (in
+/// an async test use [`eventually_async`], which lets other tasks run).
 pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     let start = Instant::now();
-    while start.elapsed() < within {
+    loop {
         if f() {
             return Some(start.elapsed());
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if start.elapsed() >= within {
+            return None;
+        }
+        std::thread::sleep(POLL_EVERY);
     }
-    None
+}
+
+/// [`eventually`] for async tests: `f` is a quick check (a local call), and
+/// the wait between looks yields to the runtime.
+pub async fn eventually_async(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    eventually_await(within, || std::future::ready(f())).await
+}
+
+/// [`eventually`] for a check that itself awaits (an HTTP call).
+pub async fn eventually_await<F: std::future::Future<Output = bool>>(
+    within: Duration,
+    mut f: impl FnMut() -> F,
+) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= within {
+            return None;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
 }
 
 pub fn repo_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// Joins `room` at `base_url` and polls as told until admitted: the pass.
+/// How long [`admitted_pass`] waits in line, at most.
+const ADMISSION_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Joins `room` at `base_url` and polls when told to (`poll_after_s`, as a
+/// browser does; sooner is refused) until admitted: the pass.
 pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &str) -> String {
     let joined: serde_json::Value = client
         .post(format!("{base_url}/queue/{room}/join"))
@@ -467,10 +634,12 @@ pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &st
         .unwrap();
     let ticket = joined["ticket"]
         .as_str()
-        .expect("join gives a ticket")
+        .unwrap_or_else(|| panic!("join gives a ticket: {joined}"))
         .to_string();
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+    let deadline = Instant::now() + ADMISSION_WAIT_MAX;
+    let mut poll_after_s = joined["poll_after_s"].as_u64().unwrap_or(1);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(poll_after_s)).await;
         let status: serde_json::Value = client
             .get(format!("{base_url}/queue/{room}/status"))
             .bearer_auth(&ticket)
@@ -483,8 +652,9 @@ pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &st
         if status["state"] == "admitted" {
             return status["pass"].as_str().unwrap().to_string();
         }
+        poll_after_s = status["poll_after_s"].as_u64().unwrap_or(1);
     }
-    panic!("not admitted to {room}");
+    panic!("not admitted to {room} within {ADMISSION_WAIT_MAX:?}");
 }
 
 /// An origin that records the request-target of every request it gets,

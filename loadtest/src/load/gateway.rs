@@ -2,7 +2,7 @@
 //! (free loopback ports, a temp dir, a generated signing key so tokens
 //! survive a restart), or a running deployment given by URL.
 
-use std::net::{IpAddr, TcpListener};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,14 +11,24 @@ use anyhow::{bail, Context, Result};
 use base64::Engine;
 use rand::RngCore;
 
+use super::ports::{free_port, listens_on, PORT_TAKEN_LOG};
 use super::scenario::Scenario;
 
+/// Starts on new ports when a chosen port was taken, at most this often.
+pub const START_TRIES_MAX: usize = 5;
 /// How long a started gateway gets to become ready.
 pub const READY_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Per-request timeout of the harness's own admin calls.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Joins per minute per client: every virtual shopper comes from 127.0.0.1.
 pub const JOINS_PER_MINUTE_PER_CLIENT: u32 = 100_000;
+
+/// How a start ended.
+enum Start {
+    Ready,
+    /// Another socket holds a port: start again on new ones.
+    PortTaken,
+}
 
 /// Where the harness finds the system under test.
 pub struct Target {
@@ -98,12 +108,28 @@ impl Target {
     }
 
     /// Writes a config for `scenario` and starts `sluice` with it (and
-    /// `paysim` first, when the scenario pays through it).
+    /// `paysim` first, when the scenario pays through it). When another
+    /// socket took a chosen port before `sluice` bound it, starts again on
+    /// new ports (see [`ports`](super::ports)).
     pub async fn start(
         sluice: &Path,
         paysim: Option<&Path>,
         scenario: &Scenario,
     ) -> Result<Target> {
+        for _ in 0..START_TRIES_MAX {
+            if let Some(target) = Self::try_start(sluice, paysim, scenario).await? {
+                return Ok(target);
+            }
+        }
+        bail!("the gateway's ports were taken {START_TRIES_MAX} times in a row")
+    }
+
+    /// One start on new free ports; `None` when a port was taken.
+    async fn try_start(
+        sluice: &Path,
+        paysim: Option<&Path>,
+        scenario: &Scenario,
+    ) -> Result<Option<Target>> {
         let dir = tempfile::Builder::new()
             .prefix("sluice-load-")
             .tempdir()
@@ -163,12 +189,28 @@ impl Target {
             paysim,
             http: admin_client()?,
         };
-        target.wait_ready().await?;
-        Ok(target)
+        match target.wait_started().await? {
+            Start::Ready => Ok(Some(target)),
+            // Dropping the target kills both processes.
+            Start::PortTaken => Ok(None),
+        }
     }
 
-    /// Waits until `/readyz` answers 200 (bounded by [`READY_WAIT_MAX`]).
+    /// Waits until `/readyz` answers 200 (bounded by [`READY_WAIT_MAX`])
+    /// and, for a gateway the harness started, that process owns both
+    /// listeners.
     pub async fn wait_ready(&self) -> Result<()> {
+        match self.wait_started().await? {
+            Start::Ready => Ok(()),
+            Start::PortTaken => bail!(
+                "another socket holds a port of the gateway ({} or {})",
+                self.public,
+                self.admin
+            ),
+        }
+    }
+
+    async fn wait_started(&self) -> Result<Start> {
         let deadline = Instant::now() + READY_WAIT_MAX;
         loop {
             let ok = self
@@ -177,13 +219,25 @@ impl Target {
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
-            if ok {
-                return Ok(());
-            }
-            if let Some(p) = &self.process {
-                if let Some(log) = lock(p).exited_log() {
-                    bail!("sluice exited at start; its log:\n{log}");
+            let owned = match &self.process {
+                Some(p) => {
+                    let mut p = lock(p);
+                    if p.log().contains(PORT_TAKEN_LOG) {
+                        return Ok(Start::PortTaken);
+                    }
+                    if let Some(log) = p.exited_log() {
+                        bail!("sluice exited at start; its log:\n{log}");
+                    }
+                    let pid = p.child.id();
+                    [&self.public, &self.admin]
+                        .iter()
+                        .filter_map(|url| url.rsplit(':').next()?.parse::<u16>().ok())
+                        .all(|port| listens_on(pid, port))
                 }
+                None => true,
+            };
+            if ok && owned {
+                return Ok(Start::Ready);
             }
             if Instant::now() > deadline {
                 bail!(
@@ -280,6 +334,10 @@ impl Managed {
         // `Child::kill` is SIGKILL on Unix: no drain, no goodbye.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// The log, if the process has already exited.
@@ -418,11 +476,6 @@ pub fn gateway_config(
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
     ));
     out
-}
-
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Refuses any URL that is not `http://` on a loopback address.

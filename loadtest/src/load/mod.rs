@@ -15,6 +15,7 @@
 //! | `scenario.rs` | the TOML scenario: parse, validate, scale |
 //! | `arrivals.rs` | seeded arrival times: spike, constant, ramp |
 //! | `gateway.rs` | start / restart `sluice`, or target URLs; admin calls |
+//! | `ports.rs` | free ports, and proof that the subprocess got them |
 //! | `shopper.rs` | one virtual person, every loop bounded |
 //! | `http.rs` | one request as a shopper sees it |
 //! | `record.rs` | what happened, shared by every task |
@@ -32,6 +33,7 @@ pub mod capacity;
 pub mod faults;
 pub mod gateway;
 pub mod http;
+pub mod ports;
 pub mod progress;
 pub mod record;
 pub mod report;

@@ -1,9 +1,10 @@
 //! HTTP routes: the provider API under `/v1`, and the harness's own routes.
 //!
 //! Handlers parse, call the [`Ledger`](super::ledger::Ledger) under its lock,
-//! hand new events to the webhook sender, and answer. Network faults and the
-//! test cards' delivery (`pm_lost_response`, `pm_slow`) are applied around
-//! `/v1` by `network_faults` only, so handlers never sleep or cut
+//! hand new events to the webhook sender, and answer. Network faults, held
+//! capture answers (`hold_captures`) and the test cards' delivery
+//! (`pm_lost_response`, `pm_slow`) are applied around `/v1` by
+//! `network_faults` only, so handlers never sleep or cut
 //! connections themselves.
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub fn router(sim: Arc<Sim>) -> Router {
         .route("/ledger", get(ledger))
         .route("/admin/faults", get(get_faults).put(put_faults))
         .route("/admin/webhooks", get(webhook_stats))
+        .route("/admin/held", get(held_stats))
         .route(
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),
@@ -64,6 +66,7 @@ pub fn router(sim: Arc<Sim>) -> Router {
 /// processing" returns before the handler runs.
 async fn network_faults(State(sim): State<Arc<Sim>>, request: Request, next: Next) -> Response {
     let kill = request.extensions().get::<ConnectionKill>().cloned();
+    let is_capture = request.uri().path().ends_with("/capture");
     let faults = sim.faults();
     let fault = sim.draw_network_fault(&faults);
     match fault {
@@ -74,6 +77,9 @@ async fn network_faults(State(sim): State<Arc<Sim>>, request: Request, next: Nex
         _ => {}
     }
     let response = next.run(request).await;
+    if is_capture {
+        sim.hold_capture().await;
+    }
     match fault {
         NetworkFault::Timeout => return hold_then_close(kill, &faults).await,
         NetworkFault::Reset { .. } => return cut(kill, true, &faults).await,
@@ -236,6 +242,10 @@ async fn put_faults(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         Ok(()) => Json(faults).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, "bad_request", &e.to_string()),
     }
+}
+
+async fn held_stats(State(sim): State<Arc<Sim>>) -> Json<super::HeldStats> {
+    Json(sim.held_stats())
 }
 
 async fn webhook_stats(State(sim): State<Arc<Sim>>) -> Response {

@@ -48,6 +48,10 @@ pub struct Faults {
     pub webhook_bad_signature_ratio: f64,
     /// Added to the signature timestamp `t` (negative: a stale signature).
     pub webhook_signature_skew_s: i64,
+    /// While on, capture requests are processed and their answers held
+    /// unsent; turning it off sends them. A test sees the capture arrive
+    /// (`GET /admin/held`) and can crash the caller at exactly that step.
+    pub hold_captures: bool,
 }
 
 impl Default for Faults {
@@ -66,6 +70,7 @@ impl Default for Faults {
             webhook_loss_ratio: 0.0,
             webhook_bad_signature_ratio: 0.0,
             webhook_signature_skew_s: 0,
+            hold_captures: false,
         }
     }
 }

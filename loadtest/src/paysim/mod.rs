@@ -12,9 +12,11 @@
 //! - [`payment`]: one payment's state machine.
 //! - [`ledger`]: payments, idempotency records, the event log; limits.
 //! - [`faults`]: the knobs and the per-request fault draw.
+//! - [`hold`]: capture answers held while `hold_captures` is on.
 //! - [`webhook`]: signing, the delivery schedule and the sender.
 //! - [`api`]: routes; network faults applied around `/v1`.
 //! - [`conn`]: the accept loop whose connections a handler can cut.
+//! - [`background`]: a simulator on its own thread, for tests.
 //!
 //! State is in memory only; a restart starts with empty books.
 //!
@@ -31,6 +33,7 @@
 //! | `GET /ledger` | `{"payments":[{"id","order_id","amount_cents","status","authorized","captures","refunds","voided"}]}` |
 //! | `GET`/`PUT /admin/faults` | the [`Faults`] JSON; `PUT` replaces all knobs (missing ones reset), `400` if invalid |
 //! | `GET /admin/webhooks` | [`WebhookStats`] |
+//! | `GET /admin/held` | [`HeldStats`]: capture answers held by `hold_captures`, now and ever |
 //! | `GET /healthz` | `{"status":"ok"}` |
 //!
 //! Other answers: `400 bad_request` (missing or invalid key, bad JSON,
@@ -45,8 +48,10 @@
 //! request after `slow_ms`. Replays of either answer at once.
 
 pub mod api;
+pub mod background;
 pub mod conn;
 pub mod faults;
+pub mod hold;
 pub mod ledger;
 pub mod payment;
 pub mod webhook;
@@ -57,7 +62,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use rand::{rngs::StdRng, SeedableRng};
 use tokio::net::TcpListener;
 
+pub use background::{Background, Bound};
 pub use faults::{Faults, FaultsError, NetworkFault};
+pub use hold::HeldStats;
 pub use ledger::{Event, Ledger, Limits};
 pub use webhook::{WebhookStats, WebhookTarget};
 
@@ -79,6 +86,7 @@ pub struct Sim {
     faults: Arc<RwLock<Faults>>,
     network_rng: Mutex<StdRng>,
     webhooks: Option<Arc<webhook::Webhooks>>,
+    holds: hold::Holds,
 }
 
 /// Streams of the seed, so that turning one knob does not shift the
@@ -103,6 +111,7 @@ impl Sim {
             faults: Arc::new(RwLock::new(config.faults)),
             network_rng: Mutex::new(StdRng::seed_from_u64(config.seed ^ NETWORK_STREAM)),
             webhooks,
+            holds: hold::Holds::default(),
         })
     }
 
@@ -121,7 +130,19 @@ impl Sim {
             .faults
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = faults;
+        self.holds.knobs_changed();
         Ok(())
+    }
+
+    /// Holds a processed capture's answer while `hold_captures` is on.
+    pub async fn hold_capture(&self) {
+        self.holds
+            .hold_capture(|| self.faults().hold_captures)
+            .await;
+    }
+
+    pub fn held_stats(&self) -> HeldStats {
+        self.holds.stats()
     }
 
     /// Runs `f` with the ledger locked; `f` must not block.
