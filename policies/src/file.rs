@@ -100,6 +100,10 @@ pub struct GatewayFile {
     pub cache_control: Vec<Spanned<CacheControlFile>>,
     pub origin_cache: Option<Spanned<OriginCacheFile>>,
     pub test_store_commit_delay_ms: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
+    pub proxy_protocol: Option<Spanned<bool>>,
+    pub max_connections: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -111,6 +111,15 @@ pub struct Gateway {
     /// Test-only: slows every store commit down (load harness
     /// `slow-commit`). Refused unless test knobs are allowed.
     pub test_store_commit_delay: Duration,
+    /// Peers whose `X-Forwarded-For` names the client (a CDN or load
+    /// balancer in front). Empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The public listener expects a PROXY protocol (v1 or v2) header
+    /// first on every connection; its source address is the peer.
+    pub proxy_protocol: bool,
+    /// Open public connections allowed at once; `None`: derived from the
+    /// file-descriptor limit when the gateway starts.
+    pub max_connections: Option<NonZeroU32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

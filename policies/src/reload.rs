@@ -133,5 +133,11 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.shutdown_grace != n.shutdown_grace {
         keys.push("gateway.shutdown_grace_s");
     }
+    if o.proxy_protocol != n.proxy_protocol {
+        keys.push("gateway.proxy_protocol");
+    }
+    if o.max_connections != n.max_connections {
+        keys.push("gateway.max_connections");
+    }
     keys
 }
