@@ -135,13 +135,16 @@ async fn echo(
 ) -> impl IntoResponse {
     state.hits.fetch_add(1, Ordering::SeqCst);
     state.peers.lock().unwrap().insert(peer.port());
+    // A header sent several times comes back as its values joined by "\n".
     let map: serde_json::Map<String, serde_json::Value> = headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                serde_json::Value::String(v.to_str().unwrap_or("").to_string()),
-            )
+        .keys()
+        .map(|k| {
+            let values: Vec<&str> = headers
+                .get_all(k)
+                .iter()
+                .map(|v| v.to_str().unwrap_or(""))
+                .collect();
+            (k.to_string(), serde_json::Value::String(values.join("\n")))
         })
         .collect();
     axum::Json(serde_json::Value::Object(map))
@@ -203,6 +206,7 @@ pub struct Gateway {
     pub child: Child,
     /// Environment given to the process, for restarts.
     env: Vec<(String, String)>,
+    nofile_limit: Option<u64>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -219,6 +223,8 @@ pub struct GatewayOptions {
     pub repo_static: bool,
     /// A public port chosen beforehand (for peers that call back).
     pub listen_port: Option<u16>,
+    /// `RLIMIT_NOFILE` (soft and hard) the process starts with.
+    pub nofile_limit: Option<u64>,
 }
 
 impl Default for GatewayOptions {
@@ -235,6 +241,7 @@ impl Default for GatewayOptions {
             ],
             repo_static: false,
             listen_port: None,
+            nofile_limit: None,
         }
     }
 }
@@ -270,10 +277,11 @@ impl Gateway {
         );
         let config_path = dir.path().join("sluice.toml");
         std::fs::write(&config_path, config).unwrap();
-        let child = spawn(&config_path, dir.path(), &opts.env);
+        let child = spawn(&config_path, dir.path(), &opts.env, opts.nofile_limit);
         let gw = Gateway {
             child,
             env: opts.env,
+            nofile_limit: opts.nofile_limit,
             listen,
             admin,
             config_path,
@@ -287,7 +295,12 @@ impl Gateway {
     pub fn kill9_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(&self.config_path, self.dir.path(), &self.env);
+        self.child = spawn(
+            &self.config_path,
+            self.dir.path(),
+            &self.env,
+            self.nofile_limit,
+        );
         self.wait_ready();
     }
 
@@ -343,8 +356,27 @@ impl Gateway {
     }
 }
 
-fn spawn(config_path: &Path, dir: &Path, env: &[(String, String)]) -> Child {
+fn spawn(
+    config_path: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    nofile_limit: Option<u64>,
+) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    if let Some(limit) = nofile_limit {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is one system call, safe between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::resource::setrlimit(
+                    nix::sys::resource::Resource::RLIMIT_NOFILE,
+                    limit,
+                    limit,
+                )
+                .map_err(std::io::Error::from)
+            });
+        }
+    }
     cmd.arg("run").arg("--config").arg(config_path);
     cmd.env("SLUICE_LOG", "info");
     for (k, v) in env {
