@@ -178,9 +178,16 @@ mod tests {
         NonZeroU32::new(n).unwrap()
     }
 
-    fn limiter(per_minute: u32, burst: u32, max: usize) -> (JoinLimiter<FakeRelativeClock>, FakeRelativeClock) {
+    fn limiter(
+        per_minute: u32,
+        burst: u32,
+        max: usize,
+    ) -> (JoinLimiter<FakeRelativeClock>, FakeRelativeClock) {
         let clock = FakeRelativeClock::default();
-        (JoinLimiter::with_clock(nz(per_minute), nz(burst), max, clock.clone()), clock)
+        (
+            JoinLimiter::with_clock(nz(per_minute), nz(burst), max, clock.clone()),
+            clock,
+        )
     }
 
     #[test]

@@ -149,7 +149,10 @@ mod tests {
         );
         assert_eq!(
             id("10.0.0.2", &["6.6.6.6", "203.0.113.7 ,10.1.1.1"], &t),
-            ("203.0.113.7".into(), "203.0.113.7, 10.1.1.1, 10.0.0.2".into()),
+            (
+                "203.0.113.7".into(),
+                "203.0.113.7, 10.1.1.1, 10.0.0.2".into()
+            ),
             "several headers are one chain; trusted hops are skipped"
         );
         assert_eq!(
@@ -188,7 +191,15 @@ mod tests {
     #[test]
     fn malformed_entries_end_the_walk_safely() {
         let t = ["10.0.0.0/8"];
-        for bad in ["unknown", "", "1.2.3", "300.1.1.1", "_hidden", "1.2.3.4:x", "[::1"] {
+        for bad in [
+            "unknown",
+            "",
+            "1.2.3",
+            "300.1.1.1",
+            "_hidden",
+            "1.2.3.4:x",
+            "[::1",
+        ] {
             assert_eq!(
                 id("10.0.0.2", &[&format!("6.6.6.6, {bad}")], &t),
                 ("10.0.0.2".into(), "10.0.0.2".into()),

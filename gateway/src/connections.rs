@@ -193,7 +193,9 @@ mod tests {
         assert!(cap.try_acquire().is_none());
         assert_eq!((cap.open(), cap.refused_total()), (2, 1));
         drop(a);
-        let c = cap.try_acquire().expect("a closed connection frees its slot");
+        let c = cap
+            .try_acquire()
+            .expect("a closed connection frees its slot");
         assert!(cap.try_acquire().is_none());
         drop((b, c));
         assert_eq!(cap.open(), 0);

@@ -170,7 +170,8 @@ mod tests {
 
     #[tokio::test]
     async fn v1_names_the_client_and_leaves_the_request() {
-        let (r, rest) = read(b"PROXY TCP4 203.0.113.7 10.0.0.1 56324 443\r\nGET / HTTP/1.1\r\n").await;
+        let (r, rest) =
+            read(b"PROXY TCP4 203.0.113.7 10.0.0.1 56324 443\r\nGET / HTTP/1.1\r\n").await;
         assert_eq!(r, Ok(Some("203.0.113.7:56324".parse().unwrap())));
         assert_eq!(rest, b"GET / HTTP/1.1\r\n");
         let (r, _) = read(b"PROXY TCP6 2001:db8::7 2001:db8::1 4000 443\r\n").await;

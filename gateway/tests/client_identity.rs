@@ -68,7 +68,10 @@ async fn from_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     let origin = Origin::start();
     let gw = gateway(&origin, "trusted_proxies = [\"127.0.0.0/8\"]\n");
     assert_eq!(join(&gw, "203.0.113.1").await, StatusCode::ACCEPTED);
-    assert_eq!(join(&gw, "6.6.6.6, 203.0.113.1").await, StatusCode::ACCEPTED);
+    assert_eq!(
+        join(&gw, "6.6.6.6, 203.0.113.1").await,
+        StatusCode::ACCEPTED
+    );
     assert_eq!(
         join(&gw, "9.9.9.9, 203.0.113.1").await,
         StatusCode::TOO_MANY_REQUESTS,
@@ -80,7 +83,10 @@ async fn from_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
         StatusCode::ACCEPTED,
         "a trusted hop is skipped"
     );
-    assert_eq!(join(&gw, "203.0.113.2").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        join(&gw, "203.0.113.2").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     assert_eq!(
         forwarded_for(&gw, &["6.6.6.6, 203.0.113.9", "127.0.0.5"]).await,
         "203.0.113.9, 127.0.0.5, 127.0.0.1",
@@ -96,7 +102,11 @@ fn assert_logged(gw: &Gateway, client: &str) {
             .lines()
             .any(|l| l.contains("path=/echo") && l.contains(client))
     });
-    assert!(logged.is_some(), "no access line with {client}: {}", gw.log());
+    assert!(
+        logged.is_some(),
+        "no access line with {client}: {}",
+        gw.log()
+    );
 }
 
 /// `text` without ANSI colour sequences.

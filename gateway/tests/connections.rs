@@ -76,7 +76,8 @@ fn idle_connections_beyond_the_cap_cannot_starve_the_gateway() {
     let closed_at = Instant::now();
     let served = eventually(Duration::from_secs(1), || {
         let mut s = TcpStream::connect(gw.listen).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
         std::io::Write::write_all(
             &mut s,
             b"GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n",

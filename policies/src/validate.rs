@@ -293,9 +293,9 @@ impl Validator<'_> {
         let mut nets = Vec::with_capacity(values.len().min(TRUSTED_PROXIES_MAX));
         for value in values.into_iter().take(TRUSTED_PROXIES_MAX) {
             let text = value.get_ref().trim();
-            let parsed = text.parse::<ipnet::IpNet>().or_else(|_| {
-                text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from)
-            });
+            let parsed = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
             match parsed {
                 Ok(net) if net.trunc() != net => self.problem(
                     &value,

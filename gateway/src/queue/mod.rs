@@ -150,9 +150,7 @@ impl Rooms {
             };
             let per_minute = room.joins_per_minute_per_client;
             if entry.limiter.load().per_minute != per_minute {
-                entry
-                    .limiter
-                    .store(Arc::new(RoomLimiter::new(per_minute)));
+                entry.limiter.store(Arc::new(RoomLimiter::new(per_minute)));
             }
             entry
                 .line
