@@ -224,3 +224,65 @@ fn a_slow_proxy_protocol_header_is_dropped_after_the_timeout() {
         Some("203.0.113.8")
     );
 }
+
+/// A local relay that opens each connection to `target` with `header`,
+/// then passes the bytes through: a load balancer speaking PROXY protocol.
+async fn proxy_protocol_relay(target: std::net::SocketAddr, header: &'static [u8]) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                tokio::io::AsyncWriteExt::write_all(&mut outbound, header)
+                    .await
+                    .unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn on_a_tls_listener_the_header_comes_before_the_handshake() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let origin = Origin::start();
+    let gw = gateway(
+        &origin,
+        &format!("tls_cert = {cert_path:?}\ntls_key = {key_path:?}\nproxy_protocol = true\n"),
+    );
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.cert.pem().as_bytes()).unwrap())
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+
+    let relay = proxy_protocol_relay(gw.listen, b"PROXY TCP4 203.0.113.44 127.0.0.1 1 2\r\n").await;
+    let seen: Value = https
+        .get(format!("https://localhost:{relay}/echo"))
+        .header("x-forwarded-for", "6.6.6.6")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["x-forwarded-for"], "203.0.113.44");
+    assert_eq!(seen["x-forwarded-proto"], "https");
+
+    let direct = https
+        .get(format!("https://localhost:{}/echo", gw.listen.port()))
+        .send()
+        .await;
+    assert!(
+        direct.is_err(),
+        "a TLS hello without a PROXY header first is dropped: {direct:?}"
+    );
+}
