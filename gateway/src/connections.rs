@@ -32,6 +32,7 @@ use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
+use prometheus::{IntCounter, IntGauge, Registry};
 
 /// Descriptors kept back from the public connections: SQLite's database,
 /// WAL and shared-memory files for the writer and readers, the listening
@@ -64,6 +65,15 @@ pub struct ConnectionCap {
     max: usize,
     open: AtomicUsize,
     refused: AtomicU64,
+    metrics: CapMetrics,
+}
+
+/// `sluice_connections_{open,max}` and `sluice_connections_refused_total`.
+#[derive(Debug, Clone)]
+struct CapMetrics {
+    open: IntGauge,
+    max: IntGauge,
+    refused: IntCounter,
 }
 
 /// One open connection's slot; given back on drop.
@@ -73,16 +83,41 @@ pub struct Slot(Arc<ConnectionCap>);
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.open.dec();
     }
 }
 
 impl ConnectionCap {
     pub fn new(max: usize) -> Arc<Self> {
+        let metrics = CapMetrics {
+            open: IntGauge::new("sluice_connections_open", "Public connections open now.")
+                .expect("valid metric"),
+            max: IntGauge::new(
+                "sluice_connections_max",
+                "gateway.max_connections in force.",
+            )
+            .expect("valid metric"),
+            refused: IntCounter::new(
+                "sluice_connections_refused_total",
+                "Public connections closed at once because max_connections were open.",
+            )
+            .expect("valid metric"),
+        };
+        metrics.max.set(i64::try_from(max).unwrap_or(i64::MAX));
         Arc::new(Self {
             max,
             open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
+            metrics,
         })
+    }
+
+    /// Adds the cap's metrics to `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        let m = &self.metrics;
+        registry.register(Box::new(m.open.clone()))?;
+        registry.register(Box::new(m.max.clone()))?;
+        registry.register(Box::new(m.refused.clone()))
     }
 
     /// A slot, or `None` when `max` connections are open.
@@ -93,9 +128,13 @@ impl ConnectionCap {
                 (open < self.max).then_some(open + 1)
             });
         match taken {
-            Ok(_) => Some(Slot(self.clone())),
+            Ok(_) => {
+                self.metrics.open.inc();
+                Some(Slot(self.clone()))
+            }
             Err(_) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
+                self.metrics.refused.inc();
                 None
             }
         }
@@ -199,6 +238,23 @@ mod tests {
         assert!(cap.try_acquire().is_none());
         drop((b, c));
         assert_eq!(cap.open(), 0);
+        let registry = Registry::new();
+        cap.register(&registry).unwrap();
+        let mut text = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut text,
+        )
+        .unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            "sluice_connections_open 0",
+            "sluice_connections_max 2",
+            "sluice_connections_refused_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     server.bootstrap();
 
     let cap = ConnectionCap::new(max_connections(&gateway));
+    cap.register(shared.metrics.registry())
+        .context("registering the connection metrics")?;
     let public = Public::new(
         pingora::proxy::http_proxy(&server.configuration, Proxy::new(shared.clone())),
         cap.clone(),

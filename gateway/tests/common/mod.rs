@@ -206,7 +206,7 @@ pub struct Gateway {
     pub child: Child,
     /// Environment given to the process, for restarts.
     env: Vec<(String, String)>,
-    nofile_limit: Option<u64>,
+    nofile_limit: Option<(u64, u64)>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -223,8 +223,8 @@ pub struct GatewayOptions {
     pub repo_static: bool,
     /// A public port chosen beforehand (for peers that call back).
     pub listen_port: Option<u16>,
-    /// `RLIMIT_NOFILE` (soft and hard) the process starts with.
-    pub nofile_limit: Option<u64>,
+    /// `RLIMIT_NOFILE` (soft, hard) the process starts with.
+    pub nofile_limit: Option<(u64, u64)>,
 }
 
 impl Default for GatewayOptions {
@@ -360,18 +360,18 @@ fn spawn(
     config_path: &Path,
     dir: &Path,
     env: &[(String, String)],
-    nofile_limit: Option<u64>,
+    nofile_limit: Option<(u64, u64)>,
 ) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    if let Some(limit) = nofile_limit {
+    if let Some((soft, hard)) = nofile_limit {
         use std::os::unix::process::CommandExt;
         // SAFETY: setrlimit is one system call, safe between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 nix::sys::resource::setrlimit(
                     nix::sys::resource::Resource::RLIMIT_NOFILE,
-                    limit,
-                    limit,
+                    soft,
+                    hard,
                 )
                 .map_err(std::io::Error::from)
             });
