@@ -1,25 +1,33 @@
 //! Joins per client address: one script cannot take a thousand places.
 //!
-//! GCRA (the "virtual scheduling" form of a token bucket): per client we
-//! keep only the theoretical arrival time of its next join, 8 bytes. A
-//! client may join `burst` times at once and then once per
-//! `60 s / per_minute`.
+//! A keyed [`governor`] GCRA limiter: a client may join `burst` times at
+//! once and then once per `60 s / per_minute`, computed in nanoseconds, so
+//! every accepted `joins_per_minute_per_client` (up to 100,000, one join
+//! per 600 µs) means what it says.
 //!
-//! The table holds at most `clients_max` addresses. When it is full, clients
-//! whose allowance has fully come back are forgotten (they carry no
-//! information). If every tracked client is still active the new one is let
-//! through untracked and counted: under an attack from that many addresses
-//! the queue's own bounds are what protects the backend, and refusing
-//! everyone new would turn the limiter into the outage.
+//! Forgetting idle clients is [`JoinLimiter::retain_recent`], which the
+//! gateway calls from its release worker on a timer, never on the join
+//! path. The table holds at most `clients_max` addresses (plus one per join
+//! racing at the bound). A client not in a full table is checked as a fresh
+//! client, which a GCRA always lets through, and is not remembered: it is
+//! counted in [`JoinLimiter::untracked_total`]. Under an attack from that
+//! many addresses the queue's own bound is what protects the backend, and
+//! refusing everyone new would turn the limiter into the outage; the next
+//! `retain_recent` makes room again as soon as clients go idle.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::{DefaultKeyedStateStore, ShrinkableKeyedStateStore};
+use governor::state::StateStore;
+use governor::{Quota, RateLimiter};
 use thiserror::Error;
-
-/// Least time between two table sweeps when the table is full of active
-/// clients, so a flood of new addresses does not make every join a sweep.
-const RESCAN_AFTER_MS: u64 = 1_000;
 
 /// A client as the limiter sees it: an IPv4 address, or an IPv6 /64 (one
 /// household or phone usually holds a whole /64).
@@ -45,98 +53,191 @@ pub struct JoinRateLimited {
     pub retry_after_s: u64,
 }
 
+/// governor's default keyed store with a bound on its keys.
 #[derive(Debug)]
-pub struct JoinLimiter {
-    interval_ms: u64,
-    tolerance_ms: u64,
+struct BoundedStore {
+    keys: DefaultKeyedStateStore<ClientKey>,
     clients_max: usize,
-    next_join_at_ms: HashMap<ClientKey, u64>,
-    next_scan_ms: u64,
-    untracked: u64,
+    untracked: Arc<AtomicU64>,
 }
 
-impl JoinLimiter {
+impl StateStore for BoundedStore {
+    type Key = ClientKey;
+
+    fn measure_and_replace<T, F, E>(&self, key: &ClientKey, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        if self.keys.len() >= self.clients_max && !self.keys.contains_key(key) {
+            // Decided as a fresh client, and not remembered.
+            self.untracked.fetch_add(1, Ordering::Relaxed);
+            return f(None).map(|(outcome, _)| outcome);
+        }
+        self.keys.measure_and_replace(key, f)
+    }
+}
+
+/// Joins allowed per client, with a bounded table of clients.
+#[derive(Debug)]
+pub struct JoinLimiter<C: Clock = DefaultClock> {
+    limiter: RateLimiter<ClientKey, BoundedStore, C, NoOpMiddleware<C::Instant>>,
+    /// Shared with the store, which the limiter owns.
+    untracked: Arc<AtomicU64>,
+}
+
+impl JoinLimiter<DefaultClock> {
     /// `per_minute` joins per client per minute after a first `burst`;
     /// at most `clients_max` clients remembered.
-    pub fn new(per_minute: u32, burst: u32, clients_max: usize) -> Self {
-        let interval_ms = 60_000 / u64::from(per_minute.max(1));
-        Self {
-            interval_ms,
-            tolerance_ms: interval_ms * u64::from(burst.max(1) - 1),
+    pub fn new(per_minute: NonZeroU32, burst: NonZeroU32, clients_max: usize) -> Self {
+        Self::with_clock(per_minute, burst, clients_max, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> JoinLimiter<C> {
+    /// Like [`JoinLimiter::new`], on `clock` (tests use governor's
+    /// `FakeRelativeClock`).
+    pub fn with_clock(
+        per_minute: NonZeroU32,
+        burst: NonZeroU32,
+        clients_max: usize,
+        clock: C,
+    ) -> Self {
+        let period = Duration::from_nanos(60_000_000_000 / u64::from(per_minute.get()));
+        let quota = Quota::with_period(period)
+            .expect("60 s / a u32 is at least 13 ns")
+            .allow_burst(burst);
+        let untracked = Arc::new(AtomicU64::new(0));
+        let store = BoundedStore {
+            keys: DefaultKeyedStateStore::default(),
             clients_max,
-            next_join_at_ms: HashMap::new(),
-            next_scan_ms: 0,
-            untracked: 0,
-        }
-    }
-
-    /// Allows or refuses one join by `client` at `now_ms`.
-    pub fn check(&mut self, client: ClientKey, now_ms: u64) -> Result<(), JoinRateLimited> {
-        let tat = match self.next_join_at_ms.get(&client) {
-            Some(&tat) => tat.max(now_ms),
-            None => {
-                if self.next_join_at_ms.len() >= self.clients_max && !self.make_room(now_ms) {
-                    self.untracked += 1;
-                    return Ok(());
-                }
-                now_ms
-            }
+            untracked: untracked.clone(),
         };
-        let early_ms = tat - now_ms;
-        if early_ms > self.tolerance_ms {
-            let wait_ms = early_ms - self.tolerance_ms;
-            return Err(JoinRateLimited {
-                retry_after_s: wait_ms.div_ceil(1000),
-            });
+        Self {
+            limiter: RateLimiter::new(quota, store, clock),
+            untracked,
         }
-        self.next_join_at_ms.insert(client, tat + self.interval_ms);
-        Ok(())
     }
 
-    /// Forgets clients whose allowance is whole again; whether there is
-    /// room now.
-    fn make_room(&mut self, now_ms: u64) -> bool {
-        if now_ms >= self.next_scan_ms {
-            self.next_join_at_ms.retain(|_, &mut tat| tat > now_ms);
-            self.next_scan_ms = now_ms + RESCAN_AFTER_MS;
-        }
-        self.next_join_at_ms.len() < self.clients_max
+    /// Allows or refuses one join by `client`, now.
+    pub fn check(&self, client: ClientKey) -> Result<(), JoinRateLimited> {
+        self.limiter.check_key(&client).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.limiter.clock().now());
+            let retry_after_s = wait.as_nanos().div_ceil(1_000_000_000).max(1);
+            JoinRateLimited {
+                retry_after_s: u64::try_from(retry_after_s).unwrap_or(u64::MAX),
+            }
+        })
+    }
+
+    /// Forgets clients whose allowance is whole again. O(clients): called
+    /// on a timer, off the join path.
+    pub fn retain_recent(&self) {
+        self.limiter.retain_recent();
     }
 
     /// Clients currently remembered.
     pub fn tracked(&self) -> usize {
-        self.next_join_at_ms.len()
+        self.limiter.len()
     }
 
-    /// Joins let through because the table was full of active clients.
+    /// Joins decided as a fresh client because the table was full.
     pub fn untracked_total(&self) -> u64 {
-        self.untracked
+        self.untracked.load(Ordering::Relaxed)
+    }
+}
+
+impl ShrinkableKeyedStateStore<ClientKey> for BoundedStore {
+    fn retain_recent(&self, drop_below: Nanos) {
+        self.keys.retain_recent(drop_below);
+    }
+
+    fn shrink_to_fit(&self) {
+        ShrinkableKeyedStateStore::shrink_to_fit(&self.keys);
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor::clock::FakeRelativeClock;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn v4(last: u8) -> ClientKey {
         ClientKey::from_ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)))
     }
 
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    fn limiter(
+        per_minute: u32,
+        burst: u32,
+        max: usize,
+    ) -> (JoinLimiter<FakeRelativeClock>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        (
+            JoinLimiter::with_clock(nz(per_minute), nz(burst), max, clock.clone()),
+            clock,
+        )
+    }
+
     #[test]
     fn burst_then_the_rate_per_client() {
-        let mut l = JoinLimiter::new(6, 3, 100); // one per 10 s after 3
+        let (l, clock) = limiter(6, 3, 100); // one per 10 s after 3
         for _ in 0..3 {
-            assert!(l.check(v4(1), 0).is_ok());
+            assert!(l.check(v4(1)).is_ok());
         }
-        assert_eq!(
-            l.check(v4(1), 0),
-            Err(JoinRateLimited { retry_after_s: 10 })
-        );
-        assert!(l.check(v4(2), 0).is_ok(), "other clients are not affected");
-        assert!(l.check(v4(1), 9_999).is_err());
-        assert!(l.check(v4(1), 10_000).is_ok());
-        assert!(l.check(v4(1), 10_000).is_err());
+        assert_eq!(l.check(v4(1)), Err(JoinRateLimited { retry_after_s: 10 }));
+        assert!(l.check(v4(2)).is_ok(), "other clients are not affected");
+        clock.advance(Duration::from_millis(9_999));
+        assert_eq!(l.check(v4(1)), Err(JoinRateLimited { retry_after_s: 1 }));
+        clock.advance(Duration::from_millis(1));
+        assert!(l.check(v4(1)).is_ok());
+        assert!(l.check(v4(1)).is_err());
+    }
+
+    /// Every value validation accepts is a real limit, the largest too:
+    /// 100,000 a minute is a burst of 100,000 and then one per 600 µs.
+    #[test]
+    fn the_largest_accepted_rate_still_limits() {
+        let (l, clock) = limiter(100_000, 100_000, 10);
+        for i in 0..100_000 {
+            assert!(l.check(v4(1)).is_ok(), "join {i} of the burst");
+        }
+        assert_eq!(l.check(v4(1)), Err(JoinRateLimited { retry_after_s: 1 }));
+        clock.advance(Duration::from_micros(599));
+        assert!(l.check(v4(1)).is_err());
+        clock.advance(Duration::from_micros(1));
+        assert!(l.check(v4(1)).is_ok());
+        assert!(l.check(v4(1)).is_err());
+    }
+
+    /// The other end and the values between: a burst of exactly `burst`,
+    /// then one join per `60 s / per_minute`.
+    #[test]
+    fn every_rate_means_what_it_says() {
+        for per_minute in [1, 7, 60, 1_000, 60_000, 60_001, 99_999, 100_000] {
+            let (l, clock) = limiter(per_minute, 5, 10);
+            for _ in 0..5 {
+                assert!(l.check(v4(1)).is_ok(), "{per_minute}/min burst");
+            }
+            assert!(l.check(v4(1)).is_err(), "{per_minute}/min after burst");
+            let period = Duration::from_nanos(60_000_000_000 / u64::from(per_minute));
+            clock.advance(period - Duration::from_nanos(1));
+            assert!(l.check(v4(1)).is_err(), "{per_minute}/min just before");
+            clock.advance(Duration::from_nanos(1));
+            assert!(l.check(v4(1)).is_ok(), "{per_minute}/min one period on");
+            assert!(l.check(v4(1)).is_err(), "{per_minute}/min only one");
+        }
     }
 
     #[test]
@@ -148,19 +249,33 @@ mod tests {
         assert_ne!(ClientKey::from_ip(a.into()), ClientKey::from_ip(c.into()));
         let mapped: Ipv6Addr = "::ffff:10.0.0.1".parse().unwrap();
         assert_eq!(ClientKey::from_ip(mapped.into()), v4(1));
+        // One /64 shares one budget.
+        let (l, _clock) = limiter(60, 1, 10);
+        assert!(l.check(ClientKey::from_ip(a.into())).is_ok());
+        assert!(l.check(ClientKey::from_ip(b.into())).is_err());
+        assert!(l.check(ClientKey::from_ip(c.into())).is_ok());
     }
 
     #[test]
-    fn table_is_bounded_and_forgets_idle_clients() {
-        let mut l = JoinLimiter::new(60, 1, 2);
-        assert!(l.check(v4(1), 0).is_ok());
-        assert!(l.check(v4(2), 0).is_ok());
-        // Full of active clients: a third goes through untracked.
-        assert!(l.check(v4(3), 10).is_ok());
-        assert_eq!((l.tracked(), l.untracked_total()), (2, 1));
-        // A second later both allowances are back, so they can be forgotten.
-        assert!(l.check(v4(3), 1_500).is_ok());
+    fn table_is_bounded_and_retain_recent_forgets_idle_clients() {
+        let (l, clock) = limiter(60, 1, 2);
+        assert!(l.check(v4(1)).is_ok());
+        assert!(l.check(v4(2)).is_ok());
+        // Full of active clients: a third goes through, untracked, every
+        // time, while the tracked ones stay limited.
+        assert!(l.check(v4(3)).is_ok());
+        assert!(l.check(v4(3)).is_ok());
+        assert!(l.check(v4(1)).is_err());
+        assert_eq!((l.tracked(), l.untracked_total()), (2, 2));
+        // Nothing is forgotten while allowances are still in use.
+        l.retain_recent();
+        assert_eq!(l.tracked(), 2);
+        // Two seconds on, both allowances are whole again: forgotten.
+        clock.advance(Duration::from_secs(2));
+        l.retain_recent();
+        assert_eq!(l.tracked(), 0);
+        assert!(l.check(v4(3)).is_ok());
+        assert!(l.check(v4(3)).is_err(), "now tracked and limited");
         assert_eq!(l.tracked(), 1);
-        assert!(l.check(v4(3), 1_600).is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Forwarding headers: request ids, `X-Forwarded-*`, hop-by-hop removal.
+//! Forwarding headers: request ids, `X-Forwarded-*` names, hop-by-hop
+//! removal. The `X-Forwarded-For` chain itself is [`crate::client`]'s.
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
@@ -8,8 +9,6 @@ pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-p
 
 /// Longest client-supplied request id that is kept.
 const REQUEST_ID_LEN_MAX: usize = 128;
-/// Longest `X-Forwarded-For` chain passed on; a longer one is replaced.
-const FORWARDED_FOR_LEN_MAX: usize = 1024;
 
 /// The client's request id when it is sane (visible ASCII, bounded), else a
 /// fresh UUID. Ids end up in logs, so nothing else is trusted.
@@ -23,20 +22,6 @@ pub fn request_id(incoming: Option<&HeaderValue>) -> String {
             String::from_utf8_lossy(id).into_owned()
         }
         _ => uuid::Uuid::new_v4().to_string(),
-    }
-}
-
-/// Appends the client address to an existing chain.
-pub fn forwarded_for(existing: Option<&HeaderValue>, client_ip: Option<&str>) -> Option<String> {
-    let existing = existing
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty() && v.len() <= FORWARDED_FOR_LEN_MAX);
-    match (existing, client_ip) {
-        (Some(chain), Some(ip)) => Some(format!("{chain}, {ip}")),
-        (None, Some(ip)) => Some(ip.to_string()),
-        (Some(chain), None) => Some(chain.to_string()),
-        (None, None) => None,
     }
 }
 
@@ -82,21 +67,6 @@ mod tests {
         assert_ne!(request_id(Some(&spaced)), "a b");
         let long = HeaderValue::from_str(&"x".repeat(129)).unwrap();
         assert_eq!(request_id(Some(&long)).len(), 36);
-    }
-
-    #[test]
-    fn forwarded_for_appends_the_client() {
-        let chain = HeaderValue::from_static("203.0.113.7");
-        assert_eq!(
-            forwarded_for(Some(&chain), Some("10.0.0.1")).unwrap(),
-            "203.0.113.7, 10.0.0.1"
-        );
-        assert_eq!(forwarded_for(None, Some("10.0.0.1")).unwrap(), "10.0.0.1");
-        let huge = HeaderValue::from_str(&"1.1.1.1, ".repeat(200)).unwrap();
-        assert_eq!(
-            forwarded_for(Some(&huge), Some("10.0.0.1")).unwrap(),
-            "10.0.0.1"
-        );
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //!   [`proxy`], the [`admin`] listener and the [`control`] loop.
 //! - [`route`] decides what a request gets, from the current [`runtime`]
 //!   snapshot (config + [`catalog`] + [`origin_cache`]).
+//! - [`connections`] caps open public connections (and raises the fd
+//!   limit); [`proxy_protocol`] reads a load balancer's PROXY header;
+//!   [`client`] decides who the client of a request is.
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry (every
 //!   family labelled with the gateway's `region`).
@@ -11,6 +14,8 @@
 //!   webhooks to the gateway's own `/webhooks/simulated`.
 pub mod admin;
 pub mod catalog;
+pub mod client;
+pub mod connections;
 pub mod control;
 pub mod error;
 pub mod headers;
@@ -20,6 +25,7 @@ pub mod metrics;
 pub mod orders;
 pub mod origin_cache;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod queue;
 pub mod route;
 pub mod runtime;

@@ -5,10 +5,10 @@
 //! | phase | here |
 //! | --- | --- |
 //! | `new_ctx` | take the current [`Runtime`] snapshot for the whole request |
-//! | `request_filter` | request id, [`read_request`] (the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
+//! | `request_filter` | request id and [`client`], [`read_request`] (the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
-//! | `upstream_request_filter` | the canonical path as the target, forwarding headers, drop hop-by-hop headers |
+//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers |
 //! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
@@ -26,6 +26,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
 
+use crate::client::{self, Client};
 use crate::error::{ApiError, ErrorCode};
 use crate::headers;
 use crate::metrics::status_class;
@@ -54,6 +55,8 @@ pub struct Ctx {
     request_id: String,
     /// The request's canonical path, once `request_filter` has read it.
     path: Option<sluice_edge::path::CanonicalPath>,
+    /// Who is asking, decided once in `request_filter` ([`client::identify`]).
+    client: Client,
     started: Instant,
     /// How the answer was produced, for metrics and the access log.
     source: &'static str,
@@ -93,6 +96,7 @@ impl ProxyHttp for Proxy {
             runtime: self.shared.runtime(),
             request_id: String::new(),
             path: None,
+            client: Client::default(),
             started: Instant::now(),
             source: "local",
             upstream_sent: None,
@@ -105,8 +109,17 @@ impl ProxyHttp for Proxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
         let req = session.req_header();
         ctx.request_id = headers::request_id(req.headers.get(headers::X_REQUEST_ID));
+        ctx.client = client::identify(
+            peer,
+            &req.headers,
+            &ctx.runtime.config.gateway.trusted_proxies,
+        );
         // A target that is not UTF-8 reaches `uri` with U+FFFD in it, which
         // the normaliser refuses (raw non-ASCII).
         let path = match read_request(req.uri.path(), &req.headers) {
@@ -153,16 +166,12 @@ impl ProxyHttp for Proxy {
             }
             Route::Queue => {
                 ctx.source = "queue";
-                let client = session
-                    .client_addr()
-                    .and_then(|a| a.as_inet())
-                    .map(|a| a.ip());
                 let req = session.req_header();
                 let local = self.shared.rooms.handle(
                     &req.method,
                     &path,
                     &req.headers,
-                    client,
+                    ctx.client.ip,
                     &self.shared.metrics,
                 );
                 self.write_local(session, ctx, local).await?;
@@ -257,7 +266,7 @@ impl ProxyHttp for Proxy {
 
     async fn upstream_request_filter(
         &self,
-        session: &mut Session,
+        _session: &mut Session,
         upstream: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
@@ -270,16 +279,12 @@ impl ProxyHttp for Proxy {
         for name in headers::hop_by_hop(&upstream.headers) {
             upstream.remove_header(&name);
         }
-        let client_ip = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip().to_string());
-        let forwarded_for = headers::forwarded_for(
-            upstream.headers.get(headers::X_FORWARDED_FOR),
-            client_ip.as_deref(),
-        );
-        if let Some(xff) = forwarded_for {
-            upstream.insert_header(headers::X_FORWARDED_FOR, xff)?;
+        // Replaces every X-Forwarded-For the request carried.
+        match &ctx.client.forwarded_for {
+            Some(chain) => upstream.insert_header(headers::X_FORWARDED_FOR, chain.as_str())?,
+            None => {
+                upstream.remove_header(&headers::X_FORWARDED_FOR);
+            }
         }
         let proto = if self.shared.tls { "https" } else { "http" };
         upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
@@ -444,6 +449,7 @@ impl ProxyHttp for Proxy {
         tracing::info!(
             target: "access",
             request_id = %ctx.request_id,
+            client = ctx.client.ip.map(tracing::field::display),
             method = %req.method,
             path = %req.uri.path(),
             status,

@@ -1,6 +1,6 @@
-//! Wiring: one pingora server with six services (public proxy, admin
-//! listener, control loop, release ticker, orders worker, simulator
-//! webhooks) around one [`Shared`] state.
+//! Wiring: one pingora server with six services (public proxy behind the
+//! connection cap, admin listener, control loop, release worker, orders
+//! worker, simulator webhooks) around one [`Shared`] state.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::Admin;
+use crate::connections::{default_max_connections, raise_fd_limit, ConnectionCap, Public};
 use crate::control::Control;
 use crate::orders::{simulator_outside_demo, OrdersWorker};
 use crate::proxy::Proxy;
@@ -49,11 +50,20 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        Proxy::new(shared.clone()),
-        "sluice proxy",
+    let cap = ConnectionCap::new(max_connections(&gateway));
+    cap.register(shared.metrics.registry())
+        .context("registering the connection metrics")?;
+    let public = Public::new(
+        pingora::proxy::http_proxy(&server.configuration, Proxy::new(shared.clone())),
+        cap.clone(),
+        gateway.proxy_protocol && gateway.tls.is_none(),
     );
+    let mut proxy = Service::new("sluice proxy".to_string(), public);
+    if gateway.proxy_protocol && gateway.tls.is_some() {
+        proxy
+            .endpoints()
+            .set_pre_tls_callback(Arc::new(crate::proxy_protocol::BeforeTls));
+    }
     let listen = gateway.listen.to_string();
     match &gateway.tls {
         Some(tls) => {
@@ -96,11 +106,41 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         config = %config_path.display(),
         admissions = gateway.admissions.as_str(),
         region = %gateway.region,
+        max_connections = cap.max(),
+        proxy_protocol = gateway.proxy_protocol,
         "sluice starting"
     );
     server.run(pingora::server::RunArgs::default());
     tracing::info!("sluice stopped");
     Ok(())
+}
+
+/// Raises the fd limit and resolves `max_connections`: the configured
+/// value, else [`default_max_connections`] of the raised limit.
+fn max_connections(gateway: &sluice_policies::model::Gateway) -> usize {
+    let nofile = match raise_fd_limit() {
+        Ok(soft) => soft,
+        Err(e) => {
+            tracing::warn!("cannot raise the file-descriptor limit: {e}");
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map_or(1024, |(soft, _)| soft)
+        }
+    };
+    let derived = default_max_connections(nofile);
+    match gateway.max_connections {
+        Some(max) => {
+            let max = u64::from(max.get());
+            if max > derived {
+                tracing::warn!(
+                    max_connections = max,
+                    nofile,
+                    "max_connections is above what the file-descriptor limit leaves for connections ({derived}); raise LimitNOFILE"
+                );
+            }
+            usize::try_from(max).unwrap_or(usize::MAX)
+        }
+        None => usize::try_from(derived).unwrap_or(usize::MAX),
+    }
 }
 
 /// Checks config files; prints one `FILE:LINE:COL: message` per problem.

@@ -114,6 +114,10 @@ pub struct GatewayFile {
     pub test_store_commit_delay_ms: Option<Spanned<i64>>,
     pub region: Option<Spanned<String>>,
     pub node_id: Option<Spanned<String>>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
+    pub proxy_protocol: Option<Spanned<bool>>,
+    pub max_connections: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

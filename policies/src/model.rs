@@ -153,6 +153,15 @@ pub struct Gateway {
     /// This gateway's id in `/admin/state` `node.id`; `None`: hostname and
     /// public port.
     pub node_id: Option<String>,
+    /// Peers whose `X-Forwarded-For` names the client (a CDN or load
+    /// balancer in front). Empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The public listener expects a PROXY protocol (v1 or v2) header
+    /// first on every connection; its source address is the peer.
+    pub proxy_protocol: bool,
+    /// Open public connections allowed at once; `None`: derived from the
+    /// file-descriptor limit when the gateway starts.
+    pub max_connections: Option<NonZeroU32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -145,5 +145,11 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     {
         keys.push("payments (provider, url, api_key_env, currency, timeout_ms)");
     }
+    if o.proxy_protocol != n.proxy_protocol {
+        keys.push("gateway.proxy_protocol");
+    }
+    if o.max_connections != n.max_connections {
+        keys.push("gateway.max_connections");
+    }
     keys
 }

@@ -17,6 +17,11 @@ use crate::model::*;
 
 const MIB: i64 = 1024 * 1024;
 const DAY_S: i64 = 24 * 3600;
+/// Most entries in `gateway.trusted_proxies`; each request is matched
+/// against every one.
+const TRUSTED_PROXIES_MAX: usize = 256;
+/// Largest `gateway.max_connections` accepted.
+const MAX_CONNECTIONS_MAX: i64 = 10_000_000;
 
 /// Reads and validates a config file.
 pub fn load_file(path: &Path) -> Result<Config, Diagnostics> {
@@ -248,6 +253,16 @@ impl Validator<'_> {
         let node_id = self.label_value(g.node_id, "node_id", 128, |c| {
             c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')
         });
+        let trusted_proxies = self.trusted_proxies(g.trusted_proxies);
+        let proxy_protocol = g.proxy_protocol.is_some_and(Spanned::into_inner);
+        let max_connections = g.max_connections.map(|v| {
+            nz32(self.int(
+                Some(v),
+                "max_connections",
+                1..=MAX_CONNECTIONS_MAX,
+                MAX_CONNECTIONS_MAX,
+            ))
+        });
         Gateway {
             listen,
             admin_listen,
@@ -270,6 +285,9 @@ impl Validator<'_> {
             test_store_commit_delay,
             region,
             node_id,
+            trusted_proxies,
+            proxy_protocol,
+            max_connections,
         }
     }
 
@@ -292,6 +310,41 @@ impl Validator<'_> {
             return None;
         }
         Some(v.into_inner())
+    }
+
+    /// `trusted_proxies`: CIDRs (`10.0.0.0/8`, `2001:db8::/32`) or single
+    /// addresses, without host bits past the prefix.
+    fn trusted_proxies(&mut self, values: Vec<Spanned<String>>) -> Vec<ipnet::IpNet> {
+        if values.len() > TRUSTED_PROXIES_MAX {
+            self.problem(
+                &values[TRUSTED_PROXIES_MAX],
+                format!("`trusted_proxies` holds at most {TRUSTED_PROXIES_MAX} entries"),
+            );
+        }
+        let mut nets = Vec::with_capacity(values.len().min(TRUSTED_PROXIES_MAX));
+        for value in values.into_iter().take(TRUSTED_PROXIES_MAX) {
+            let text = value.get_ref().trim();
+            let parsed = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+            match parsed {
+                Ok(net) if net.trunc() != net => self.problem(
+                    &value,
+                    format!(
+                        "`trusted_proxies` entry {text:?} has bits set past its prefix; did you mean \"{}\"?",
+                        net.trunc()
+                    ),
+                ),
+                Ok(net) => nets.push(net),
+                Err(_) => self.problem(
+                    &value,
+                    format!(
+                        "`trusted_proxies` entries must be CIDRs like \"10.0.0.0/8\" or addresses, got {text:?}"
+                    ),
+                ),
+            }
+        }
+        nets
     }
 
     fn dir(&mut self, value: Option<Spanned<String>>, default: &str) -> PathBuf {

@@ -407,3 +407,56 @@ fn protect_case_insensitive_is_read_and_folds_the_overlap_check() {
     );
     assert!(parse(&not_bool).is_err());
 }
+
+#[test]
+fn client_identity_and_connection_keys_are_checked() {
+    let c = parse("[gateway]\n").unwrap();
+    assert!(c.gateway.trusted_proxies.is_empty());
+    assert!(!c.gateway.proxy_protocol);
+    assert!(c.gateway.max_connections.is_none());
+
+    let c = parse(
+        "[gateway]\ntrusted_proxies = [\"10.0.0.0/8\", \"2001:db8::/32\", \"192.0.2.7\"]\nproxy_protocol = true\nmax_connections = 20000\n",
+    )
+    .unwrap();
+    let nets: Vec<String> = c
+        .gateway
+        .trusted_proxies
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(nets, ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7/32"]);
+    assert!(c.gateway.proxy_protocol);
+    assert_eq!(c.gateway.max_connections.unwrap().get(), 20_000);
+
+    refused_at(
+        "[gateway]\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n",
+        2,
+        34,
+        "must be CIDRs like",
+    );
+    refused_at(
+        "[gateway]\ntrusted_proxies = [\"nope\"]\n",
+        2,
+        20,
+        "must be CIDRs like",
+    );
+    refused_at(
+        "[gateway]\ntrusted_proxies = [\"10.1.2.3/8\"]\n",
+        2,
+        20,
+        "did you mean \"10.0.0.0/8\"",
+    );
+    refused_at(
+        "[gateway]\nmax_connections = 0\n",
+        2,
+        19,
+        "`max_connections` must be between 1",
+    );
+    refused_at(
+        "[gateway]\nproxy_protocol = \"yes\"\n",
+        2,
+        18,
+        "invalid type",
+    );
+}

@@ -13,6 +13,7 @@ mod respond;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -44,8 +45,9 @@ pub const JOIN_CLIENTS_MAX: usize = 200_000;
 /// One room and its place in the registry.
 pub struct RoomEntry {
     /// Joins per client: `joins_per_minute_per_client` of the config in
-    /// force, all of it usable at once.
-    limiter: Mutex<(u32, JoinLimiter)>,
+    /// force, all of it usable at once. Swapped whole when the rate
+    /// changes; checked without a lock.
+    limiter: ArcSwap<RoomLimiter>,
     /// Joins refused by the per-client limit (the room never sees them).
     rate_limited_joins: AtomicU64,
     /// What a token of this room may claim.
@@ -91,6 +93,21 @@ impl RoomEntry {
     fn expect_ticket<'a>(&self, room: &'a str) -> Expected<'a> {
         Expected::ticket(room, self.lifetimes.ticket_ttl_s.load(Ordering::Relaxed))
             .opening_at(self.lifetimes.opens_at_s)
+    }
+}
+
+/// A room's join limiter and the rate it was built for.
+struct RoomLimiter {
+    per_minute: NonZeroU32,
+    joins: JoinLimiter,
+}
+
+impl RoomLimiter {
+    fn new(per_minute: NonZeroU32) -> Self {
+        Self {
+            per_minute,
+            joins: JoinLimiter::new(per_minute, per_minute, JOIN_CLIENTS_MAX),
+        }
     }
 }
 
@@ -167,22 +184,19 @@ impl Rooms {
                     )
                     .map_err(|e| format!("room {:?}: {e}", room.name))?;
                     Arc::new(RoomEntry {
-                        limiter: Mutex::new((0, JoinLimiter::new(1, 1, 0))),
+                        limiter: ArcSwap::from_pointee(RoomLimiter::new(
+                            room.joins_per_minute_per_client,
+                        )),
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
                     })
                 }
             };
-            let per_minute = room.joins_per_minute_per_client.get();
-            let mut limiter = entry.limiter.lock().unwrap_or_else(|p| p.into_inner());
-            if limiter.0 != per_minute {
-                *limiter = (
-                    per_minute,
-                    JoinLimiter::new(per_minute, per_minute, JOIN_CLIENTS_MAX),
-                );
+            let per_minute = room.joins_per_minute_per_client;
+            if entry.limiter.load().per_minute != per_minute {
+                entry.limiter.store(Arc::new(RoomLimiter::new(per_minute)));
             }
-            drop(limiter);
             entry
                 .line
                 .lock()
@@ -244,6 +258,15 @@ impl Rooms {
                 .ok()
                 .map(|c| (room.clone(), c))
         })
+    }
+
+    /// Forgets join-limiter clients whose allowance is whole again, in
+    /// every room: O(clients), so it runs on the release worker's timer,
+    /// never on the join path.
+    pub fn retain_recent_joins(&self) {
+        for entry in self.rooms.load().values() {
+            entry.limiter.load().joins.retain_recent();
+        }
     }
 
     /// The checkout of pass `seq` in `room` has ended: its slot is free.
@@ -330,12 +353,7 @@ impl Rooms {
             }
         }
         if let Some(ip) = client {
-            let checked = entry
-                .limiter
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .1
-                .check(ClientKey::from_ip(ip), now);
+            let checked = entry.limiter.load().joins.check(ClientKey::from_ip(ip));
             if let Err(JoinRateLimited {
                 retry_after_s: retry,
             }) = checked

@@ -1,5 +1,6 @@
 //! The release worker: a loop of bounded `release_once` passes over every
-//! room, until shutdown.
+//! room, until shutdown; once a second it also lets the join limiters
+//! forget idle clients.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,8 @@ pub const TICK: Duration = Duration::from_millis(20);
 /// Places one pass may look at, so a long run of abandoned places cannot
 /// hold the room's lock for long.
 pub const PLACES_PER_PASS_MAX: usize = 4096;
+/// How often the join limiters forget idle clients.
+pub const JOIN_RETAIN_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Releaser {
     rooms: Arc<Rooms>,
@@ -43,12 +46,15 @@ impl BackgroundService for Releaser {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retain = tokio::time::interval(JOIN_RETAIN_EVERY);
+        retain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tick.tick() => {
                     self.release_once(now_ms());
                 }
+                _ = retain.tick() => self.rooms.retain_recent_joins(),
             }
         }
     }

@@ -208,13 +208,16 @@ async fn echo(
 ) -> impl IntoResponse {
     state.hits.fetch_add(1, Ordering::SeqCst);
     state.peers.lock().unwrap().insert(peer.port());
+    // A header sent several times comes back as its values joined by "\n".
     let map: serde_json::Map<String, serde_json::Value> = headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                serde_json::Value::String(v.to_str().unwrap_or("").to_string()),
-            )
+        .keys()
+        .map(|k| {
+            let values: Vec<&str> = headers
+                .get_all(k)
+                .iter()
+                .map(|v| v.to_str().unwrap_or(""))
+                .collect();
+            (k.to_string(), serde_json::Value::String(values.join("\n")))
         })
         .collect();
     axum::Json(serde_json::Value::Object(map))
@@ -276,6 +279,7 @@ pub struct Gateway {
     pub child: Child,
     /// Environment given to the process, for restarts.
     env: Vec<(String, String)>,
+    nofile_limit: Option<(u64, u64)>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -292,6 +296,8 @@ pub struct GatewayOptions {
     pub repo_static: bool,
     /// A public port chosen beforehand (for peers that call back).
     pub listen_port: Option<u16>,
+    /// `RLIMIT_NOFILE` (soft, hard) the process starts with.
+    pub nofile_limit: Option<(u64, u64)>,
 }
 
 impl Default for GatewayOptions {
@@ -308,6 +314,7 @@ impl Default for GatewayOptions {
             ],
             repo_static: false,
             listen_port: None,
+            nofile_limit: None,
         }
     }
 }
@@ -351,7 +358,7 @@ impl Gateway {
                 opts.rest
             );
             std::fs::write(&config_path, config).unwrap();
-            let mut child = spawn(&config_path, dir.path(), &opts.env);
+            let mut child = spawn(&config_path, dir.path(), &opts.env, opts.nofile_limit);
             let ports = [listen.port(), admin.port()];
             match wait_listening(&mut child, &ports, START_WAIT_MAX, || {
                 port_taken_in(&log_path, None)
@@ -360,6 +367,7 @@ impl Gateway {
                     return Gateway {
                         child,
                         env: opts.env,
+                        nofile_limit: opts.nofile_limit,
                         listen,
                         admin,
                         config_path,
@@ -403,7 +411,12 @@ impl Gateway {
     /// Starts the process again with the same config, ports and data (after
     /// [`Gateway::kill9`] or an exit).
     pub fn restart(&mut self) {
-        self.child = spawn(&self.config_path, self.dir.path(), &self.env);
+                self.child = spawn(
+            &self.config_path,
+            self.dir.path(),
+            &self.env,
+            self.nofile_limit,
+        );
         self.wait_ready();
     }
 
@@ -507,8 +520,27 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-fn spawn(config_path: &Path, dir: &Path, env: &[(String, String)]) -> Child {
+fn spawn(
+    config_path: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    nofile_limit: Option<(u64, u64)>,
+) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    if let Some((soft, hard)) = nofile_limit {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is one system call, safe between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::resource::setrlimit(
+                    nix::sys::resource::Resource::RLIMIT_NOFILE,
+                    soft,
+                    hard,
+                )
+                .map_err(std::io::Error::from)
+            });
+        }
+    }
     cmd.arg("run").arg("--config").arg(config_path);
     cmd.env("SLUICE_LOG", "info");
     for (k, v) in env {

@@ -20,7 +20,9 @@ pub const START_TRIES_MAX: usize = 5;
 pub const READY_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Per-request timeout of the harness's own admin calls.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Joins per minute per client: every virtual shopper comes from 127.0.0.1.
+/// Joins per minute per client. Each virtual shopper joins with its own
+/// `X-Forwarded-For` address (trusted from loopback), so this is a budget
+/// per shopper; the harness does not measure the limiter, so it is high.
 pub const JOINS_PER_MINUTE_PER_CLIENT: u32 = 100_000;
 
 /// How a start ended.
@@ -441,7 +443,7 @@ pub fn gateway_config(
 ) -> String {
     let g = &scenario.gateway;
     let mut out = format!(
-        "# Written by sluice-load for scenario `{}`.\n[gateway]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\ndata_dir = {:?}\nstatic_dir = {:?}\nadmissions = \"open\"\nshutdown_grace_s = 1\n",
+        "# Written by sluice-load for scenario `{}`.\n[gateway]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\ndata_dir = {:?}\nstatic_dir = {:?}\nadmissions = \"open\"\nshutdown_grace_s = 1\ntrusted_proxies = [\"127.0.0.0/8\"]\n",
         scenario.name,
         data_dir.display().to_string(),
         static_dir.display().to_string(),

@@ -162,6 +162,14 @@ fn told(reply: &Reply, default: Duration) -> Duration {
     reply.retry_after().unwrap_or(default).min(RETRY_AFTER_MAX)
 }
 
+/// A virtual shopper's own address, in the benchmarking range
+/// 198.18.0.0/15 (RFC 2544). The harness's gateway trusts loopback as a
+/// proxy, so this `X-Forwarded-For` is the client the join limiter sees:
+/// one budget per shopper, as behind a real CDN.
+pub fn shopper_address(index: u32) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(0xC612_0000 | (index % 0x2_0000))
+}
+
 /// Joins, polls as told, rejoins when the ticket is lost; the pass.
 async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
     let b = &s.behaviour;
@@ -177,7 +185,11 @@ async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
             return Err(Outcome::Failed);
         }
         joins += 1;
-        let r = send(&s.rec, "join", s.http.post(&join_url)).await;
+        let join = s
+            .http
+            .post(&join_url)
+            .header("x-forwarded-for", shopper_address(plan.index).to_string());
+        let r = send(&s.rec, "join", join).await;
         let (ticket, mut poll_after) = match r.status {
             202 | 200 => match r.str("ticket") {
                 Some(t) => (t.to_string(), poll_after(&r)),
@@ -364,6 +376,16 @@ async fn follow_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_shopper_has_its_own_benchmarking_address() {
+        let addresses: std::collections::HashSet<_> = (0..0x2_0000).map(shopper_address).collect();
+        assert_eq!(addresses.len(), 0x2_0000);
+        assert!(addresses.iter().all(|a| {
+            let [a, b, ..] = a.octets();
+            a == 198 && (b == 18 || b == 19)
+        }));
+    }
 
     fn scenario() -> Scenario {
         Scenario::parse(

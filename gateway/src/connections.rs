@@ -1,0 +1,269 @@
+//! The cap on open public connections, and the file-descriptor limit
+//! under it.
+//!
+//! At start the process raises its `RLIMIT_NOFILE` soft limit to the hard
+//! limit ([`raise_fd_limit`]). `gateway.max_connections` defaults to
+//! [`default_max_connections`] of that limit: half of what is left after
+//! [`FD_RESERVE`] descriptors for the stores, the listeners, the admin
+//! listener, logs and the outbox, since a proxied connection may hold a
+//! second descriptor to the origin.
+//!
+//! Design: pingora's accept loop hands every accepted connection (after
+//! its TLS handshake, if any) to the service's application. The public
+//! service's application is [`Public`], which wraps the HTTP proxy: it
+//! takes a slot of the [`ConnectionCap`] before anything else and holds it
+//! while it drives the proxy over every request of the connection (the
+//! keep-alive loop pingora would otherwise run), so the slot is given back
+//! exactly when the connection closes. Beyond the cap a new connection is
+//! closed at once: its descriptor lives for microseconds, so idle
+//! connections can never use up the descriptors that SQLite and the admin
+//! listener need. pingora's `connection_filter` feature was not used: it
+//! sees the accept but not the close, so it cannot count open
+//! connections. Connections still in their TLS handshake (at most 60 s, by
+//! pingora) are not counted yet.
+//!
+//! With `gateway.proxy_protocol` on a plain TCP listener, [`Public`] also
+//! reads the PROXY header first ([`crate::proxy_protocol`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use prometheus::{IntCounter, IntGauge, Registry};
+
+/// Descriptors kept back from the public connections: SQLite's database,
+/// WAL and shared-memory files for the writer and readers, the listening
+/// sockets, the admin listener's connections, the outbox and logs.
+pub const FD_RESERVE: u64 = 512;
+/// The least default cap, whatever the descriptor limit says.
+pub const MAX_CONNECTIONS_DEFAULT_MIN: u64 = 64;
+
+/// The default `max_connections` for a soft `RLIMIT_NOFILE` of
+/// `nofile_soft`: `(nofile_soft - FD_RESERVE) / 2`, at least
+/// [`MAX_CONNECTIONS_DEFAULT_MIN`].
+pub fn default_max_connections(nofile_soft: u64) -> u64 {
+    (nofile_soft.saturating_sub(FD_RESERVE) / 2).max(MAX_CONNECTIONS_DEFAULT_MIN)
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft
+/// limit in force afterwards.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok(getrlimit(Resource::RLIMIT_NOFILE)?.0)
+}
+
+/// Open public connections, at most `max`.
+#[derive(Debug)]
+pub struct ConnectionCap {
+    max: usize,
+    open: AtomicUsize,
+    refused: AtomicU64,
+    metrics: CapMetrics,
+}
+
+/// `sluice_connections_{open,max}` and `sluice_connections_refused_total`.
+#[derive(Debug, Clone)]
+struct CapMetrics {
+    open: IntGauge,
+    max: IntGauge,
+    refused: IntCounter,
+}
+
+/// One open connection's slot; given back on drop.
+#[derive(Debug)]
+pub struct Slot(Arc<ConnectionCap>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.open.dec();
+    }
+}
+
+impl ConnectionCap {
+    pub fn new(max: usize) -> Arc<Self> {
+        let metrics = CapMetrics {
+            open: IntGauge::new("sluice_connections_open", "Public connections open now.")
+                .expect("valid metric"),
+            max: IntGauge::new(
+                "sluice_connections_max",
+                "gateway.max_connections in force.",
+            )
+            .expect("valid metric"),
+            refused: IntCounter::new(
+                "sluice_connections_refused_total",
+                "Public connections closed at once because max_connections were open.",
+            )
+            .expect("valid metric"),
+        };
+        metrics.max.set(i64::try_from(max).unwrap_or(i64::MAX));
+        Arc::new(Self {
+            max,
+            open: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            metrics,
+        })
+    }
+
+    /// Adds the cap's metrics to `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        let m = &self.metrics;
+        registry.register(Box::new(m.open.clone()))?;
+        registry.register(Box::new(m.max.clone()))?;
+        registry.register(Box::new(m.refused.clone()))
+    }
+
+    /// A slot, or `None` when `max` connections are open.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < self.max).then_some(open + 1)
+            });
+        match taken {
+            Ok(_) => {
+                self.metrics.open.inc();
+                Some(Slot(self.clone()))
+            }
+            Err(_) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.metrics.refused.inc();
+                None
+            }
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Connections closed at once because the cap was reached.
+    pub fn refused_total(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// The public listener's application: the cap, the PROXY header on plain
+/// TCP, then the HTTP proxy `A` for every request of the connection.
+pub struct Public<A> {
+    inner: Arc<A>,
+    cap: Arc<ConnectionCap>,
+    /// Read a PROXY protocol header first (plain TCP only: on TLS it is
+    /// read before the handshake).
+    proxy_protocol: bool,
+}
+
+impl<A> Public<A> {
+    pub fn new(inner: A, cap: Arc<ConnectionCap>, proxy_protocol: bool) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            cap,
+            proxy_protocol,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Public<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Some(_slot) = self.cap.try_acquire() else {
+            let refused = self.cap.refused_total();
+            if refused.is_power_of_two() {
+                tracing::warn!(
+                    max_connections = self.cap.max(),
+                    refused_total = refused,
+                    "public connection closed at once: max_connections open"
+                );
+            }
+            return None;
+        };
+        if self.proxy_protocol {
+            if let Err(e) = crate::proxy_protocol::accept(&mut *stream).await {
+                tracing::debug!("dropping a connection: {e}");
+                return None;
+            }
+        }
+        let mut next = self.inner.process_new(stream, shutdown).await;
+        while let Some(stream) = next {
+            next = self.inner.process_new(stream, shutdown).await;
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cap_follows_the_fd_limit() {
+        assert_eq!(default_max_connections(1_048_576), 524_032);
+        assert_eq!(default_max_connections(65_536), 32_512);
+        assert_eq!(default_max_connections(4_096), 1_792);
+        assert_eq!(default_max_connections(1_024), 256);
+        assert_eq!(default_max_connections(600), MAX_CONNECTIONS_DEFAULT_MIN);
+        assert_eq!(default_max_connections(0), MAX_CONNECTIONS_DEFAULT_MIN);
+    }
+
+    #[test]
+    fn slots_are_bounded_and_given_back_on_drop() {
+        let cap = ConnectionCap::new(2);
+        let a = cap.try_acquire().unwrap();
+        let b = cap.try_acquire().unwrap();
+        assert!(cap.try_acquire().is_none());
+        assert_eq!((cap.open(), cap.refused_total()), (2, 1));
+        drop(a);
+        let c = cap
+            .try_acquire()
+            .expect("a closed connection frees its slot");
+        assert!(cap.try_acquire().is_none());
+        drop((b, c));
+        assert_eq!(cap.open(), 0);
+        let registry = Registry::new();
+        cap.register(&registry).unwrap();
+        let mut text = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut text,
+        )
+        .unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            "sluice_connections_open 0",
+            "sluice_connections_max 2",
+            "sluice_connections_refused_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn raising_the_fd_limit_reaches_the_hard_limit() {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, hard / 2, hard).unwrap();
+        let soft = raise_fd_limit().unwrap();
+        let (now_soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        assert_eq!((soft, now_soft), (hard, hard));
+    }
+}
