@@ -294,7 +294,10 @@ pub struct GatewayOptions {
     pub static_files: Vec<(&'static str, Vec<u8>)>,
     /// Serve the repository's own `static/` (the demo store) instead.
     pub repo_static: bool,
-    /// A public port chosen beforehand (for peers that call back).
+    /// A public port chosen beforehand, kept across start attempts (a start
+    /// fails if another socket holds it). Peers that call back need not
+    /// pin it: bind the peer first, start the gateway, then give the peer
+    /// `Gateway::url` (as `payments.rs` does with paysim).
     pub listen_port: Option<u16>,
     /// `RLIMIT_NOFILE` (soft, hard) the process starts with.
     pub nofile_limit: Option<(u64, u64)>,
