@@ -106,13 +106,13 @@ start=$(date +%s)
   --config "$work/sluice.toml" --data-dir "$work/var" --out "$work/load" \
   | tail -n 5 || echo "the load run's verdict is in $work/load (kept only for this run)" >&2
 sleep 6   # two more scrapes after the last shopper
-minutes=$(( ( $(date +%s) - start ) / 60 + 2 ))
+range_s=$(( $(date +%s) - start + 20 ))
 
 # The dashboard's main panels, as Prometheus graph-page panels.
 exprs=(
   'sum(rate(sluice_admissions_total[30s])) or sum by (result) (rate(sluice_queue_joins_total[30s]))'
   'sum by (room) (sluice_queue_waiting)'
-  'sluice_release_rate or sluice_release_rate_limit'
+  '{__name__=~"sluice_release_rate|sluice_release_rate_limit"}'
   'sum by (result) (rate(sluice_checkout_total[30s]))'
   'histogram_quantile(0.99, sum by (le) (rate(sluice_checkout_seconds_bucket[30s])))'
   'sum by (sku, state) (sluice_inventory_units)'
@@ -122,12 +122,12 @@ exprs=(
 query="http://127.0.0.1:$prom/graph?"
 for i in "${!exprs[@]}"; do
   enc=$(python3 -c 'import sys,urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "${exprs[$i]}")
-  query+="g$i.expr=$enc&g$i.tab=0&g$i.range_input=${minutes}m&"
+  query+="g$i.expr=$enc&g$i.tab=0&g$i.range_input=${range_s}s&"
 done
 mkdir -p "$(dirname "$out")"
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --user-data-dir="$(mktemp -d -p "$work")" --hide-scrollbars \
-  --virtual-time-budget=15000 --window-size=1400,4600 \
+  --virtual-time-budget=15000 --window-size=1400,6150 \
   --screenshot="$root/$out" "$query" 2>/dev/null
 echo "wrote $out (Prometheus $(prometheus --version 2>&1 | head -1 | cut -d' ' -f3) graph page, $shoppers shoppers, region sa-east-1)"

@@ -498,7 +498,11 @@ mod tests {
         let types: Vec<EventType> = seen.iter().map(|e| e.event_type).collect();
         assert_eq!(
             types,
-            [EventType::Authorized, EventType::Captured, EventType::Declined]
+            [
+                EventType::Authorized,
+                EventType::Captured,
+                EventType::Declined
+            ]
         );
         assert_eq!(seen[1].data.payment_id, payment_id);
         assert_eq!(seen[2].data.amount_cents, 700);

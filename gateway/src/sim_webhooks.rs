@@ -125,9 +125,10 @@ impl SimWebhooks {
             };
             let (agent, url, body) = (agent.clone(), url.to_string(), body.clone());
             let now_s = (now_ms() / 1000) as i64;
-            let sent = tokio::task::spawn_blocking(move || send(&agent, &url, &secret, &body, now_s))
-                .await
-                .unwrap_or(Sent::Retry);
+            let sent =
+                tokio::task::spawn_blocking(move || send(&agent, &url, &secret, &body, now_s))
+                    .await
+                    .unwrap_or(Sent::Retry);
             if sent != Sent::Retry || attempt == ATTEMPTS_MAX {
                 return sent;
             }
