@@ -160,7 +160,7 @@ impl SimulatedProvider {
     pub fn with(config: SimConfig, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
         Self {
             ledger: Mutex::new(Ledger {
-                run: StdRng::seed_from_u64(config.seed ^ 0x5eed_1d5).random(),
+                run: StdRng::seed_from_u64(config.seed ^ 0x05ee_d1d5).random(),
                 ..Ledger::default()
             }),
             hook: Mutex::new(None),
