@@ -12,6 +12,8 @@ command -v curl >/dev/null || need+=(curl)
 if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null || need+=(chromium)            # the queue page's browser test
   command -v chromedriver >/dev/null || need+=(chromium-driver)
+  command -v timeout >/dev/null || need+=(coreutils)             # bounds the schemathesis run
+  python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv) # schemathesis lives in a venv
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -22,5 +24,23 @@ if [ ${#need[@]} -gt 0 ]; then
   # --no-install-recommends keeps prometheus to its binaries; the package's
   # service is never started by us.
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ "${1:-}" = "--test" ]; then
+  # schemathesis checks docs/openapi.yaml against a running gateway
+  # (gateway/tests/openapi.rs). Pinned; in its own venv so no system
+  # Python is touched. scripts/test.sh puts the venv on PATH.
+  SCHEMATHESIS_VERSION=4.32.5
+  venv="${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice-tools}/venv"
+  if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+    echo "installing: schemathesis $SCHEMATHESIS_VERSION" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+  # cargo deny checks licences, duplicate crates and sources (deny.toml).
+  CARGO_DENY_VERSION=0.20.2
+  if ! cargo deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+    echo "installing: cargo-deny $CARGO_DENY_VERSION (builds from source, several minutes)" >&2
+    cargo install --locked "cargo-deny@$CARGO_DENY_VERSION"
+  fi
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true

@@ -3,7 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh --test
-export SLUICE_REQUIRE_TOOLS=1   # tests that need promtool fail instead of skipping
+export SLUICE_REQUIRE_TOOLS=1   # tests that need promtool or schemathesis fail instead of skipping
+export PATH="${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice-tools}/venv/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Licences, duplicate majors and sources (deny.toml). Advisories need the
+# RustSec database from GitHub, which CI cannot reach: docs/operations.md.
+cargo deny check bans licenses sources
 cargo test --workspace

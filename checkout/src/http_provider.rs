@@ -1,5 +1,6 @@
 //! [`HttpProvider`]: the provider adapter for a card-provider-shaped HTTP
-//! API (the one `paysim` implements). Blocking (`ureq`), like the trait.
+//! API (the one `paysim` implements). Blocking (`ureq` 3, the gateway's
+//! client too), like the trait.
 //!
 //! | call | request | answer |
 //! | --- | --- | --- |
@@ -16,7 +17,6 @@
 //! {"error":"invalid_state"}` and other `4xx` are definite refusals. An adapter for a real card provider changes the
 //! paths, the bodies and [`classify_status`], not the shape.
 
-use std::io::Read;
 use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -132,10 +132,13 @@ struct Answer {
 
 impl HttpProvider {
     pub fn new(config: HttpProviderConfig) -> Self {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_millis(config.connect_timeout_ms))
-            .timeout(Duration::from_millis(config.call_timeout_ms))
-            .build();
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_millis(config.connect_timeout_ms)))
+            .timeout_global(Some(Duration::from_millis(config.call_timeout_ms)))
+            // Statuses are classified here, not turned into errors.
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
         Self { agent, config }
     }
 
@@ -150,39 +153,46 @@ impl HttpProvider {
         idempotency_key: Option<&str>,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, PaymentError> {
-        let mut request = self
-            .agent
-            .request(method, &self.url(path))
-            .set("Accept", "application/json");
+        let url = self.url(path);
+        let mut headers: Vec<(&str, String)> = vec![("Accept", "application/json".into())];
         if let Some(key) = idempotency_key {
-            request = request.set("Idempotency-Key", key);
+            headers.push(("Idempotency-Key", key.to_owned()));
         }
         if let Some(api_key) = &self.config.api_key {
-            request = request.set("Authorization", &format!("Bearer {api_key}"));
+            headers.push(("Authorization", format!("Bearer {api_key}")));
         }
-        let result = match body {
-            Some(body) => request
-                .set("Content-Type", "application/json")
-                .send_string(&body.to_string()),
-            None => request.call(),
+        let result = match (method, body) {
+            ("GET", _) => {
+                let mut request = self.agent.get(&url);
+                for (name, value) in &headers {
+                    request = request.header(*name, value);
+                }
+                request.call()
+            }
+            (_, body) => {
+                let mut request = self
+                    .agent
+                    .post(&url)
+                    .header("Content-Type", "application/json");
+                for (name, value) in &headers {
+                    request = request.header(*name, value);
+                }
+                request.send(body.unwrap_or_default().to_string())
+            }
         };
-        let response = match result {
-            Ok(response) => response,
-            Err(ureq::Error::Status(_, response)) => response,
-            // Connect failure, reset, timeout: nobody knows what happened.
-            Err(ureq::Error::Transport(_)) => return Err(PaymentError::Ambiguous),
-        };
-        let status = response.status();
-        let mut body = String::new();
-        if response
-            .into_reader()
-            .take(PROVIDER_ANSWER_BYTES_MAX)
-            .read_to_string(&mut body)
-            .is_err()
+        // Connect failure, reset, timeout: nobody knows what happened.
+        let mut response = result.map_err(|_| PaymentError::Ambiguous)?;
+        let status = response.status().as_u16();
+        let body = match response
+            .body_mut()
+            .with_config()
+            .limit(PROVIDER_ANSWER_BYTES_MAX)
+            .read_to_string()
         {
-            // The answer broke off mid-body.
-            return Err(PaymentError::Ambiguous);
-        }
+            Ok(body) => body,
+            // The answer broke off mid-body (or is too large to be one).
+            Err(_) => return Err(PaymentError::Ambiguous),
+        };
         let error_code = serde_json::from_str::<ErrorAnswer>(&body)
             .map(|e| e.error)
             .ok();

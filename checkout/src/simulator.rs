@@ -160,7 +160,7 @@ impl SimulatedProvider {
     pub fn with(config: SimConfig, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
         Self {
             ledger: Mutex::new(Ledger {
-                run: StdRng::seed_from_u64(config.seed ^ 0x5eed_1d5).random(),
+                run: StdRng::seed_from_u64(config.seed ^ 0x05ee_d1d5).random(),
                 ..Ledger::default()
             }),
             hook: Mutex::new(None),
@@ -498,7 +498,11 @@ mod tests {
         let types: Vec<EventType> = seen.iter().map(|e| e.event_type).collect();
         assert_eq!(
             types,
-            [EventType::Authorized, EventType::Captured, EventType::Declined]
+            [
+                EventType::Authorized,
+                EventType::Captured,
+                EventType::Declined
+            ]
         );
         assert_eq!(seen[1].data.payment_id, payment_id);
         assert_eq!(seen[2].data.amount_cents, 700);

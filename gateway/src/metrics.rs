@@ -283,6 +283,9 @@ mod tests {
         for line in samples {
             assert!(line.contains("region=\"sa-east-1\""), "{line}");
         }
-        assert!(text.contains("sluice_live{region=\"sa-east-1\"} 1"), "{text}");
+        assert!(
+            text.contains("sluice_live{region=\"sa-east-1\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! `simulated`, and is `POST`ed to this gateway's own
 //! `/webhooks/simulated`, one at a time, in order.
 //!
-//! An answer of `2xx` delivers it; `5xx` or no answer is retried with
+//! Without a secret an event is not sent (counted `dropped`). An answer
+//! of `2xx` delivers it; `5xx` or no answer is retried with
 //! backoff up to [`ATTEMPTS_MAX`] times; any other `4xx` is final. Nothing
 //! depends on delivery: the checkout already wrote what the answer said,
 //! and the payments reconciler reads the simulator's event list. The
@@ -65,6 +66,8 @@ pub enum Sent {
     Retry,
     /// Refused for good (another 4xx).
     Refused,
+    /// Not sent: no secret for provider `simulated` (warned once at start).
+    Unsigned,
 }
 
 /// What an answer's status means for the sender.
@@ -121,13 +124,14 @@ impl SimWebhooks {
                 .and_then(|s| s.first())
                 .map(|s| s.expose().as_bytes().to_vec());
             let Some(secret) = secret else {
-                return Sent::Refused;
+                return Sent::Unsigned;
             };
             let (agent, url, body) = (agent.clone(), url.to_string(), body.clone());
             let now_s = (now_ms() / 1000) as i64;
-            let sent = tokio::task::spawn_blocking(move || send(&agent, &url, &secret, &body, now_s))
-                .await
-                .unwrap_or(Sent::Retry);
+            let sent =
+                tokio::task::spawn_blocking(move || send(&agent, &url, &secret, &body, now_s))
+                    .await
+                    .unwrap_or(Sent::Retry);
             if sent != Sent::Retry || attempt == ATTEMPTS_MAX {
                 return sent;
             }
@@ -168,6 +172,7 @@ impl BackgroundService for SimWebhooks {
             };
             let label = match result {
                 Sent::Delivered => "delivered",
+                Sent::Unsigned => "dropped",
                 Sent::Retry | Sent::Refused => {
                     tracing::warn!(event = %event.id, "simulator webhook not delivered");
                     "failed"

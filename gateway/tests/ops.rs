@@ -122,7 +122,8 @@ fn metric_names(text: &str) -> BTreeSet<String> {
             end += 1;
         }
         let before = start.checked_sub(1).map(|b| bytes[b]);
-        let inside_word = before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':');
+        let inside_word =
+            before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':');
         let after_colon = bytes.get(end) == Some(&b':');
         if !inside_word && !after_colon {
             names.insert(text[start..end].to_string());
@@ -146,7 +147,10 @@ fn dashboard_exprs(dashboard: &Value) -> Vec<String> {
 /// `(name, [(label, value)])` of every sample line.
 fn samples(text: &str) -> Vec<(String, Vec<(String, String)>)> {
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let (name, rest) = match line.find('{') {
             Some(b) => (&line[..b], &line[b + 1..]),
             None => (line.split(' ').next().unwrap(), ""),
@@ -190,7 +194,11 @@ fn personal(value: &str) -> Option<&'static str> {
         return Some("an email");
     }
     let parts: Vec<&str> = value.split('.').collect();
-    if parts.len() == 4 && parts.iter().all(|p| !p.is_empty() && p.parse::<u8>().is_ok()) {
+    if parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.parse::<u8>().is_ok())
+    {
         return Some("an IPv4 address");
     }
     if value.matches(':').count() >= 2 && value.chars().all(|c| c.is_ascii_hexdigit() || c == ':') {
@@ -227,7 +235,14 @@ fn the_personal_data_check_catches_what_it_should() {
         assert!(personal(bad).is_some(), "{bad}");
     }
     for fine in [
-        "drop", "sneaker-42", "sa-east-1", "2xx", "0.005", "+Inf", "queue_full", "simulated",
+        "drop",
+        "sneaker-42",
+        "sa-east-1",
+        "2xx",
+        "0.005",
+        "+Inf",
+        "queue_full",
+        "simulated",
     ] {
         assert_eq!(personal(fine), None, "{fine}");
     }
@@ -361,7 +376,10 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_region_and_n
 async fn admin_state_names_the_node_and_its_region() {
     let gw = gateway(None);
     let state = gw.admin_json("/admin/state");
-    assert_eq!(state["node"], json!({"id": "gw-test-1", "region": "sa-east-1"}));
+    assert_eq!(
+        state["node"],
+        json!({"id": "gw-test-1", "region": "sa-east-1"})
+    );
     // Without node_id, the id is the host and the public port.
     let plain = Gateway::start(GatewayOptions::default());
     let node = &plain.admin_json("/admin/state")["node"];
@@ -428,7 +446,9 @@ async fn webhook_secrets_are_chosen_by_the_provider_segment() {
 fn the_simulator_outside_the_demo_is_warned_about() {
     let warning = "charges nothing";
     let with_origin = gateway(Some("http://127.0.0.1:9".into()));
-    let warned = eventually(Duration::from_secs(10), || with_origin.log().contains(warning));
+    let warned = eventually(Duration::from_secs(10), || {
+        with_origin.log().contains(warning)
+    });
     assert!(warned.is_some(), "log:\n{}", with_origin.log());
     assert!(with_origin.log().contains("a storefront origin is set"));
 
@@ -451,7 +471,10 @@ fn the_shipped_files_are_where_the_docs_say() {
         let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
         let ops = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap();
         assert!(readme.contains(file), "README.md does not name {file}");
-        assert!(ops.contains(file), "docs/operations.md does not name {file}");
+        assert!(
+            ops.contains(file),
+            "docs/operations.md does not name {file}"
+        );
     }
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(repo_root().join("ops/grafana/sluice-campaign.json")).unwrap(),
@@ -463,7 +486,11 @@ fn the_shipped_files_are_where_the_docs_say() {
         .any(|v| v["name"] == "datasource" && v["type"] == "datasource"));
     for panel in dashboard["panels"].as_array().unwrap() {
         if panel["type"] != "row" {
-            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{}", panel["title"]);
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "{}",
+                panel["title"]
+            );
         }
     }
 }

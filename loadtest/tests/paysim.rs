@@ -545,7 +545,7 @@ async fn ledger_counts_captures_refunds_and_voids_per_payment() {
         ledger[0],
         json!({
             "id": refunded, "order_id": "order-1", "amount_cents": 19_900,
-            "status": "refunded", "authorized": true, "captures": 1, "refunds": 1,
+            "currency": "EUR", "status": "refunded", "authorized": true, "captures": 1, "refunds": 1,
             "voided": false,
         })
     );

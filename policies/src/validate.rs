@@ -919,10 +919,10 @@ impl Validator<'_> {
             }
         });
         if provider == PaymentProviderKind::Http && url.is_none() {
-            self.problems.push(
-                self.loc
-                    .at(span.clone(), "`payments.provider = \"http\"` needs `payments.url`"),
-            );
+            self.problems.push(self.loc.at(
+                span.clone(),
+                "`payments.provider = \"http\"` needs `payments.url`",
+            ));
         }
         let mut webhook_secrets = Vec::new();
         for s in file.webhook_secrets {
@@ -953,9 +953,13 @@ impl Validator<'_> {
             }
             webhooks.push(WebhookProvider { name, secrets });
         }
-        let api_key = file
-            .api_key_env
-            .and_then(|name| self.secret_env(name, "payments.api_key_env", "the payment provider's API key"));
+        let api_key = file.api_key_env.and_then(|name| {
+            self.secret_env(
+                name,
+                "payments.api_key_env",
+                "the payment provider's API key",
+            )
+        });
         let currency = match file.currency {
             None => "BRL".to_string(),
             Some(c)

@@ -92,8 +92,10 @@ secrets = ["acme-new-0123456789abc", "acme-old-0123456789abc"]
     assert_eq!(names("acme/extra"), None);
     assert_eq!(names(""), None);
     // Without a shared list, a provider without a section has no endpoint.
-    let only = parse("[gateway]\n[payments]\n[payments.webhooks.acme]\nsecrets = [\"acme-new-0123456789abc\"]\n")
-        .unwrap();
+    let only = parse(
+        "[gateway]\n[payments]\n[payments.webhooks.acme]\nsecrets = [\"acme-new-0123456789abc\"]\n",
+    )
+    .unwrap();
     assert!(only.payments.webhook_secrets_for("acme").is_some());
     assert!(only.payments.webhook_secrets_for("paysim").is_none());
 

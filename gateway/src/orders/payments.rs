@@ -25,7 +25,10 @@ pub const SIM_WEBHOOK_QUEUE_EVENTS_MAX: usize = 1024;
 pub fn provider(
     config: &Payments,
     dropped: IntCounter,
-) -> (Arc<dyn PaymentProvider>, Option<mpsc::Receiver<WebhookEvent>>) {
+) -> (
+    Arc<dyn PaymentProvider>,
+    Option<mpsc::Receiver<WebhookEvent>>,
+) {
     match config.provider {
         PaymentProviderKind::Simulated => {
             let per_mille = |ratio: f64| (ratio * 1000.0).round() as u32;
@@ -97,9 +100,8 @@ mod tests {
     fn the_simulator_outside_the_demo_is_named() {
         let demo = config("[gateway]\nlisten = \"127.0.0.1:8080\"\n");
         assert!(simulator_outside_demo(&demo).is_empty());
-        let public = config(
-            "[gateway]\nlisten = \"0.0.0.0:8080\"\norigin = \"http://127.0.0.1:3000\"\n",
-        );
+        let public =
+            config("[gateway]\nlisten = \"0.0.0.0:8080\"\norigin = \"http://127.0.0.1:3000\"\n");
         assert_eq!(
             simulator_outside_demo(&public),
             [

@@ -568,6 +568,35 @@ mod tests {
     }
 
     #[test]
+    fn a_capture_in_another_currency_is_refused() {
+        let mut ledger = Ledger::new(Limits::default(), 1);
+        let id = ledger
+            .authorize("k1", auth("o1", "pm_ok"), NOW_UNIX)
+            .unwrap()
+            .answer
+            .body["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let in_brl = OperationRequest {
+            currency: Some("BRL".into()),
+            amount_cents: Some(1_000),
+        };
+        assert!(matches!(
+            ledger.operate("k2", PaymentOp::Capture, &id, in_brl, NOW_UNIX),
+            Err(LedgerError::BadRequest(_))
+        ));
+        let in_eur = OperationRequest {
+            currency: Some("EUR".into()),
+            amount_cents: Some(1_000),
+        };
+        let captured = ledger
+            .operate("k3", PaymentOp::Capture, &id, in_eur, NOW_UNIX)
+            .unwrap();
+        assert_eq!(captured.answer.status, StatusCode::OK);
+    }
+
+    #[test]
     fn a_key_used_for_another_operation_is_a_mismatch() {
         let mut ledger = Ledger::new(Limits::default(), 1);
         let id = ledger

@@ -27,10 +27,10 @@
 //! | route | answers |
 //! | --- | --- |
 //! | `POST /v1/authorizations` + `Idempotency-Key`, `{"order_id","amount_cents","currency","payment_method"}` | `201 {"id":"pay_…","status":"authorized"\|"declined","order_id","amount_cents"}`; same key and body: `200`, same JSON; same key, other body: `422 idempotency_mismatch` |
-//! | `POST /v1/authorizations/{id}/capture\|void\|refund` + `Idempotency-Key`, `{"amount_cents"}` | `200 {"id","status"}`; illegal in this state: `409 invalid_state`; unknown id: `404 not_found`; same key: the first answer again (a `409` too) |
+//! | `POST /v1/authorizations/{id}/capture\|void\|refund` + `Idempotency-Key`, `{"amount_cents","currency"?}` (a currency other than the authorization's: `400`) | `200 {"id","status"}`; illegal in this state: `409 invalid_state`; unknown id: `404 not_found`; same key: the first answer again (a `409` too) |
 //! | `GET /v1/operations/{key}` | `200 {"key","operation","status","payment_id"}` (`status` is `rejected` for a `409`), `404` if never received |
 //! | `GET /v1/events?after=<seq>&limit=<n>` | `{"events":[{"seq","id","type","created","data":{"payment_id","order_id","amount_cents"}}],"next"}` |
-//! | `GET /ledger` | `{"payments":[{"id","order_id","amount_cents","status","authorized","captures","refunds","voided"}]}` |
+//! | `GET /ledger` | `{"payments":[{"id","order_id","amount_cents","currency","status","authorized","captures","refunds","voided"}]}` |
 //! | `GET`/`PUT /admin/faults` | the [`Faults`] JSON; `PUT` replaces all knobs (missing ones reset), `400` if invalid |
 //! | `GET /admin/webhooks` | [`WebhookStats`] |
 //! | `GET /admin/held` | [`HeldStats`]: capture answers held by `hold_captures`, now and ever |
