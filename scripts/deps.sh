@@ -13,7 +13,8 @@ if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null || need+=(chromium)            # the queue page's browser test
   command -v chromedriver >/dev/null || need+=(chromium-driver)
   command -v timeout >/dev/null || need+=(coreutils)             # bounds the schemathesis run
-  python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv) # schemathesis lives in a venv
+  command -v python3 >/dev/null || need+=(python3)
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv) # schemathesis lives in a venv
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

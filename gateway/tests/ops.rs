@@ -1,8 +1,9 @@
 //! The operations kit against a real gateway: the alert rules pass
 //! `promtool`, every metric the rules and the dashboard name is exported,
 //! every sample carries `region` and no label names a person, the node is
-//! in `/admin/state`, webhooks are chosen by provider, and the simulator
-//! sends its signed webhooks to the gateway itself.
+//! in `/admin/state`, webhooks are chosen by provider, the simulator sends
+//! its signed webhooks to the gateway itself, and an HTTP provider gets the
+//! configured API key and currency.
 
 mod common;
 
@@ -493,4 +494,120 @@ fn the_shipped_files_are_where_the_docs_say() {
             );
         }
     }
+}
+
+/// A card provider stand-in that notes what each call carried.
+struct Provider {
+    url: String,
+    /// `(path, Authorization, body currency)` of every call.
+    calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String, Value)>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Provider {
+    fn start() -> Provider {
+        use axum::extract::{Path as UrlPath, State};
+        use axum::http::{HeaderMap, StatusCode};
+        use axum::routing::{get, post};
+        type Calls = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Value)>>>;
+        fn note(calls: &Calls, path: String, headers: &HeaderMap, body: &Value) {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            calls
+                .lock()
+                .unwrap()
+                .push((path, auth, body["currency"].clone()));
+        }
+        async fn authorize(
+            State(calls): State<Calls>,
+            headers: HeaderMap,
+            axum::Json(body): axum::Json<Value>,
+        ) -> (StatusCode, axum::Json<Value>) {
+            note(&calls, "authorize".into(), &headers, &body);
+            (
+                StatusCode::CREATED,
+                axum::Json(json!({"id": "pay_1", "status": "authorized"})),
+            )
+        }
+        async fn movement(
+            State(calls): State<Calls>,
+            UrlPath((id, action)): UrlPath<(String, String)>,
+            headers: HeaderMap,
+            axum::Json(body): axum::Json<Value>,
+        ) -> axum::Json<Value> {
+            note(&calls, action.clone(), &headers, &body);
+            let status = match action.as_str() {
+                "capture" => "captured",
+                "void" => "voided",
+                _ => "refunded",
+            };
+            axum::Json(json!({"id": id, "status": status}))
+        }
+        async fn events() -> axum::Json<Value> {
+            axum::Json(json!({"events": [], "next": 0}))
+        }
+        async fn operation() -> StatusCode {
+            StatusCode::NOT_FOUND
+        }
+        let calls: Calls = Default::default();
+        let app = axum::Router::new()
+            .route("/v1/authorizations", post(authorize))
+            .route("/v1/authorizations/{id}/{action}", post(movement))
+            .route("/v1/events", get(events))
+            .route("/v1/operations/{key}", get(operation))
+            .with_state(calls.clone());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        Provider {
+            url,
+            calls,
+            _stop: stop,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_provider_gets_the_configured_key_and_currency() {
+    let provider = Provider::start();
+    let key = "sk_live_from_the_environment_0123";
+    let gw = Gateway::start(GatewayOptions {
+        rest: format!(
+            "{}[[products]]\nsku = \"hot\"\nstock = 20\nprice_cents = 1000\nroom = \"drop\"\n\n[payments]\nprovider = \"http\"\nurl = \"{}\"\napi_key_env = \"OPS_PSP_KEY\"\ncurrency = \"EUR\"\n",
+            GatewayOptions::default().rest,
+            provider.url
+        ),
+        env: vec![("OPS_PSP_KEY".into(), key.into())],
+        ..GatewayOptions::default()
+    });
+    let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
+    let order = checkout(&gw, &pass, "ops-key-http-0001", "pm_ok").await;
+    assert_eq!(order["state"], "confirmed", "{order}");
+    let calls = provider.calls.lock().unwrap().clone();
+    let paths: Vec<&str> = calls.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(paths, ["authorize", "capture"], "{calls:?}");
+    for (path, auth, currency) in &calls {
+        assert_eq!(auth, &format!("Bearer {key}"), "{path}");
+        assert_eq!(currency, &json!("EUR"), "{path}");
+    }
+    assert!(!gw.log().contains(key), "the key is never logged");
 }

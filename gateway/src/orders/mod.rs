@@ -14,18 +14,17 @@ mod worker;
 
 use std::sync::{Arc, Mutex};
 
-use sluice_checkout::webhook::WebhookEvent;
-use tokio::sync::mpsc;
-
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::json;
 use sluice_admission::tokens::Claims;
+use sluice_checkout::webhook::WebhookEvent;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
     OrderState, ProductSeed, Store,
 };
 use sluice_policies::Config;
+use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
