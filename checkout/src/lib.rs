@@ -98,7 +98,7 @@ pub use payment::{
 pub use payment_reconciler::PaymentsReconcileOutcome;
 pub use reconciler::{reconcile_once, ReconcileOutcome};
 pub use retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
-pub use service::{CheckoutRequest, CheckoutService, Created};
+pub use service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 pub use simulator::{
     Faults, SimConfig, SimPayment, SimPaymentState, SimulatedProvider, PM_DECLINE,
     PM_LOST_RESPONSE, PM_OK, PM_SLOW,

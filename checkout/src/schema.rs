@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS orders (
     reservation_expires_at_ms INTEGER
 ) STRICT;
 CREATE INDEX IF NOT EXISTS orders_by_state ON orders (state, updated_at_ms);
+CREATE INDEX IF NOT EXISTS orders_by_subject ON orders (subject, state);
 
 CREATE TABLE IF NOT EXISTS idempotency (
     subject TEXT NOT NULL,

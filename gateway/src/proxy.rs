@@ -15,6 +15,7 @@
 //! | `fail_to_proxy` | origin down → 502, slow → 504, in the contract's JSON |
 //! | `logging` | one access-log line and the request metrics |
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,6 +26,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
+use sluice_admission::tokens::Claims;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::headers;
@@ -58,6 +60,9 @@ pub struct Ctx {
     cache: Option<RequestKey>,
     fill: Option<Fill>,
     body_bytes: u64,
+    /// The pass `route()` verified for this request (room, claims), so the
+    /// handlers do not verify it again.
+    pass: Option<(String, Claims)>,
     _inflight: InflightGuard,
 }
 
@@ -95,6 +100,7 @@ impl ProxyHttp for Proxy {
             cache: None,
             fill: None,
             body_bytes: 0,
+            pass: None,
             _inflight: InflightGuard(self.shared.metrics.inflight.clone()),
         }
     }
@@ -119,8 +125,14 @@ impl ProxyHttp for Proxy {
             rooms: &self.shared.rooms,
             headers: &req.headers,
             metrics: &self.shared.metrics,
+            verified: OnceCell::new(),
         };
-        match route(&ctx.runtime, &facts, &passes, Instant::now()) {
+        let routed = route(&ctx.runtime, &facts, &passes, Instant::now());
+        ctx.pass = passes
+            .verified
+            .into_inner()
+            .and_then(|(room, claims)| Some((room, claims?)));
+        match routed {
             Route::Webhook => {
                 ctx.source = "webhook";
                 let local = self.webhook(session, ctx).await?;
@@ -471,7 +483,7 @@ impl Proxy {
     }
 
     /// Reads the (small, bounded) body and lets the reservation core answer.
-    async fn orders(&self, session: &mut Session, ctx: &Ctx) -> Result<LocalResponse> {
+    async fn orders(&self, session: &mut Session, ctx: &mut Ctx) -> Result<LocalResponse> {
         let mut body = BytesMut::new();
         while let Some(chunk) = session.read_request_body().await? {
             if body.len() + chunk.len() > CHECKOUT_BODY_BYTES_MAX {
@@ -493,6 +505,7 @@ impl Proxy {
                 &req.method,
                 &req.headers,
                 body.freeze(),
+                ctx.pass.take(),
                 &Env {
                     rooms: &self.shared.rooms,
                     config: &ctx.runtime.config,
@@ -528,18 +541,34 @@ impl Proxy {
     }
 }
 
-/// The pass check of protected paths, over the request's headers.
+/// The pass check of protected paths, over the request's headers. The
+/// first check verifies the token and keeps the outcome: a request's pass
+/// is verified once, and the verified claims go on to the handler.
 struct Passes<'a> {
     rooms: &'a Rooms,
     headers: &'a http::HeaderMap,
     metrics: &'a crate::metrics::Metrics,
+    /// The room first asked about, and the claims if its pass verified.
+    verified: OnceCell<(String, Option<Claims>)>,
 }
 
 impl PassCheck for Passes<'_> {
     fn has_pass(&self, room: &str) -> bool {
-        self.rooms
-            .verify_pass(room, self.headers, self.metrics)
-            .is_ok()
+        let verify = || {
+            self.rooms
+                .verify_pass(room, self.headers, self.metrics)
+                .ok()
+        };
+        let (checked, claims) = self
+            .verified
+            .get_or_init(|| (room.to_owned(), verify()));
+        if checked == room {
+            claims.is_some()
+        } else {
+            // route() asks about one room per request; another room's
+            // answer is not kept.
+            verify().is_some()
+        }
     }
 }
 

@@ -24,7 +24,8 @@ use rand::SeedableRng;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, KeyMaterial, KeySpec, Keyring, TokenError, TokenType};
 use sluice_admission::{
-    JoinError, Policy, PollError, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
+    JoinError, PassOrders, Policy, PollError, RoomStats, Status, StockAuthority, TicketId,
+    WaitingRoom,
 };
 use sluice_policies::model::Admissions;
 use sluice_policies::Config;
@@ -187,28 +188,57 @@ impl Rooms {
         result
     }
 
-    /// The first room whose pass the request carries, with its claims.
-    pub fn any_pass(&self, headers: &HeaderMap, _metrics: &Metrics) -> Option<(String, Claims)> {
+    /// The pass the request carries, verified once: the token's own `aud`
+    /// (read before verifying, only to choose the room) names the room it
+    /// is checked against; the signature, `aud`, `typ` and expiry are then
+    /// checked as for [`Self::verify_pass`].
+    pub fn pass_of(&self, headers: &HeaderMap, metrics: &Metrics) -> Option<(String, Claims)> {
         let token = bearer(headers).or_else(|| cookie(headers, PASS_COOKIE))?;
-        let keyring = self.keyring.load();
-        let now_s = now_ms() / 1000;
-        self.rooms.load().keys().find_map(|room| {
-            keyring
-                .verify(token, TokenType::Pass, room, now_s)
-                .ok()
-                .map(|c| (room.clone(), c))
-        })
+        let room = claimed_room(token)?;
+        let room = self.rooms.load().get_key_value(room.as_str())?.0.clone();
+        self.verify_pass(&room, headers, metrics)
+            .ok()
+            .map(|claims| (room, claims))
     }
 
-    /// The checkout of pass `seq` in `room` has ended: its slot is free.
-    pub fn pass_finished(&self, room: &str, seq: u64) {
-        if let Some(entry) = self.get(room) {
+    /// Whether `pass` (already verified for `room`) still holds its active
+    /// slot, and so may start a checkout.
+    pub fn may_start(&self, room: &str, pass: &Claims) -> bool {
+        let Some(id) = TicketId::parse(&pass.sub) else {
+            return false;
+        };
+        self.get(room).is_some_and(|entry| {
             entry
                 .line
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .pass_finished(seq);
-        }
+                .may_start(pass.seq, &id, now_ms())
+        })
+    }
+
+    /// The room's `max_orders_per_pass` in force.
+    pub fn orders_per_pass_max(&self, room: &str) -> u32 {
+        self.get(room).map_or(0, |entry| {
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .policy()
+                .max_orders_per_pass
+                .get()
+        })
+    }
+
+    /// Gives the pass's active slot back if `orders` shows it has spent its
+    /// checkouts; `true` if a slot was freed.
+    pub fn give_back_if_spent(&self, room: &str, seq: u64, orders: PassOrders) -> bool {
+        self.get(room).is_some_and(|entry| {
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .give_back_if_spent(seq, orders)
+        })
     }
 
     /// Answers a request under `/queue/`.
@@ -437,6 +467,26 @@ fn too_early(retry_after_s: u64) -> LocalResponse {
         )
         .retry_after(retry_after_s as u32),
     )
+}
+
+/// The `aud` a token claims, read without verifying anything: only to
+/// choose the one room to verify it against. Bounded like the keyring's
+/// own decode (tokens are about 300 bytes).
+fn claimed_room(token: &str) -> Option<String> {
+    use base64::Engine;
+    const TOKEN_BYTES_MAX: usize = 4096;
+    #[derive(serde::Deserialize)]
+    struct Aud {
+        aud: String,
+    }
+    if token.len() > TOKEN_BYTES_MAX {
+        return None;
+    }
+    let payload = token.split('.').nth(1)?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice::<Aud>(&json).ok().map(|a| a.aud)
 }
 
 /// `Authorization: Bearer <token>`.
