@@ -85,7 +85,7 @@ fn gateway(paysim: &Paysim, listen_port: u16, secrets: &[&str]) -> Gateway {
         listen_port: Some(listen_port),
         rest: format!(
             "{key}[payments]\nprovider = \"http\"\nurl = \"{}\"\ntimeout_ms = 800\nwebhook_secrets = [{}]\n\
-             [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 50\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
+             [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 50\nmax_orders_per_pass = 20\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
              [[products]]\nsku = \"hot\"\nstock = 20\nprice_cents = 1000\nroom = \"drop\"\n",
             paysim.url(),
             secrets.join(", ")
