@@ -194,15 +194,7 @@ impl Store {
     /// stored keeps its counts (only `adjust` changes them) but takes the
     /// config's price and TTL.
     pub fn seed_products(&self, products: &[ProductSeed]) -> Result<usize, StoreError> {
-        for product in products {
-            validate_sku(&product.sku)?;
-            if product.reservation_ttl_ms <= 0 {
-                return Err(StoreError::InvalidArgument(format!(
-                    "reservation ttl of {} must be positive",
-                    product.sku
-                )));
-            }
-        }
+        Self::check_seeds(products)?;
         let products = products.to_vec();
         self.write(move |tx, _| {
             let mut seeded = 0;
@@ -223,6 +215,28 @@ impl Store {
             }
             Ok(seeded)
         })
+    }
+
+    /// What [`Store::seed_products`] would refuse before writing anything,
+    /// without touching the store: a reload checks its seeds with this
+    /// before any of its steps changes the running state.
+    pub fn check_seeds(products: &[ProductSeed]) -> Result<(), StoreError> {
+        for product in products {
+            validate_sku(&product.sku)?;
+            if product.reservation_ttl_ms <= 0 {
+                return Err(StoreError::InvalidArgument(format!(
+                    "reservation ttl of {} must be positive",
+                    product.sku
+                )));
+            }
+            if i64::try_from(product.price_cents).is_err() {
+                return Err(StoreError::InvalidArgument(format!(
+                    "price of {} too large",
+                    product.sku
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Changes a SKU's stock by `delta` units (added to or taken from

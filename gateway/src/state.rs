@@ -105,13 +105,19 @@ impl Shared {
     /// file watcher.
     pub fn reload(&self, only_if_changed: bool) -> Option<Result<ReloadOutcome, ReloadError>> {
         let catalog = Mutex::new(None);
+        // All or nothing: every step that can fail runs before anything
+        // running changes, and the one side effect that can fail (the store
+        // write of prices and TTLs) is a single transaction, last of them.
         let prepare = |candidate: &mut Config| {
             self.overrides.apply(candidate);
-            *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(load_catalog(candidate)?);
-            // Last: new products are seeded, then the rooms take the new
-            // policy (and the kill switch).
-            self.orders.apply(candidate)?;
-            self.rooms.apply(candidate, now_ms())
+            let next_catalog = load_catalog(candidate)?;
+            let seeds = Orders::plan(candidate)?;
+            let rooms = self.rooms.plan(candidate, now_ms())?;
+            self.orders.commit(candidate, &seeds)?;
+            // From here on nothing can fail.
+            self.rooms.commit(rooms);
+            *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(next_catalog);
+            Ok(())
         };
         let result = if only_if_changed {
             self.config.reload_if_changed(&prepare)?

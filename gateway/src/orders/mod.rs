@@ -140,6 +140,12 @@ impl Orders {
     /// Seeds products new to the store and takes the config's prices,
     /// TTLs and rooms. Stock of known SKUs is never reset by config.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
+        let seeds = Self::plan(config)?;
+        self.commit(config, &seeds)
+    }
+
+    /// The store rows `config` asks for, checked but not written.
+    pub fn plan(config: &Config) -> Result<Vec<ProductSeed>, String> {
         let seeds: Vec<ProductSeed> = config
             .products
             .iter()
@@ -152,8 +158,15 @@ impl Orders {
                     .map_or(600_000, |r| r.reservation_ttl.as_millis() as i64),
             })
             .collect();
+        Store::check_seeds(&seeds).map_err(|e| format!("products: {e}"))?;
+        Ok(seeds)
+    }
+
+    /// Writes `seeds` (prices, TTLs, new SKUs) in one transaction, then
+    /// takes the config's sku → room map. A failed write changes nothing.
+    pub fn commit(&self, config: &Config, seeds: &[ProductSeed]) -> Result<(), String> {
         self.store()
-            .seed_products(&seeds)
+            .seed_products(seeds)
             .map_err(|e| format!("seeding products: {e}"))?;
         self.stock.apply(config);
         self.refresh_stock();

@@ -52,6 +52,21 @@ pub struct RoomEntry {
     pub line: Mutex<WaitingRoom>,
 }
 
+/// The rooms of a config, built and checked but not yet in force.
+pub struct RoomsPlan {
+    keyring: Arc<Keyring>,
+    rooms: Vec<PlannedRoom>,
+    paused: bool,
+}
+
+struct PlannedRoom {
+    name: String,
+    /// The running room (kept across the reload) or a new, empty one.
+    entry: Arc<RoomEntry>,
+    policy: Policy,
+    joins_per_minute: u32,
+}
+
 /// Every room of the config, kept across reloads.
 pub struct Rooms {
     rooms: ArcSwap<HashMap<String, Arc<RoomEntry>>>,
@@ -96,28 +111,33 @@ impl Rooms {
     /// keep their line and passes and take the new policy; new rooms start
     /// empty; rooms no longer configured are dropped.
     pub fn apply(&self, config: &Config, now_ms: u64) -> Result<(), String> {
+        let plan = self.plan(config, now_ms)?;
+        self.commit(plan);
+        Ok(())
+    }
+
+    /// Builds the rooms of `config` without touching the running ones:
+    /// the keyring, every policy checked, new rooms created. Everything
+    /// that can fail fails here.
+    pub fn plan(&self, config: &Config, now_ms: u64) -> Result<RoomsPlan, String> {
         let keyring = if config.keys.is_empty() {
             self.ephemeral.clone()
         } else {
             Arc::new(Keyring::from_config(&config.keys).map_err(|e| e.to_string())?)
         };
-        let paused = config.gateway.admissions == Admissions::Paused;
         let old = self.rooms.load_full();
-        let mut next = HashMap::with_capacity(config.rooms.len());
+        let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
             let policy = Policy::from_room(room);
+            policy
+                .validate()
+                .map_err(|e| format!("room {:?}: {e}", room.name))?;
             let entry = match old.get(&room.name) {
-                Some(entry) => {
-                    let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-                    line.update_policy(policy)
-                        .map_err(|e| format!("room {:?}: {e}", room.name))?;
-                    drop(line);
-                    entry.clone()
-                }
+                Some(entry) => entry.clone(),
                 None => {
                     let line = WaitingRoom::new(
                         &room.name,
-                        policy,
+                        policy.clone(),
                         self.stock.clone(),
                         StdRng::from_os_rng(),
                         now_ms,
@@ -130,25 +150,45 @@ impl Rooms {
                     })
                 }
             };
-            let per_minute = room.joins_per_minute_per_client.get();
+            rooms.push(PlannedRoom {
+                name: room.name.clone(),
+                entry,
+                policy,
+                joins_per_minute: room.joins_per_minute_per_client.get(),
+            });
+        }
+        Ok(RoomsPlan {
+            keyring,
+            rooms,
+            paused: config.gateway.admissions == Admissions::Paused,
+        })
+    }
+
+    /// Puts a plan in force. Cannot fail: [`Self::plan`] checked it all.
+    pub fn commit(&self, plan: RoomsPlan) {
+        let mut next = HashMap::with_capacity(plan.rooms.len());
+        for room in plan.rooms {
+            let entry = room.entry;
+            {
+                let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = line.update_policy(room.policy) {
+                    // plan() validated this very policy.
+                    tracing::error!(room = room.name, "policy refused after validation: {e}");
+                }
+                line.set_paused(plan.paused);
+            }
             let mut limiter = entry.limiter.lock().unwrap_or_else(|p| p.into_inner());
-            if limiter.0 != per_minute {
+            if limiter.0 != room.joins_per_minute {
                 *limiter = (
-                    per_minute,
-                    JoinLimiter::new(per_minute, per_minute, JOIN_CLIENTS_MAX),
+                    room.joins_per_minute,
+                    JoinLimiter::new(room.joins_per_minute, room.joins_per_minute, JOIN_CLIENTS_MAX),
                 );
             }
             drop(limiter);
-            entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_paused(paused);
-            next.insert(room.name.clone(), entry);
+            next.insert(room.name, entry);
         }
         self.rooms.store(Arc::new(next));
-        self.keyring.store(keyring);
-        Ok(())
+        self.keyring.store(plan.keyring);
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
