@@ -133,4 +133,10 @@ CREATE TABLE IF NOT EXISTS provider_cursor (
     provider TEXT PRIMARY KEY,
     cursor INTEGER NOT NULL CHECK (cursor >= 0)
 ) STRICT;
+
+-- One row, rewritten by the readiness probe: a real durable write.
+CREATE TABLE IF NOT EXISTS write_probe (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    at_ms INTEGER NOT NULL
+) STRICT;
 "#;

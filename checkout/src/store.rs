@@ -287,6 +287,20 @@ impl Store {
         })
     }
 
+    /// Rewrites the one row of `write_probe` through the writer and waits
+    /// until it is durable: the readiness probe's "can the store be
+    /// written" (a full disk, a lost lock or a dead writer all fail it).
+    pub fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
+        self.write(move |tx, _| {
+            tx.prepare_cached(
+                "INSERT INTO write_probe (id, at_ms) VALUES (1, ?1)
+                 ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+            )?
+            .execute(params![now_ms])?;
+            Ok(())
+        })
+    }
+
     /// Every SKU's counts (`/admin/state` `inventory`).
     pub fn inventory(&self) -> Result<Vec<StockLevel>, StoreError> {
         self.read(stock::load_all)

@@ -18,6 +18,7 @@ pub mod orders;
 pub mod origin_cache;
 pub mod proxy;
 pub mod queue;
+pub mod readiness;
 pub mod route;
 pub mod runtime;
 pub mod scrape;

@@ -14,6 +14,7 @@ use sluice_policies::{Config, ConfigHandle, ReloadError};
 use crate::metrics::Metrics;
 use crate::orders::{Orders, OrdersCollector};
 use crate::queue::{now_ms, RoomCollector, Rooms};
+use crate::readiness::Readiness;
 use crate::runtime::{load_catalog, Runtime};
 
 /// Command-line flags that win over the file, on every reload too.
@@ -58,6 +59,8 @@ pub struct Shared {
     pub rooms: Arc<Rooms>,
     /// The reservation core.
     pub orders: Arc<Orders>,
+    /// `/readyz`'s probes and their last outcome.
+    pub readiness: Readiness,
 }
 
 impl Shared {
@@ -80,6 +83,7 @@ impl Shared {
         let shared = Arc::new(Self {
             rooms,
             orders,
+            readiness: Readiness::default(),
             tls,
             config,
             runtime: ArcSwap::from_pointee(runtime),
