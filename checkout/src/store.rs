@@ -103,8 +103,10 @@ impl Store {
         let db_path = data_dir.join(DB_FILE_NAME);
         let write_conn = open_connection(&db_path)?;
         write_conn.execute_batch(SCHEMA_SQL)?;
+        crate::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());
+        metrics.books.publish(crate::books::read(&write_conn)?);
         let writer = Writer::start(write_conn, group_commit, Arc::clone(&metrics))?;
         Ok(Self {
             writer,
@@ -301,7 +303,12 @@ impl Store {
         })
     }
 
-    /// Every SKU's counts (`/admin/state` `inventory`).
+    /// Stock and order counts as of the last commit, from memory.
+    pub fn books(&self) -> Arc<crate::books::Books> {
+        self.metrics.books.get()
+    }
+
+    /// Every SKU's counts, read from the database.
     pub fn inventory(&self) -> Result<Vec<StockLevel>, StoreError> {
         self.read(stock::load_all)
     }

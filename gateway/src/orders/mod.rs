@@ -63,6 +63,7 @@ pub struct Orders {
     outbox: sluice_policies::model::Outbox,
     stock: Arc<StoreStock>,
     stuck: Mutex<Vec<(OrderState, usize)>>,
+    gauges: Mutex<StoreGauges>,
 }
 
 /// What the order routes need from the rest of the gateway.
@@ -132,8 +133,10 @@ impl Orders {
             outbox: config.outbox.clone(),
             stock: Arc::new(StoreStock::default()),
             stuck: Mutex::new(Vec::new()),
+            gauges: Mutex::new(StoreGauges::default()),
         };
         orders.apply(config)?;
+        orders.refresh_gauges();
         Ok(orders)
     }
 
@@ -501,27 +504,47 @@ impl Orders {
         }
     }
 
-    /// `/admin/state` `inventory` and `orders`.
+    /// `/admin/state` `inventory` and `orders`, from the store's books in
+    /// memory (no query).
     pub fn state(&self) -> (serde_json::Value, serde_json::Value) {
-        let inventory = match self.store().inventory() {
-            Ok(levels) => json!(levels
-                .iter()
-                .map(|l| json!({"sku": l.sku, "total": l.total, "available": l.available, "reserved": l.reserved, "committed": l.committed}))
-                .collect::<Vec<_>>()),
-            Err(e) => json!({"error": e.to_string()}),
-        };
-        let orders = match self.store().order_counts() {
-            Ok(counts) => {
-                let map: serde_json::Map<String, serde_json::Value> = counts
-                    .into_iter()
-                    .map(|(s, n)| (s.as_str().to_string(), json!(n)))
-                    .collect();
-                serde_json::Value::Object(map)
-            }
-            Err(e) => json!({"error": e.to_string()}),
-        };
-        (inventory, orders)
+        let books = self.store().books();
+        let inventory = json!(books
+            .inventory
+            .iter()
+            .map(|l| json!({"sku": l.sku, "total": l.total, "available": l.available, "reserved": l.reserved, "committed": l.committed}))
+            .collect::<Vec<_>>());
+        let orders: serde_json::Map<String, serde_json::Value> = books
+            .orders
+            .iter()
+            .map(|(s, n)| (s.as_str().to_string(), json!(n)))
+            .collect();
+        (inventory, serde_json::Value::Object(orders))
     }
+
+    /// Re-reads the outbox and hold gauges (blocking: the orders worker's
+    /// pass calls it, so scrapes read memory).
+    pub fn refresh_gauges(&self) {
+        let store = self.store();
+        let now = now_ms() as i64;
+        let gauges = StoreGauges {
+            outbox_pending: store.outbox_pending().ok(),
+            outbox_lag_ms: store.outbox_lag_ms(now).ok(),
+            oldest_hold_age_ms: store.oldest_hold_age_ms(now).ok(),
+        };
+        *self.gauges.lock().unwrap_or_else(|p| p.into_inner()) = gauges;
+    }
+
+    pub fn gauges(&self) -> StoreGauges {
+        *self.gauges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Store gauges as of the orders worker's last pass (`None`: not read).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreGauges {
+    pub outbox_pending: Option<u64>,
+    pub outbox_lag_ms: Option<i64>,
+    pub oldest_hold_age_ms: Option<i64>,
 }
 
 /// Re-reads the sold-out snapshot (blocking: call it inside a pool call).
