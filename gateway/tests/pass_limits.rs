@@ -193,3 +193,57 @@ async fn units_per_order_are_bounded_per_product() {
     let (s, _) = checkout(&gw, &pass, "units-key-4", 10).await;
     assert_eq!(s, StatusCode::CREATED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "checkouts_in_flight_max = 2\n".into(),
+        rest: "[payments]\nsimulated_slow_ms = 3000\n\
+               [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 5\nmax_orders_per_pass = 10\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
+               [[products]]\nsku = \"hot\"\nstock = 100\nprice_cents = 100\nroom = \"drop\"\n"
+            .into(),
+        ..Default::default()
+    });
+    let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
+    let slow = |i: usize| {
+        let (url, pass) = (gw.url("/checkout"), pass.clone());
+        tokio::spawn(async move {
+            client()
+                .post(url)
+                .bearer_auth(&pass)
+                .header("idempotency-key", format!("slow-key-{i}"))
+                .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_slow"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let running = [slow(0), slow(1)];
+    // Both slow checkouts hold their permits once their orders exist.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while gw.admin_json("/admin/state")["orders"]["authorizing"] != 2 {
+        assert!(std::time::Instant::now() < deadline, "the slow checkouts never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    let r = client()
+        .post(gw.url("/checkout"))
+        .bearer_auth(&pass)
+        .header("idempotency-key", "third-key-1")
+        .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_ok"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not queued");
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "overloaded", "{body}");
+    for t in running {
+        assert_eq!(t.await.unwrap(), StatusCode::CREATED);
+    }
+    // The permits are back: the same key now goes through.
+    let (s, _) = checkout(&gw, &pass, "third-key-1", 1).await;
+    assert_eq!(s, StatusCode::CREATED);
+}
