@@ -8,8 +8,7 @@ use std::time::Duration;
 use common::{nz, policy, room, room_with, T0_MS};
 use sluice_admission::tokens::{KeyMaterial, KeySpec, Keyring, TokenType};
 use sluice_admission::{
-    InMemoryStock, JoinError, Joined, PassOrders, PolicyError, PollError, Status, Stop,
-    WaitingRoom,
+    InMemoryStock, JoinError, Joined, PassOrders, PolicyError, PollError, Status, Stop, WaitingRoom,
 };
 
 fn wait_of(status: Status) -> sluice_admission::Wait {

@@ -217,8 +217,10 @@ impl CheckoutService {
                 return Err(CheckoutError::PurchaseLimit);
             }
             let order = create_order(tx, metrics, &subject, &request, now_ms)?;
-            tx.prepare_cached("UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2")?
-                .execute(params![subject, key.as_str(), order.order_id])?;
+            tx.prepare_cached(
+                "UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2",
+            )?
+            .execute(params![subject, key.as_str(), order.order_id])?;
             Ok(Ok(order))
         })?;
         match begun {

@@ -96,13 +96,23 @@ fn the_books_in_memory_match_the_tables() {
     check(&h.store);
     for (i, pm) in ["pm_ok", "pm_decline", "pm_ok", "pm_ok"].iter().enumerate() {
         h.service
-            .checkout("s", &key(&format!("books-key-{i}")), &request("sku-a", 2, pm), T0_MS)
+            .checkout(
+                "s",
+                &key(&format!("books-key-{i}")),
+                &request("sku-a", 2, pm),
+                T0_MS,
+            )
             .unwrap();
         check(&h.store);
     }
     let held = h
         .service
-        .begin("s", &key("books-key-held"), &request("sku-a", 1, "pm_ok"), T0_MS)
+        .begin(
+            "s",
+            &key("books-key-held"),
+            &request("sku-a", 1, "pm_ok"),
+            T0_MS,
+        )
         .unwrap()
         .0;
     check(&h.store);

@@ -106,17 +106,17 @@ impl ServeHttp for Admin {
                     .readiness
                     .probe(store, &runtime.config.payments)
                     .await;
-                let reasons = readiness::reasons(
-                    self.shared.is_shutting_down(),
-                    &store,
-                    provider.as_ref(),
-                );
+                let reasons =
+                    readiness::reasons(self.shared.is_shutting_down(), &store, provider.as_ref());
                 let status = if reasons.is_empty() {
                     StatusCode::OK
                 } else {
                     StatusCode::SERVICE_UNAVAILABLE
                 };
-                json_response(status, &json!({"ready": reasons.is_empty(), "reasons": reasons}))
+                json_response(
+                    status,
+                    &json!({"ready": reasons.is_empty(), "reasons": reasons}),
+                )
             }
             "/admin/state" => json_response(StatusCode::OK, &self.state()),
             _ => error(&ApiError::new(

@@ -559,9 +559,7 @@ impl PassCheck for Passes<'_> {
                 .verify_pass(room, self.headers, self.metrics)
                 .ok()
         };
-        let (checked, claims) = self
-            .verified
-            .get_or_init(|| (room.to_owned(), verify()));
+        let (checked, claims) = self.verified.get_or_init(|| (room.to_owned(), verify()));
         if checked == room {
             claims.is_some()
         } else {

@@ -112,7 +112,9 @@ async fn probe_provider(url: &str) -> Probe {
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(())) => Probe::Ok,
         Ok(Err(e)) => Probe::Failed(format!("{authority}: {e}")),
-        Err(_) => Probe::Failed(format!("{authority}: no connection within {PROBE_TIMEOUT_MS} ms")),
+        Err(_) => Probe::Failed(format!(
+            "{authority}: no connection within {PROBE_TIMEOUT_MS} ms"
+        )),
     }
 }
 
@@ -122,7 +124,11 @@ fn authority(url: &str) -> Option<String> {
     let host = uri.host()?;
     let port = uri
         .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Some(if host.contains(':') {
         format!("[{host}]:{port}")
@@ -145,15 +151,30 @@ mod tests {
             Some(&Probe::Failed("refused".into())),
         );
         assert_eq!(r.len(), 3, "{r:?}");
-        assert!(r[1].contains("disk full") && r[2].contains("refused"), "{r:?}");
+        assert!(
+            r[1].contains("disk full") && r[2].contains("refused"),
+            "{r:?}"
+        );
     }
 
     #[test]
     fn authority_defaults_the_port_by_scheme() {
-        assert_eq!(authority("http://pay.example/v1").as_deref(), Some("pay.example:80"));
-        assert_eq!(authority("https://pay.example").as_deref(), Some("pay.example:443"));
-        assert_eq!(authority("http://127.0.0.1:9/x").as_deref(), Some("127.0.0.1:9"));
-        assert_eq!(authority("http://[::1]:8443/").as_deref(), Some("[::1]:8443"));
+        assert_eq!(
+            authority("http://pay.example/v1").as_deref(),
+            Some("pay.example:80")
+        );
+        assert_eq!(
+            authority("https://pay.example").as_deref(),
+            Some("pay.example:443")
+        );
+        assert_eq!(
+            authority("http://127.0.0.1:9/x").as_deref(),
+            Some("127.0.0.1:9")
+        );
+        assert_eq!(
+            authority("http://[::1]:8443/").as_deref(),
+            Some("[::1]:8443")
+        );
         assert_eq!(authority("not a url"), None);
     }
 

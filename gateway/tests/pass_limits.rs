@@ -126,7 +126,10 @@ async fn twenty_racing_keys_on_one_pass_create_exactly_max_orders_per_pass() {
     assert_eq!(status, StatusCode::OK, "{replay}");
     assert_eq!(replay["order_id"], created[1].2["order_id"]);
     let (status, body) = checkout(&gw, &pass, "race-key-new", 1).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::FORBIDDEN, Some("purchase_limit")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("purchase_limit"))
+    );
     assert_eq!(
         gw.metric("sluice_checkout_total{result=\"purchase_limit\",room=\"drop\"}"),
         Some(18.0),
@@ -147,10 +150,17 @@ async fn a_spent_pass_gives_its_slot_back_and_cannot_buy_again() {
     let c = join(&gw).await;
     assert_eq!(active(&gw), 2);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(status(&gw, &c).await["state"], "waiting", "the room is full");
+    assert_eq!(
+        status(&gw, &c).await["state"],
+        "waiting",
+        "the room is full"
+    );
 
     let (s, order) = checkout(&gw, &a, "a-first-key", 5).await;
-    assert_eq!((s, order["state"].as_str()), (StatusCode::CREATED, Some("confirmed")));
+    assert_eq!(
+        (s, order["state"].as_str()),
+        (StatusCode::CREATED, Some("confirmed"))
+    );
     // a's right is spent: its slot goes back, c gets in.
     let mut c_pass = None;
     for _ in 0..10 {
@@ -165,13 +175,20 @@ async fn a_spent_pass_gives_its_slot_back_and_cannot_buy_again() {
     assert!(active(&gw) <= 2);
     // Three signed passes exist; only two may start a checkout.
     let (s, body) = checkout(&gw, &a, "a-second-key", 5).await;
-    assert_eq!((s, body["error"].as_str()), (StatusCode::FORBIDDEN, Some("purchase_limit")), "{body}");
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("purchase_limit")),
+        "{body}"
+    );
     let (s, _) = checkout(&gw, &b, "b-first-key", 5).await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, _) = checkout(&gw, &c_pass, "c-first-key", 5).await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, body) = checkout(&gw, &b, "b-second-key", 5).await;
-    assert_eq!((s, body["error"].as_str()), (StatusCode::FORBIDDEN, Some("purchase_limit")));
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("purchase_limit"))
+    );
     let state = gw.admin_json("/admin/state");
     assert_eq!(state["inventory"][0]["committed"], 15, "{state}");
 }
@@ -181,7 +198,10 @@ async fn units_per_order_are_bounded_per_product() {
     let gw = gateway(5, 5, "max_per_order = 2\n");
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
     let (s, body) = checkout(&gw, &pass, "units-key-1", 3).await;
-    assert_eq!((s, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_request")));
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("bad_request"))
+    );
     assert!(body["message"].as_str().unwrap().contains('2'), "{body}");
     let (s, _) = checkout(&gw, &pass, "units-key-2", 2).await;
     assert_eq!(s, StatusCode::CREATED);
@@ -223,7 +243,10 @@ async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
     // Both slow checkouts hold their permits once their orders exist.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while gw.admin_json("/admin/state")["orders"]["authorizing"] != 2 {
-        assert!(std::time::Instant::now() < deadline, "the slow checkouts never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow checkouts never started"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let started = std::time::Instant::now();
@@ -236,7 +259,10 @@ async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not queued");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once, not queued"
+    );
     assert_eq!(r.headers()["retry-after"], "1");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "overloaded", "{body}");

@@ -28,16 +28,21 @@ async fn until(gw: &Gateway, want: impl Fn(u16, &Value) -> bool) -> (u16, Value)
 }
 
 fn mentions(body: &Value, what: &str) -> bool {
-    body["reasons"]
-        .as_array()
-        .is_some_and(|r| r.iter().any(|r| r.as_str().is_some_and(|r| r.contains(what))))
+    body["reasons"].as_array().is_some_and(|r| {
+        r.iter()
+            .any(|r| r.as_str().is_some_and(|r| r.contains(what)))
+    })
 }
 
 #[tokio::test]
 async fn a_store_that_cannot_be_written_is_not_ready() {
     let gw = Gateway::start(GatewayOptions::default());
     let (status, body) = until(&gw, |s, _| s == 200).await;
-    assert_eq!((status, &body["ready"]), (200, &Value::Bool(true)), "{body}");
+    assert_eq!(
+        (status, &body["ready"]),
+        (200, &Value::Bool(true)),
+        "{body}"
+    );
     assert_eq!(body["reasons"], serde_json::json!([]));
 
     // Another connection holds the database's write lock (as a stuck

@@ -15,11 +15,9 @@ const CONFIG: &str = "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrel
 /// (sku, price_cents, reservation_ttl_ms) as stored.
 fn rows(gw: &Gateway) -> Vec<(String, i64, i64)> {
     let db = gw.dir.path().join("var").join("checkout.db");
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     let mut stmt = conn
         .prepare("SELECT sku, price_cents, reservation_ttl_ms FROM stock ORDER BY sku")
         .unwrap();
@@ -49,7 +47,11 @@ fn refused_reload(gw: &Gateway, edit: impl FnOnce(String) -> String) {
     let before = failures(gw);
     gw.edit_config(edit);
     let failed = eventually(Duration::from_secs(3), || failures(gw) > before);
-    assert!(failed.is_some(), "the reload was not refused; log:\n{}", gw.log());
+    assert!(
+        failed.is_some(),
+        "the reload was not refused; log:\n{}",
+        gw.log()
+    );
 }
 
 fn changes_everything(t: String) -> String {

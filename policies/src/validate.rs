@@ -689,7 +689,12 @@ impl Validator<'_> {
             }
             let stock = self.int(Some(p.stock), "stock", 0..=1_000_000_000, 0);
             let price = self.int(Some(p.price_cents), "price_cents", 0..=1_000_000_000_000, 0);
-            let per_order = self.int(p.max_per_order, "max_per_order", 1..=UNITS_PER_ORDER_MAX, 10);
+            let per_order = self.int(
+                p.max_per_order,
+                "max_per_order",
+                1..=UNITS_PER_ORDER_MAX,
+                10,
+            );
             out.push(Product {
                 sku,
                 stock: stock as u32,

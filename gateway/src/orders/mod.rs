@@ -323,7 +323,11 @@ impl Orders {
             }
             OrderRoute::Get(id) => {
                 let id = id.to_string();
-                match self.calls.run(move || service.get_order(&subject, &id)).await {
+                match self
+                    .calls
+                    .run(move || service.get_order(&subject, &id))
+                    .await
+                {
                     Ok(result) => order_answer(result, StatusCode::OK),
                     Err(Overloaded) => overloaded(),
                 }

@@ -181,7 +181,11 @@ impl Rooms {
             if limiter.0 != room.joins_per_minute {
                 *limiter = (
                     room.joins_per_minute,
-                    JoinLimiter::new(room.joins_per_minute, room.joins_per_minute, JOIN_CLIENTS_MAX),
+                    JoinLimiter::new(
+                        room.joins_per_minute,
+                        room.joins_per_minute,
+                        JOIN_CLIENTS_MAX,
+                    ),
                 );
             }
             drop(limiter);
