@@ -6,6 +6,10 @@
 //!   snapshot (config + [`catalog`] + [`origin_cache`]).
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry.
+//! - [`queue`] is the waiting room over HTTP, [`orders`] the reservation
+//!   core over HTTP (on a bounded blocking pool, `orders::pool`), [`state`]
+//!   what the listeners share (and the all-or-nothing reload), and
+//!   [`readiness`] the probes behind `/readyz`.
 pub mod admin;
 pub mod catalog;
 pub mod control;

@@ -608,3 +608,84 @@ fn message(code: ErrorCode) -> &'static str {
         _ => "Something went wrong on our side.",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_admission::tokens::{Keyring, TokenType};
+    use sluice_admission::InMemoryStock;
+
+    const CONFIG: &str = "[gateway]\n[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"crk73kV4fY9LZUm7L5elAyVdQw1NWD9gCIi6VQoY8t4\"\n\
+        [[rooms]]\nname = \"a\"\nprotect = [\"/a/*\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n\
+        [[rooms]]\nname = \"b\"\nprotect = [\"/b/*\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n";
+
+    fn setup() -> (Rooms, Keyring, crate::metrics::Metrics) {
+        let config =
+            sluice_policies::validate::parse_str(CONFIG, std::path::Path::new("t.toml")).unwrap();
+        let rooms = Rooms::new(&config, false, Arc::new(InMemoryStock::new())).unwrap();
+        let keys = Keyring::from_config(&config.keys).unwrap();
+        (rooms, keys, crate::metrics::Metrics::new())
+    }
+
+    fn headers(token: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        h
+    }
+
+    fn rejections(metrics: &crate::metrics::Metrics, room: &str) -> u64 {
+        metrics
+            .ticket_rejections
+            .with_label_values(&[room, "bad_signature"])
+            .get()
+    }
+
+    #[test]
+    fn a_pass_is_verified_once_and_its_claims_kept_for_the_handler() {
+        let (rooms, keys, metrics) = setup();
+        let now = crate::queue::now_ms() / 1000;
+        let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
+        let token = keys.sign(&claims).unwrap();
+        let h = headers(&token);
+        let passes = Passes {
+            rooms: &rooms,
+            headers: &h,
+            metrics: &metrics,
+            verified: OnceCell::new(),
+        };
+        assert!(passes.has_pass("b"));
+        assert!(passes.has_pass("b"));
+        assert!(!passes.has_pass("a"), "a pass opens its own room only");
+        assert_eq!(
+            passes.verified.into_inner(),
+            Some(("b".to_string(), Some(claims.clone())))
+        );
+        // The handler's own look-up (no pass from route()) verifies it
+        // against the room its `aud` names, once.
+        assert_eq!(rooms.pass_of(&h, &metrics), Some(("b".into(), claims)));
+    }
+
+    #[test]
+    fn a_bad_pass_is_refused_once_per_request() {
+        let (rooms, keys, metrics) = setup();
+        let now = crate::queue::now_ms() / 1000;
+        let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
+        let mut token = keys.sign(&claims).unwrap();
+        let last = token.pop().unwrap();
+        token.push(if last == 'A' { 'B' } else { 'A' });
+        let h = headers(&token);
+        let passes = Passes {
+            rooms: &rooms,
+            headers: &h,
+            metrics: &metrics,
+            verified: OnceCell::new(),
+        };
+        assert!(!passes.has_pass("b"));
+        assert!(!passes.has_pass("b"));
+        assert_eq!(rejections(&metrics, "b"), 1, "verified once, refused once");
+        assert_eq!(passes.verified.into_inner(), Some(("b".to_string(), None)));
+    }
+}

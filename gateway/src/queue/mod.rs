@@ -556,3 +556,19 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.trim())
         .filter(|v| !v.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claimed_room_is_read_from_the_payload_only() {
+        use base64::Engine;
+        let enc = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let token = format!("{}.{}.sig", enc("{}"), enc(r#"{"aud":"drop","seq":1}"#));
+        assert_eq!(claimed_room(&token).as_deref(), Some("drop"));
+        assert_eq!(claimed_room("no-dots"), None);
+        assert_eq!(claimed_room(&format!("h.{}.s", enc("[1]"))), None);
+        assert_eq!(claimed_room(&format!("h.{}.s", "a".repeat(5000))), None);
+    }
+}
