@@ -426,7 +426,9 @@ impl Orders {
         let ran = self.checkouts.run(move || {
             let result = service.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
             refresh(&stock, service.store());
-            let orders = result.is_ok().then(|| service.subject_orders(&subject));
+            // Counted after refusals too: a pass over a limit lowered by a
+            // reload gives its slot back here.
+            let orders = Some(service.subject_orders(&subject));
             (result, orders)
         });
         let Ok((result, orders)) = ran.await else {
