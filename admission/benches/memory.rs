@@ -69,6 +69,7 @@ fn main() {
         poll_min: Duration::from_secs(2),
         poll_max: Duration::from_secs(60),
         opens_at_ms: None,
+        max_orders_per_pass: n(1),
     };
     let stock = Arc::new(InMemoryStock::new());
     let mut room = WaitingRoom::new(

@@ -8,6 +8,7 @@
 //! - [`room`]: one room's line: join, poll, the release pass, pause, sold
 //!   out, fair start. Everything about time takes `now_ms`.
 //! - [`policy`]: the numbers a room runs on.
+//! - [`pass_orders`]: when a pass has spent its right to start checkouts.
 //! - [`store`]: where the line lives ([`store::QueueStore`]), 12 bytes per
 //!   waiting person in the in-process [`store::MemoryStore`].
 //! - [`stock`]: the stock authority the room asks whether anything is left.
@@ -23,6 +24,7 @@ pub mod bucket;
 pub mod clock;
 pub mod fair_start;
 pub mod join_limiter;
+pub mod pass_orders;
 pub mod policy;
 pub mod poll;
 pub mod rate_meter;
@@ -33,6 +35,7 @@ pub mod store;
 pub mod ticket_id;
 pub mod tokens;
 
+pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,

@@ -18,8 +18,11 @@ pub struct Policy {
     pub release_per_second: NonZeroU32,
     /// Admissions allowed in one instant above the rate (bucket size).
     pub burst: NonZeroU32,
-    /// Passes valid at once, at most.
+    /// Passes able to start a checkout at once, at most. A pass holds its
+    /// slot until it can no longer start one (see [`crate::PassOrders`]).
     pub max_active: NonZeroU32,
+    /// Checkouts one pass may start.
+    pub max_orders_per_pass: NonZeroU32,
     /// Live waiting tickets, at most.
     pub queue_capacity: NonZeroU32,
     pub pass_ttl: Duration,
@@ -57,6 +60,7 @@ impl Policy {
             release_per_second: room.release_per_second,
             burst: room.burst,
             max_active: room.max_active,
+            max_orders_per_pass: room.max_orders_per_pass,
             queue_capacity: room.queue_capacity,
             pass_ttl: room.pass_ttl,
             ticket_ttl: room.ticket_ttl,

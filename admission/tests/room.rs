@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{nz, policy, room, room_with, T0_MS};
 use sluice_admission::tokens::{Expected, KeyMaterial, KeySpec, Keyring, TokenType};
 use sluice_admission::{
-    InMemoryStock, JoinError, Joined, PolicyError, PollError, Status, Stop, WaitingRoom,
+    InMemoryStock, JoinError, Joined, PassOrders, PolicyError, PollError, Status, Stop, WaitingRoom,
 };
 
 fn wait_of(status: Status) -> sluice_admission::Wait {
@@ -123,22 +123,41 @@ fn admitted_repoll_gets_the_very_same_pass_token() {
 }
 
 #[test]
-fn finishing_or_expiring_a_pass_frees_its_slot() {
+fn a_pass_holds_its_slot_until_its_checkouts_are_spent_or_it_expires() {
     let mut p = policy();
     p.max_active = nz(1);
+    p.max_orders_per_pass = nz(2);
     let mut r = room(p);
     let a = join(&mut r, T0_MS);
     let b = join(&mut r, T0_MS);
     let c = join(&mut r, T0_MS);
     assert_eq!(r.release_once(T0_MS, 10).released, 1);
+    assert!(r.may_start(a.seq, &a.ticket_id, T0_MS + 1_000));
+    assert!(
+        !r.may_start(a.seq, &b.ticket_id, T0_MS + 1_000),
+        "a pass names its own ticket"
+    );
+    assert!(!r.may_start(b.seq, &b.ticket_id, T0_MS + 1_000), "b waits");
+    let orders = |started, open| PassOrders { started, open };
+    // One checkout started and ended: a may start a second, so it keeps
+    // its slot and nobody else gets in.
+    assert!(!r.give_back_if_spent(a.seq, orders(1, 0)));
+    assert!(!r.give_back_if_spent(a.seq, orders(2, 1)), "one still runs");
     let out = r.release_once(T0_MS + 5_000, 10);
     assert_eq!((out.released, out.stop), (0, Stop::Full));
-    assert!(r.pass_finished(a.seq));
+    assert!(r.may_start(a.seq, &a.ticket_id, T0_MS + 5_000));
+    // Both started and ended: the slot goes back, for good.
+    assert!(r.give_back_if_spent(a.seq, orders(2, 0)));
     assert!(
-        !r.pass_finished(a.seq),
-        "finishing twice frees nothing more"
+        !r.give_back_if_spent(a.seq, orders(2, 0)),
+        "giving back twice frees nothing more"
+    );
+    assert!(
+        !r.may_start(a.seq, &a.ticket_id, T0_MS + 5_000),
+        "a pass whose slot was given back cannot start another checkout"
     );
     assert_eq!(r.release_once(T0_MS + 5_000, 10).released, 1);
+    assert!(r.may_start(b.seq, &b.ticket_id, T0_MS + 5_000));
     // b never finishes: its pass expires after pass_ttl (60 s) and frees the slot.
     for t in [10_000, 20_000, 30_000, 40_000, 50_000] {
         r.status(c.seq, &c.ticket_id, T0_MS + t).unwrap();
@@ -147,6 +166,7 @@ fn finishing_or_expiring_a_pass_frees_its_slot() {
     r.status(c.seq, &c.ticket_id, T0_MS + 60_000).unwrap();
     let out = r.release_once(T0_MS + 65_000, 10);
     assert_eq!((out.released, out.expired_passes), (1, 1));
+    assert!(!r.may_start(b.seq, &b.ticket_id, T0_MS + 65_000));
     assert_eq!(
         r.status(b.seq, &b.ticket_id, T0_MS + 65_000).unwrap(),
         Status::Expired

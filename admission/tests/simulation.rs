@@ -51,6 +51,42 @@ fn busy_room_keeps_order_rate_and_max_active() {
 }
 
 #[test]
+fn passes_able_to_start_a_checkout_never_exceed_max_active() {
+    // Every step of `simulate` asserts the bound; here orders start and end
+    // at random, passes may start two, and shoppers keep trying after their
+    // right is spent.
+    let mut p = policy();
+    p.release_per_second = nz(20);
+    p.burst = nz(20);
+    p.max_active = nz(40);
+    p.max_orders_per_pass = nz(2);
+    for seed in [4, 5, 6] {
+        let mut cfg = SimConfig::new(seed, p.clone());
+        cfg.arrivals = vec![(0, 20_000, 100), (20_000, 90_000, 10)];
+        cfg.checkout_ms = (500, 8_000);
+        cfg.another_order_fraction = 0.7;
+        let log = simulate(&cfg);
+        assert_invariants(&cfg, &log);
+        assert_eq!(
+            log.able_to_start_max, 40,
+            "the bound should be reached, seed {seed}"
+        );
+        assert!(log.given_back > 40, "slots turned over: {}", log.given_back);
+        assert!(
+            log.orders_started > log.given_back,
+            "some passes started two checkouts: {} orders, {} spent",
+            log.orders_started,
+            log.given_back
+        );
+        assert!(
+            log.starts_refused > 20,
+            "spent passes tried again and were refused: {}",
+            log.starts_refused
+        );
+    }
+}
+
+#[test]
 fn a_third_abandoning_does_not_eat_release_capacity() {
     let mut p = policy();
     p.release_per_second = nz(50);

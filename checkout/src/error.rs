@@ -50,6 +50,9 @@ pub enum CheckoutError {
     /// Same key, another body.
     #[error("this Idempotency-Key was used with a different request")]
     Mismatch,
+    /// The subject has created as many orders as it may.
+    #[error("this pass has started all the checkouts it may")]
+    PurchaseLimit,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -63,6 +66,7 @@ impl CheckoutError {
             CheckoutError::NotFound => "not_found",
             CheckoutError::Conflict => "idempotency_conflict",
             CheckoutError::Mismatch => "idempotency_mismatch",
+            CheckoutError::PurchaseLimit => "purchase_limit",
             CheckoutError::Store(StoreError::UnknownSku(_)) => "not_found",
             CheckoutError::Store(_) => "internal",
         }
@@ -75,6 +79,7 @@ impl CheckoutError {
             "not_found" => 404,
             "idempotency_conflict" => 409,
             "idempotency_mismatch" => 422,
+            "purchase_limit" => 403,
             _ => 500,
         }
     }

@@ -248,6 +248,12 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Job>, metrics: &Metrics) 
     let committed = execute(conn, batch, metrics, &mut answers);
     if committed.is_ok() {
         Metrics::inc(&metrics.batches_committed);
+        // Before anyone hears "done": whoever sees their write acknowledged
+        // sees it in the books too. A failed read keeps the previous books
+        // until the next commit.
+        if let Ok(books) = crate::books::read(conn) {
+            metrics.books.publish(books);
+        }
     }
     let fate = committed.map_err(|e| e.to_string());
     for answer in answers {

@@ -46,6 +46,8 @@
 //! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
 //! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
 //! - [`mod@audit`]: read-only offline checks of a data directory.
+//! - [`books`]: stock and order counts in memory, published after each
+//!   commit, for scrapes and `/admin/state`.
 //! - [`group_commit`]: the single writer thread: every write (hot-path holds
 //!   and service transactions) is committed in batches, one fsync each.
 //! - [`limits`]: every bound, named with its unit.
@@ -55,6 +57,7 @@
 
 pub mod attempt;
 pub mod audit;
+pub mod books;
 pub mod clock;
 pub mod driver;
 pub mod error;
@@ -81,6 +84,7 @@ pub mod webhook;
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
+pub use books::Books;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
 pub use driver::PaymentsConfig;
 pub use error::{CheckoutError, StoreError};
@@ -98,7 +102,7 @@ pub use payment::{
 pub use payment_reconciler::PaymentsReconcileOutcome;
 pub use reconciler::{reconcile_once, ReconcileOutcome};
 pub use retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
-pub use service::{CheckoutRequest, CheckoutService, Created};
+pub use service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 pub use simulator::{
     Faults, SimConfig, SimPayment, SimPaymentState, SimulatedProvider, PM_DECLINE,
     PM_LOST_RESPONSE, PM_OK, PM_SLOW,

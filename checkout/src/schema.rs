@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS orders (
     reservation_expires_at_ms INTEGER
 ) STRICT;
 CREATE INDEX IF NOT EXISTS orders_by_state ON orders (state, updated_at_ms);
+CREATE INDEX IF NOT EXISTS orders_by_subject ON orders (subject, state);
 
 CREATE TABLE IF NOT EXISTS idempotency (
     subject TEXT NOT NULL,
@@ -131,5 +132,29 @@ CREATE TABLE IF NOT EXISTS cancel_requests (
 CREATE TABLE IF NOT EXISTS provider_cursor (
     provider TEXT PRIMARY KEY,
     cursor INTEGER NOT NULL CHECK (cursor >= 0)
+) STRICT;
+
+-- Orders per state, kept by the triggers below in the transactions that
+-- change orders; recounted from `orders` when the store opens.
+CREATE TABLE IF NOT EXISTS order_counts (
+    state TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER IF NOT EXISTS order_counts_insert AFTER INSERT ON orders BEGIN
+    UPDATE order_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+CREATE TRIGGER IF NOT EXISTS order_counts_update AFTER UPDATE OF state ON orders
+WHEN OLD.state <> NEW.state BEGIN
+    UPDATE order_counts SET n = n - 1 WHERE state = OLD.state;
+    UPDATE order_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+CREATE TRIGGER IF NOT EXISTS order_counts_delete AFTER DELETE ON orders BEGIN
+    UPDATE order_counts SET n = n - 1 WHERE state = OLD.state;
+END;
+
+-- One row, rewritten by the readiness probe: a real durable write.
+CREATE TABLE IF NOT EXISTS write_probe (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    at_ms INTEGER NOT NULL
 ) STRICT;
 "#;

@@ -2,9 +2,12 @@
 //! the payment, with `Idempotency-Key` semantics like the best payment APIs.
 //!
 //! Order of durable steps, each its own transaction:
-//! 1. claim the key: insert `(subject, key, request hash)`; the primary key
-//!    makes exactly one request the owner, however many race;
-//! 2. create the order and hold stock (or create it `rejected`);
+//! 1. claim the key, count the subject's orders against its limit, create
+//!    the order and hold stock (or create it `rejected`), all in one
+//!    transaction: the `(subject, key)` primary key makes exactly one
+//!    request the owner, however many race, and the single writer makes
+//!    the count exact, however many keys race;
+//! 2. (merged into 1)
 //! 3. `reserved → authorizing` (payment `pending`) before calling out;
 //! 4. record the provider's answer: `confirmed` (stock committed) or
 //!    `declined` / `voided` (stock released);
@@ -81,6 +84,32 @@ impl Created {
     }
 }
 
+/// Bounds one subject (an admission pass) buys within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderLimits {
+    /// Orders the subject may create, every state counted: a declined or
+    /// sold-out attempt was a checkout too. `0` lets it create none (its
+    /// right was withdrawn) while replays of its keys still answer.
+    pub orders_per_subject_max: u32,
+}
+
+impl OrderLimits {
+    /// No bound on orders per subject (library use and tests; the gateway
+    /// always passes the room's `max_orders_per_pass`).
+    pub const UNLIMITED: OrderLimits = OrderLimits {
+        orders_per_subject_max: u32::MAX,
+    };
+}
+
+/// The orders of one subject, as counted in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SubjectOrders {
+    /// Orders created under the subject.
+    pub started: u32,
+    /// Of those, the ones still `reserved` or `authorizing`.
+    pub open: u32,
+}
+
 /// What claiming a key decided.
 enum Claim {
     /// This request owns the key and must create the order.
@@ -115,7 +144,8 @@ impl CheckoutService {
         &self.store
     }
 
-    /// `POST /checkout`: the whole flow, payment included.
+    /// `POST /checkout`: the whole flow, payment included, with no bound on
+    /// orders per subject.
     pub fn checkout(
         &self,
         subject: &str,
@@ -123,7 +153,21 @@ impl CheckoutService {
         request: &CheckoutRequest,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
-        let (order, created) = self.begin(subject, key, request, now_ms)?;
+        self.checkout_within(subject, key, request, OrderLimits::UNLIMITED, now_ms)
+    }
+
+    /// `POST /checkout` within `limits`: a subject that has created
+    /// `orders_per_subject_max` orders gets [`CheckoutError::PurchaseLimit`]
+    /// for a new key; its old keys still replay.
+    pub fn checkout_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        let (order, created) = self.begin_within(subject, key, request, limits, now_ms)?;
         if created == Created::Replay {
             return Ok((order, created));
         }
@@ -132,14 +176,28 @@ impl CheckoutService {
         Ok((order, created))
     }
 
-    /// Steps 1–2: claims the key and creates the order with its hold
-    /// (`reserved`) or without (`rejected`, out of stock). A replay returns
-    /// the current order and touches nothing.
+    /// Steps 1–2 with no bound on orders per subject.
     pub fn begin(
         &self,
         subject: &str,
         key: &IdempotencyKey,
         request: &CheckoutRequest,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        self.begin_within(subject, key, request, OrderLimits::UNLIMITED, now_ms)
+    }
+
+    /// Steps 1–2, one transaction: claims the key, checks the subject's
+    /// order count against `limits`, and creates the order with its hold
+    /// (`reserved`) or without (`rejected`, out of stock). A replay returns
+    /// the current order and touches nothing. Refused at the limit, the key
+    /// is not kept (the savepoint undoes the claim), so it is not burnt.
+    pub fn begin_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
         validate_subject(subject)?;
@@ -149,42 +207,31 @@ impl CheckoutService {
         self.store
             .read(|conn| Store::product_terms(conn, &request.sku))?;
         let (subject, key, request) = (subject.to_owned(), key.clone(), request.clone());
-        let claim = {
-            let (subject, key, hash) = (subject.clone(), key.clone(), request.hash());
-            self.store
-                .write(move |tx, _| claim_key(tx, &subject, &key, &hash, now_ms))?
-        };
-        if let Claim::Replay(order_id) = claim {
-            let order = self.load(&order_id)?;
-            return Ok((order, Created::Replay));
-        }
-        let created = {
-            let (subject, key) = (subject.clone(), key.clone());
-            self.store.write(move |tx, metrics| {
-                let order = create_order(tx, metrics, &subject, &request, now_ms)?;
-                tx.prepare_cached(
-                    "UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2",
-                )?
-                .execute(params![subject, key.as_str(), order.order_id])?;
-                Ok::<_, CheckoutError>(order)
-            })
-        };
-        match created {
-            Ok(order) => Ok((order, Created::Created)),
-            Err(e) => {
-                // Nothing was created: free the key so a retry starts over
-                // instead of waiting out the stale-lock bound. If this fails
-                // too, the stale bound frees it.
-                let _ = self.store.write(move |tx, _| {
-                    tx.execute(
-                        "DELETE FROM idempotency WHERE subject = ?1 AND key = ?2 AND order_id IS NULL",
-                        params![subject, key.as_str()],
-                    )?;
-                    Ok::<_, CheckoutError>(())
-                });
-                Err(e)
+        let begun = self.store.write(move |tx, metrics| {
+            let hash = request.hash();
+            if let Claim::Replay(order_id) = claim_key(tx, &subject, &key, &hash, now_ms)? {
+                return Ok::<_, CheckoutError>(Err(order_id));
             }
+            let started = subject_orders(tx, &subject)?.started;
+            if started >= limits.orders_per_subject_max {
+                return Err(CheckoutError::PurchaseLimit);
+            }
+            let order = create_order(tx, metrics, &subject, &request, now_ms)?;
+            tx.prepare_cached(
+                "UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2",
+            )?
+            .execute(params![subject, key.as_str(), order.order_id])?;
+            Ok(Ok(order))
+        })?;
+        match begun {
+            Ok(order) => Ok((order, Created::Created)),
+            Err(order_id) => Ok((self.load(&order_id)?, Created::Replay)),
         }
+    }
+
+    /// The orders `subject` has created, and how many are still open.
+    pub fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
+        Ok(self.store.read(|conn| subject_orders(conn, subject))?)
     }
 
     /// Steps 3–4: drives the payment of a `reserved` order. Any other state
@@ -370,8 +417,23 @@ fn validate_subject(subject: &str) -> Result<(), CheckoutError> {
     Ok(())
 }
 
-/// Step 1. The row is inserted first, in its own transaction, so exactly one
-/// request owns a key; everything else is decided from the stored row.
+/// The orders of `subject` (index `orders_by_subject`).
+fn subject_orders(conn: &rusqlite::Connection, subject: &str) -> Result<SubjectOrders, StoreError> {
+    let (started, open): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT COUNT(*), COALESCE(SUM(state IN ('reserved', 'authorizing')), 0)
+             FROM orders WHERE subject = ?1",
+        )?
+        .query_row(params![subject], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+    Ok(SubjectOrders {
+        started: count(started),
+        open: count(open),
+    })
+}
+
+/// Step 1's claim. The row is inserted first, so exactly one request owns a
+/// key; everything else is decided from the stored row.
 fn claim_key(
     tx: &Transaction<'_>,
     subject: &str,

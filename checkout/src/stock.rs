@@ -58,7 +58,7 @@ pub(crate) fn load(conn: &Connection, sku: &str) -> Result<StockLevel, StoreErro
 }
 
 pub(crate) fn load_all(conn: &Connection) -> Result<Vec<StockLevel>, StoreError> {
-    let mut stmt = conn.prepare(&format!("{SELECT_STOCK} ORDER BY sku"))?;
+    let mut stmt = conn.prepare_cached(&format!("{SELECT_STOCK} ORDER BY sku"))?;
     let levels = stmt
         .query_map([], level_from_row)?
         .collect::<Result<Vec<_>, _>>()?;

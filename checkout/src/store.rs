@@ -103,8 +103,10 @@ impl Store {
         let db_path = data_dir.join(DB_FILE_NAME);
         let write_conn = open_connection(&db_path)?;
         write_conn.execute_batch(SCHEMA_SQL)?;
+        crate::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());
+        metrics.books.publish(crate::books::read(&write_conn)?);
         let writer = Writer::start(write_conn, group_commit, Arc::clone(&metrics))?;
         Ok(Self {
             writer,
@@ -194,15 +196,7 @@ impl Store {
     /// stored keeps its counts (only `adjust` changes them) but takes the
     /// config's price and TTL.
     pub fn seed_products(&self, products: &[ProductSeed]) -> Result<usize, StoreError> {
-        for product in products {
-            validate_sku(&product.sku)?;
-            if product.reservation_ttl_ms <= 0 {
-                return Err(StoreError::InvalidArgument(format!(
-                    "reservation ttl of {} must be positive",
-                    product.sku
-                )));
-            }
-        }
+        Self::check_seeds(products)?;
         let products = products.to_vec();
         self.write(move |tx, _| {
             let mut seeded = 0;
@@ -223,6 +217,28 @@ impl Store {
             }
             Ok(seeded)
         })
+    }
+
+    /// What [`Store::seed_products`] would refuse before writing anything,
+    /// without touching the store: a reload checks its seeds with this
+    /// before any of its steps changes the running state.
+    pub fn check_seeds(products: &[ProductSeed]) -> Result<(), StoreError> {
+        for product in products {
+            validate_sku(&product.sku)?;
+            if product.reservation_ttl_ms <= 0 {
+                return Err(StoreError::InvalidArgument(format!(
+                    "reservation ttl of {} must be positive",
+                    product.sku
+                )));
+            }
+            if i64::try_from(product.price_cents).is_err() {
+                return Err(StoreError::InvalidArgument(format!(
+                    "price of {} too large",
+                    product.sku
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Changes a SKU's stock by `delta` units (added to or taken from
@@ -273,7 +289,26 @@ impl Store {
         })
     }
 
-    /// Every SKU's counts (`/admin/state` `inventory`).
+    /// Rewrites the one row of `write_probe` through the writer and waits
+    /// until it is durable: the readiness probe's "can the store be
+    /// written" (a full disk, a lost lock or a dead writer all fail it).
+    pub fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
+        self.write(move |tx, _| {
+            tx.prepare_cached(
+                "INSERT INTO write_probe (id, at_ms) VALUES (1, ?1)
+                 ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+            )?
+            .execute(params![now_ms])?;
+            Ok(())
+        })
+    }
+
+    /// Stock and order counts as of the last commit, from memory.
+    pub fn books(&self) -> Arc<crate::books::Books> {
+        self.metrics.books.get()
+    }
+
+    /// Every SKU's counts, read from the database.
     pub fn inventory(&self) -> Result<Vec<StockLevel>, StoreError> {
         self.read(stock::load_all)
     }

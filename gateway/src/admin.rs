@@ -14,6 +14,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ErrorCode};
+use crate::readiness;
 use crate::state::Shared;
 use sluice_policies::model::ReleaseSource;
 
@@ -100,14 +101,23 @@ impl ServeHttp for Admin {
             ),
             "/healthz" => json_response(StatusCode::OK, &json!({"status": "ok"})),
             "/readyz" => {
-                if self.shared.is_shutting_down() {
-                    json_response(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &json!({"ready": false, "reason": "shutting down"}),
-                    )
+                let store = self.shared.orders.store().clone();
+                let (store, provider) = self
+                    .shared
+                    .readiness
+                    .probe(store, &runtime.config.payments)
+                    .await;
+                let reasons =
+                    readiness::reasons(self.shared.is_shutting_down(), &store, provider.as_ref());
+                let status = if reasons.is_empty() {
+                    StatusCode::OK
                 } else {
-                    json_response(StatusCode::OK, &json!({"ready": true}))
-                }
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                json_response(
+                    status,
+                    &json!({"ready": reasons.is_empty(), "reasons": reasons}),
+                )
             }
             "/admin/state" => json_response(StatusCode::OK, &self.state()),
             _ => error(&ApiError::new(

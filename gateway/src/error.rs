@@ -22,6 +22,7 @@ pub enum ErrorCode {
     SoldOut,
     PayloadTooLarge,
     IdempotencyMismatch,
+    PurchaseLimit,
     RateLimited,
     Internal,
     BadGateway,
@@ -29,6 +30,7 @@ pub enum ErrorCode {
     AdmissionsPaused,
     Unavailable,
     GatewayTimeout,
+    Overloaded,
 }
 
 impl ErrorCode {
@@ -47,6 +49,7 @@ impl ErrorCode {
             SoldOut => "sold_out",
             PayloadTooLarge => "payload_too_large",
             IdempotencyMismatch => "idempotency_mismatch",
+            PurchaseLimit => "purchase_limit",
             RateLimited => "rate_limited",
             Internal => "internal",
             BadGateway => "bad_gateway",
@@ -54,6 +57,7 @@ impl ErrorCode {
             AdmissionsPaused => "admissions_paused",
             Unavailable => "unavailable",
             GatewayTimeout => "gateway_timeout",
+            Overloaded => "overloaded",
         }
     }
 
@@ -62,7 +66,7 @@ impl ErrorCode {
         match self {
             BadRequest => StatusCode::BAD_REQUEST,
             InvalidTicket | InvalidPass | Unauthorized => StatusCode::UNAUTHORIZED,
-            Forbidden => StatusCode::FORBIDDEN,
+            Forbidden | PurchaseLimit => StatusCode::FORBIDDEN,
             NotFound | UnknownRoom => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             IdempotencyConflict => StatusCode::CONFLICT,
@@ -72,7 +76,9 @@ impl ErrorCode {
             RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             BadGateway => StatusCode::BAD_GATEWAY,
-            QueueFull | AdmissionsPaused | Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            QueueFull | AdmissionsPaused | Unavailable | Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }

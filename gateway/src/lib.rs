@@ -10,6 +10,10 @@
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry (every
 //!   family labelled with the gateway's `region`).
+//! - [`queue`] is the waiting room over HTTP, [`orders`] the reservation
+//!   core over HTTP (on a bounded blocking pool, `orders::pool`), [`state`]
+//!   what the listeners share (and the all-or-nothing reload), and
+//!   [`readiness`] the probes behind `/readyz`.
 //! - [`sim_webhooks`] sends the in-process payment simulator's signed
 //!   webhooks to the gateway's own `/webhooks/simulated`.
 pub mod admin;
@@ -27,6 +31,7 @@ pub mod origin_cache;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;
+pub mod readiness;
 pub mod route;
 pub mod runtime;
 pub mod scrape;

@@ -15,6 +15,7 @@
 //! | `fail_to_proxy` | origin down → 502, slow → 504, in the contract's JSON |
 //! | `logging` | one access-log line and the request metrics |
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,6 +26,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
+use sluice_admission::tokens::Claims;
 
 use crate::client::{self, Client};
 use crate::error::{ApiError, ErrorCode};
@@ -65,6 +67,9 @@ pub struct Ctx {
     cache: Option<RequestKey>,
     fill: Option<Fill>,
     body_bytes: u64,
+    /// The pass `route()` verified for this request (room, claims), so the
+    /// handlers do not verify it again.
+    pass: Option<(String, Claims)>,
     _inflight: InflightGuard,
 }
 
@@ -104,6 +109,7 @@ impl ProxyHttp for Proxy {
             cache: None,
             fill: None,
             body_bytes: 0,
+            pass: None,
             _inflight: InflightGuard(self.shared.metrics.inflight.clone()),
         }
     }
@@ -148,9 +154,14 @@ impl ProxyHttp for Proxy {
             rooms: &self.shared.rooms,
             headers: &req.headers,
             metrics: &self.shared.metrics,
+            verified: OnceCell::new(),
         };
         let routed = route(&ctx.runtime, &facts, &passes, Instant::now());
         let path = ctx.path.insert(path).decoded().to_owned();
+        ctx.pass = passes
+            .verified
+            .into_inner()
+            .and_then(|(room, claims)| Some((room, claims?)));
         match routed {
             Route::Webhook => {
                 ctx.source = "webhook";
@@ -502,7 +513,7 @@ impl Proxy {
     }
 
     /// Reads the (small, bounded) body and lets the reservation core answer.
-    async fn orders(&self, session: &mut Session, ctx: &Ctx) -> Result<LocalResponse> {
+    async fn orders(&self, session: &mut Session, ctx: &mut Ctx) -> Result<LocalResponse> {
         let mut body = BytesMut::new();
         while let Some(chunk) = session.read_request_body().await? {
             if body.len() + chunk.len() > CHECKOUT_BODY_BYTES_MAX {
@@ -530,6 +541,7 @@ impl Proxy {
                 &req.method,
                 &req.headers,
                 body.freeze(),
+                ctx.pass.take(),
                 &Env {
                     rooms: &self.shared.rooms,
                     config: &ctx.runtime.config,
@@ -565,18 +577,32 @@ impl Proxy {
     }
 }
 
-/// The pass check of protected paths, over the request's headers.
+/// The pass check of protected paths, over the request's headers. The
+/// first check verifies the token and keeps the outcome: a request's pass
+/// is verified once, and the verified claims go on to the handler.
 struct Passes<'a> {
     rooms: &'a Rooms,
     headers: &'a http::HeaderMap,
     metrics: &'a crate::metrics::Metrics,
+    /// The room first asked about, and the claims if its pass verified.
+    verified: OnceCell<(String, Option<Claims>)>,
 }
 
 impl PassCheck for Passes<'_> {
     fn has_pass(&self, room: &str) -> bool {
-        self.rooms
-            .verify_pass(room, self.headers, self.metrics)
-            .is_ok()
+        let verify = || {
+            self.rooms
+                .verify_pass(room, self.headers, self.metrics)
+                .ok()
+        };
+        let (checked, claims) = self.verified.get_or_init(|| (room.to_owned(), verify()));
+        if checked == room {
+            claims.is_some()
+        } else {
+            // route() asks about one room per request; another room's
+            // answer is not kept.
+            verify().is_some()
+        }
     }
 }
 
@@ -616,5 +642,86 @@ fn message(code: ErrorCode) -> &'static str {
         ErrorCode::NotFound => "Nothing is served at this path.",
         ErrorCode::BadRequest => "The request could not be read.",
         _ => "Something went wrong on our side.",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_admission::tokens::{Keyring, TokenType};
+    use sluice_admission::InMemoryStock;
+
+    const CONFIG: &str = "[gateway]\n[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"crk73kV4fY9LZUm7L5elAyVdQw1NWD9gCIi6VQoY8t4\"\n\
+        [[rooms]]\nname = \"a\"\nprotect = [\"/a/*\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n\
+        [[rooms]]\nname = \"b\"\nprotect = [\"/b/*\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n";
+
+    fn setup() -> (Rooms, Keyring, crate::metrics::Metrics) {
+        let config =
+            sluice_policies::validate::parse_str(CONFIG, std::path::Path::new("t.toml")).unwrap();
+        let rooms = Rooms::new(&config, false, Arc::new(InMemoryStock::new())).unwrap();
+        let keys = Keyring::from_config(&config.keys).unwrap();
+        (rooms, keys, crate::metrics::Metrics::new("local"))
+    }
+
+    fn headers(token: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        h
+    }
+
+    fn rejections(metrics: &crate::metrics::Metrics, room: &str) -> u64 {
+        metrics
+            .ticket_rejections
+            .with_label_values(&[room, "bad_signature"])
+            .get()
+    }
+
+    #[test]
+    fn a_pass_is_verified_once_and_its_claims_kept_for_the_handler() {
+        let (rooms, keys, metrics) = setup();
+        let now = crate::queue::now_ms() / 1000;
+        let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
+        let token = keys.sign(&claims).unwrap();
+        let h = headers(&token);
+        let passes = Passes {
+            rooms: &rooms,
+            headers: &h,
+            metrics: &metrics,
+            verified: OnceCell::new(),
+        };
+        assert!(passes.has_pass("b"));
+        assert!(passes.has_pass("b"));
+        assert!(!passes.has_pass("a"), "a pass opens its own room only");
+        assert_eq!(
+            passes.verified.into_inner(),
+            Some(("b".to_string(), Some(claims.clone())))
+        );
+        // The handler's own look-up (no pass from route()) verifies it
+        // against the room its `aud` names, once.
+        assert_eq!(rooms.pass_of(&h, &metrics), Some(("b".into(), claims)));
+    }
+
+    #[test]
+    fn a_bad_pass_is_refused_once_per_request() {
+        let (rooms, keys, metrics) = setup();
+        let now = crate::queue::now_ms() / 1000;
+        let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
+        let mut token = keys.sign(&claims).unwrap();
+        let last = token.pop().unwrap();
+        token.push(if last == 'A' { 'B' } else { 'A' });
+        let h = headers(&token);
+        let passes = Passes {
+            rooms: &rooms,
+            headers: &h,
+            metrics: &metrics,
+            verified: OnceCell::new(),
+        };
+        assert!(!passes.has_pass("b"));
+        assert!(!passes.has_pass("b"));
+        assert_eq!(rejections(&metrics, "b"), 1, "verified once, refused once");
+        assert_eq!(passes.verified.into_inner(), Some(("b".to_string(), None)));
     }
 }

@@ -14,6 +14,7 @@ use sluice_policies::{Config, ConfigHandle, ReloadError};
 use crate::metrics::Metrics;
 use crate::orders::{Orders, OrdersCollector};
 use crate::queue::{now_ms, RoomCollector, Rooms};
+use crate::readiness::Readiness;
 use crate::runtime::{load_catalog, Runtime};
 
 /// Command-line flags that win over the file, on every reload too.
@@ -58,6 +59,8 @@ pub struct Shared {
     pub rooms: Arc<Rooms>,
     /// The reservation core.
     pub orders: Arc<Orders>,
+    /// `/readyz`'s probes and their last outcome.
+    pub readiness: Readiness,
 }
 
 impl Shared {
@@ -80,6 +83,7 @@ impl Shared {
         let shared = Arc::new(Self {
             rooms,
             orders,
+            readiness: Readiness::default(),
             tls,
             config,
             runtime: ArcSwap::from_pointee(runtime),
@@ -105,13 +109,19 @@ impl Shared {
     /// file watcher.
     pub fn reload(&self, only_if_changed: bool) -> Option<Result<ReloadOutcome, ReloadError>> {
         let catalog = Mutex::new(None);
+        // All or nothing: every step that can fail runs before anything
+        // running changes, and the one side effect that can fail (the store
+        // write of prices and TTLs) is a single transaction, last of them.
         let prepare = |candidate: &mut Config| {
             self.overrides.apply(candidate);
-            *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(load_catalog(candidate)?);
-            // Last: new products are seeded, then the rooms take the new
-            // policy (and the kill switch).
-            self.orders.apply(candidate)?;
-            self.rooms.apply(candidate, now_ms())
+            let next_catalog = load_catalog(candidate)?;
+            let seeds = Orders::plan(candidate)?;
+            let rooms = self.rooms.plan(candidate, now_ms())?;
+            self.orders.commit(candidate, &seeds)?;
+            // From here on nothing can fail.
+            self.rooms.commit(rooms);
+            *catalog.lock().unwrap_or_else(|p| p.into_inner()) = Some(next_catalog);
+            Ok(())
         };
         let result = if only_if_changed {
             self.config.reload_if_changed(&prepare)?

@@ -32,7 +32,7 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
     .unwrap();
     let mut gw = Gateway::start(GatewayOptions {
         rest: format!(
-            "{key}[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 100\nmax_active = 100\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\nreservation_ttl_s = 2\n\
+            "{key}[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 100\nmax_active = 100\nmax_orders_per_pass = 1000\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\nreservation_ttl_s = 2\n\
              [[products]]\nsku = \"hot\"\nstock = {STOCK}\nprice_cents = 100\nroom = \"drop\"\n"
         ),
         ..Default::default()
@@ -42,15 +42,18 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    let mut passes = Vec::new();
-    for _ in 0..SHOPPERS {
-        passes.push(admitted_pass(&url, &client, "drop"));
-    }
-    let passes: Vec<String> = futures_util::future::join_all(passes).await;
     let acked: Acked = Arc::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
 
     for round in 0..KILLS {
+        // A restart ends every pass's right to start checkouts (the room's
+        // slots live in memory): each round shops with fresh passes, and
+        // the old ones keep reading their orders below.
+        let mut passes = Vec::new();
+        for _ in 0..SHOPPERS {
+            passes.push(admitted_pass(&url, &client, "drop"));
+        }
+        let passes: Vec<String> = futures_util::future::join_all(passes).await;
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for (i, pass) in passes.iter().enumerate() {

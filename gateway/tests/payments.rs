@@ -92,7 +92,7 @@ fn gateway(paysim_url: &str, secrets: &[&str], timeout_ms: u32) -> Gateway {
     Gateway::start(GatewayOptions {
         rest: format!(
             "{key}[payments]\nprovider = \"http\"\nurl = \"{paysim_url}\"\ntimeout_ms = {timeout_ms}\nwebhook_secrets = [{}]\n\
-             [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 50\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
+             [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 50\nmax_orders_per_pass = 20\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
              [[products]]\nsku = \"hot\"\nstock = 20\nprice_cents = 1000\nroom = \"drop\"\n",
             secrets.join(", ")
         ),

@@ -98,6 +98,7 @@ pub struct GatewayFile {
     pub admin_token_env: Option<Spanned<String>>,
     pub threads: Option<Spanned<i64>>,
     pub max_body_bytes: Option<Spanned<i64>>,
+    pub checkouts_in_flight_max: Option<Spanned<i64>>,
     pub origin_connect_timeout_ms: Option<Spanned<i64>>,
     pub origin_read_timeout_ms: Option<Spanned<i64>>,
     pub origin_write_timeout_ms: Option<Spanned<i64>>,
@@ -158,6 +159,7 @@ pub struct RoomFile {
     pub joins_per_minute_per_client: Option<Spanned<i64>>,
     pub opens_at: Option<Spanned<toml::value::Datetime>>,
     pub reservation_ttl_s: Option<Spanned<i64>>,
+    pub max_orders_per_pass: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,4 +169,5 @@ pub struct ProductFile {
     pub stock: Spanned<i64>,
     pub price_cents: Spanned<i64>,
     pub room: Spanned<String>,
+    pub max_per_order: Option<Spanned<i64>>,
 }

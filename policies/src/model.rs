@@ -135,6 +135,9 @@ pub struct Gateway {
     pub admin_token: Option<Secret>,
     pub threads: NonZeroUsize,
     pub max_body_bytes: NonZeroU64,
+    /// Checkouts running at once (each holds a blocking thread through its
+    /// store and provider calls); beyond it `503 overloaded`.
+    pub checkouts_in_flight_max: NonZeroUsize,
     pub origin_connect_timeout: Duration,
     pub origin_read_timeout: Duration,
     pub origin_write_timeout: Duration,
@@ -241,6 +244,9 @@ pub struct Room {
     pub opens_at_unix: Option<u64>,
     /// How long a checkout's reservation holds stock.
     pub reservation_ttl: Duration,
+    /// Checkouts one pass may start; its active slot is held until they
+    /// have all been started and have ended (or the pass expires).
+    pub max_orders_per_pass: NonZeroU32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -268,6 +274,8 @@ pub struct Product {
     pub stock: u32,
     pub price_cents: u64,
     pub room: String,
+    /// Units of this product in one order, at most.
+    pub max_per_order: NonZeroU32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,6 +22,11 @@ const DAY_S: i64 = 24 * 3600;
 const TRUSTED_PROXIES_MAX: usize = 256;
 /// Largest `gateway.max_connections` accepted.
 const MAX_CONNECTIONS_MAX: i64 = 10_000_000;
+/// `max_orders_per_pass`, at most: a pass is one shopper's turn, not a
+/// reseller's account.
+pub const ORDERS_PER_PASS_MAX: i64 = 1_000;
+/// `max_per_order`, at most: the checkout core's bound on one order line.
+pub const UNITS_PER_ORDER_MAX: i64 = 100;
 
 /// Reads and validates a config file.
 pub fn load_file(path: &Path) -> Result<Config, Diagnostics> {
@@ -187,6 +192,12 @@ impl Validator<'_> {
         }
         let threads = self.int(g.threads, "threads", 1..=256, 2);
         let max_body_bytes = self.int(g.max_body_bytes, "max_body_bytes", 1..=1024 * MIB, MIB);
+        let checkouts_in_flight_max = self.int(
+            g.checkouts_in_flight_max,
+            "checkouts_in_flight_max",
+            1..=4096,
+            256,
+        );
         let connect_ms = self.int(
             g.origin_connect_timeout_ms,
             "origin_connect_timeout_ms",
@@ -273,6 +284,7 @@ impl Validator<'_> {
             admin_token,
             threads: nzusize(threads),
             max_body_bytes: nz64(max_body_bytes),
+            checkouts_in_flight_max: nzusize(checkouts_in_flight_max),
             origin_connect_timeout: Duration::from_millis(connect_ms as u64),
             origin_read_timeout: Duration::from_millis(read_ms as u64),
             origin_write_timeout: Duration::from_millis(write_ms as u64),
@@ -721,6 +733,12 @@ impl Validator<'_> {
             );
             let reservation_ttl_s =
                 self.int(r.reservation_ttl_s, "reservation_ttl_s", 1..=DAY_S, 600);
+            let orders_per_pass = self.int(
+                r.max_orders_per_pass,
+                "max_orders_per_pass",
+                1..=ORDERS_PER_PASS_MAX,
+                1,
+            );
             let opens_at_unix = r.opens_at.and_then(|d| self.datetime(d, "opens_at"));
             out.push(Room {
                 name,
@@ -739,6 +757,7 @@ impl Validator<'_> {
                 joins_per_minute_per_client: nz32(joins),
                 opens_at_unix,
                 reservation_ttl: Duration::from_secs(reservation_ttl_s as u64),
+                max_orders_per_pass: nz32(orders_per_pass),
             });
         }
         out
@@ -768,11 +787,18 @@ impl Validator<'_> {
             }
             let stock = self.int(Some(p.stock), "stock", 0..=1_000_000_000, 0);
             let price = self.int(Some(p.price_cents), "price_cents", 0..=1_000_000_000_000, 0);
+            let per_order = self.int(
+                p.max_per_order,
+                "max_per_order",
+                1..=UNITS_PER_ORDER_MAX,
+                10,
+            );
             out.push(Product {
                 sku,
                 stock: stock as u32,
                 price_cents: price as u64,
                 room: p.room.into_inner(),
+                max_per_order: nz32(per_order),
             });
         }
         out

@@ -8,12 +8,16 @@
 //!   it walks the line from the front, lets the next live people in while the
 //!   rate limit and `max_active` allow, and passes over the people who left
 //!   without spending any capacity on them.
+//! - [`WaitingRoom::may_start`] says whether a pass still holds its active
+//!   slot (and so may start a checkout); [`WaitingRoom::give_back_if_spent`]
+//!   frees the slot once the pass can start no more.
 //!
 //! Time is always an argument (`now_ms`, unix milliseconds) and randomness
 //! comes from the RNG given at creation, so tests drive everything.
 
 mod join;
 mod outcome;
+mod pass;
 mod pre_queue;
 mod release;
 mod status;
@@ -94,7 +98,9 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     /// Where the abandonment sweep continues.
     sweep_at: u64,
     bucket: TokenBucket,
-    /// Valid passes by place; never more than `max_active`.
+    /// Passes that may still start a checkout, by place; never more than
+    /// `max_active`. A pass leaves when it expires or has spent its
+    /// checkouts, and never comes back.
     active: BTreeMap<u64, ActivePass>,
     paused: bool,
     meter: RateMeter,
@@ -181,15 +187,6 @@ impl<S: QueueStore> WaitingRoom<S> {
 
     pub fn is_paused(&self) -> bool {
         self.paused
-    }
-
-    /// The checkout of pass `seq` has ended: its active slot is free.
-    /// `false` if no such pass is active.
-    pub fn pass_finished(&mut self, seq: u64) -> bool {
-        match self.place_of(seq) {
-            Some(place) => self.active.remove(&place).is_some(),
-            None => false,
-        }
     }
 
     /// What the room publishes about its fair-start draw, if it has one.

@@ -12,7 +12,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_admission::{
-    Admitted, InMemoryStock, JoinError, Policy, ReleaseOutcome, Status, TicketId, WaitingRoom,
+    Admitted, InMemoryStock, JoinError, PassOrders, Policy, ReleaseOutcome, Status, TicketId,
+    WaitingRoom,
 };
 
 /// 2026-01-01T00:00:00Z, a round unix time to start every test at.
@@ -34,6 +35,7 @@ pub fn policy() -> Policy {
         poll_min: Duration::from_secs(2),
         poll_max: Duration::from_secs(10),
         opens_at_ms: None,
+        max_orders_per_pass: nz(1),
     }
 }
 
@@ -61,6 +63,8 @@ pub struct Shopper {
     pub saw_sold_out: bool,
     pub expired: bool,
     pub too_early: u32,
+    /// Checkouts this pass started, and how many of them are still open.
+    pub orders: PassOrders,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +82,9 @@ pub struct SimConfig {
     /// How long a checkout takes, and whether it reports its end.
     pub checkout_ms: (u64, u64),
     pub finish_reported_fraction: f64,
+    /// After a checkout, the chance the shopper tries to start another
+    /// (whether or not the pass still may).
+    pub another_order_fraction: f64,
     /// Kill switch on between these instants (relative ms).
     pub pause: Option<(u64, u64)>,
     /// Sold out from this instant (relative ms).
@@ -97,6 +104,7 @@ impl SimConfig {
             leave_within_ms: 60_000,
             checkout_ms: (5_000, 20_000),
             finish_reported_fraction: 0.8,
+            another_order_fraction: 0.5,
             pause: None,
             sold_out_at_ms: None,
             release_limit: 10_000,
@@ -122,13 +130,23 @@ pub struct SimLog {
     pub refused_sold_out: u64,
     /// A shopper with a pass asked during the pause and still had it.
     pub pass_kept_while_paused: u64,
+    /// Checkouts started, and attempts the room refused (slot gone).
+    pub orders_started: u64,
+    pub starts_refused: u64,
+    /// Slots given back because their pass had spent its checkouts.
+    pub given_back: u64,
+    /// The most passes able to start a checkout at one instant.
+    pub able_to_start_max: u64,
     pub final_stats: Option<sluice_admission::RoomStats>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Poll(usize),
-    Finish(usize),
+    /// The shopper tries to start a checkout with their pass.
+    Start(usize),
+    /// One of the shopper's checkouts ends (paid, declined, cancelled).
+    End(usize),
 }
 
 /// Runs a seeded simulation; fully deterministic for a given config.
@@ -139,6 +157,9 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
     let mut log = SimLog::default();
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     let mut arrival_credit_milli = 0u64;
+    // Shoppers whose pass has not expired: the only ones who could start
+    // a checkout.
+    let mut holders: Vec<usize> = Vec::new();
     let mut t = 0u64;
     while t <= cfg.duration_ms {
         let now = T0_MS + t;
@@ -177,6 +198,7 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
                         saw_sold_out: false,
                         expired: false,
                         too_early: 0,
+                        orders: PassOrders::default(),
                     });
                     let delay = rng.random_range(0..300);
                     events.push(Reverse((
@@ -197,17 +219,38 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
             active_after: stats.active_passes,
             paused: room.is_paused(),
         });
+        check_able_to_start(cfg, &room, &mut log, &mut holders, now);
         while let Some(Reverse((at, event))) = events.peek().copied() {
             if at > now {
                 break;
             }
             events.pop();
             match event {
-                Event::Finish(i) => {
-                    room.pass_finished(log.shoppers[i].seq);
+                Event::Start(i) => start(&room, &mut rng, cfg, &mut log, &mut events, i, now),
+                Event::End(i) => {
+                    let s = &mut log.shoppers[i];
+                    s.orders.open -= 1;
+                    if room.give_back_if_spent(s.seq, s.orders) {
+                        log.given_back += 1;
+                    }
+                    if rng.random_bool(cfg.another_order_fraction) {
+                        let later = rng.random_range(0..3_000);
+                        events.push(Reverse((now + later, Event::Start(i))));
+                    }
                 }
-                Event::Poll(i) => poll(&mut room, &mut rng, cfg, &mut log, &mut events, i, now),
+                Event::Poll(i) => {
+                    let had_pass = log.shoppers[i].pass.is_some();
+                    poll(&mut room, &mut rng, &mut log, &mut events, i, now);
+                    if !had_pass && log.shoppers[i].pass.is_some() {
+                        holders.push(i);
+                    }
+                    // A poll never changes which passes may start.
+                    continue;
+                }
             }
+            // Starts and ends are what change the right to start: check
+            // the bound after each of them, as after each release.
+            check_able_to_start(cfg, &room, &mut log, &mut holders, now);
         }
         t += cfg.tick_ms;
     }
@@ -218,7 +261,6 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
 fn poll(
     room: &mut WaitingRoom,
     rng: &mut StdRng,
-    cfg: &SimConfig,
     log: &mut SimLog,
     events: &mut BinaryHeap<Reverse<(u64, Event)>>,
     i: usize,
@@ -247,10 +289,8 @@ fn poll(
             match s.pass {
                 None => {
                     s.pass = Some(a);
-                    let checkout = rng.random_range(cfg.checkout_ms.0..=cfg.checkout_ms.1);
-                    if rng.random_bool(cfg.finish_reported_fraction) {
-                        events.push(Reverse((now + checkout, Event::Finish(i))));
-                    }
+                    let think = rng.random_range(0..2_000);
+                    events.push(Reverse((now + think, Event::Start(i))));
                 }
                 Some(first) => {
                     assert_eq!(first, a, "a re-poll must return the same pass");
@@ -271,6 +311,66 @@ fn poll(
         }
         Err(e) => panic!("poll of a real ticket failed: {e:?}"),
     }
+}
+
+/// The shopper tries to start a checkout, as the gateway would let them:
+/// only while the room says the pass holds its slot and the pass has
+/// checkouts left (the order store's count).
+fn start(
+    room: &WaitingRoom,
+    rng: &mut StdRng,
+    cfg: &SimConfig,
+    log: &mut SimLog,
+    events: &mut BinaryHeap<Reverse<(u64, Event)>>,
+    i: usize,
+    now: u64,
+) {
+    let s = &mut log.shoppers[i];
+    let max = cfg.policy.max_orders_per_pass.get();
+    if !room.may_start(s.seq, &s.id, now) || !s.orders.may_start(max) {
+        log.starts_refused += 1;
+        return;
+    }
+    s.orders.started += 1;
+    s.orders.open += 1;
+    log.orders_started += 1;
+    let checkout = rng.random_range(cfg.checkout_ms.0..=cfg.checkout_ms.1);
+    // An end nobody reports (the shopper walks away mid-payment) leaves
+    // the order open: the slot is then held until the pass expires.
+    if rng.random_bool(cfg.finish_reported_fraction) {
+        events.push(Reverse((now + checkout, Event::End(i))));
+    }
+}
+
+/// Counts the passes able to start a checkout at `now` (unexpired, holding
+/// their slot, with checkouts left) and panics if more than `max_active`.
+fn check_able_to_start(
+    cfg: &SimConfig,
+    room: &WaitingRoom,
+    log: &mut SimLog,
+    holders: &mut Vec<usize>,
+    now: u64,
+) {
+    let max = cfg.policy.max_orders_per_pass.get();
+    // A pass that expired or has started all its checkouts can never
+    // start another (both are monotone): drop it from the count.
+    holders.retain(|&i| {
+        let s = &log.shoppers[i];
+        s.orders.may_start(max) && s.pass.is_some_and(|p| now / 1000 < p.expires_at_s)
+    });
+    let able = holders
+        .iter()
+        .filter(|&&i| {
+            let s = &log.shoppers[i];
+            room.may_start(s.seq, &s.id, now)
+        })
+        .count() as u64;
+    let max_active = u64::from(cfg.policy.max_active.get());
+    assert!(
+        able <= max_active,
+        "{able} passes able to start a checkout at {now} ms, max_active {max_active}"
+    );
+    log.able_to_start_max = log.able_to_start_max.max(able);
 }
 
 fn common_end_ms(cfg: &SimConfig) -> u64 {

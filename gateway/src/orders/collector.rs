@@ -12,7 +12,6 @@ use sluice_checkout::LatencyHistogram;
 use sluice_checkout::OrderState;
 
 use super::Orders;
-use crate::queue::now_ms;
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
 const FAMILIES: [Family; 15] = [
@@ -107,40 +106,39 @@ impl Collector for OrdersCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        // Memory only: the books are published by the store's writer after
+        // each commit, the gauges by the orders worker's pass.
         let store = self.orders.store();
-        let now = now_ms() as i64;
+        let books = store.books();
+        let gauges = self.orders.gauges();
         let mut metrics: Vec<Vec<Metric>> = vec![Vec::new(); FAMILIES.len()];
-        if let Ok(levels) = store.inventory() {
-            for l in levels {
-                for (state, n) in [
-                    ("available", l.available),
-                    ("reserved", l.reserved),
-                    ("committed", l.committed),
-                ] {
-                    metrics[0].push(sample(
-                        &[("sku", &l.sku), ("state", state)],
-                        MetricType::GAUGE,
-                        n as f64,
-                    ));
-                }
-            }
-        }
-        if let Ok(counts) = store.order_counts() {
-            for (state, n) in counts {
-                metrics[1].push(sample(
-                    &[("state", state.as_str())],
+        for l in &books.inventory {
+            for (state, n) in [
+                ("available", l.available),
+                ("reserved", l.reserved),
+                ("committed", l.committed),
+            ] {
+                metrics[0].push(sample(
+                    &[("sku", &l.sku), ("state", state)],
                     MetricType::GAUGE,
                     n as f64,
                 ));
             }
         }
-        if let Ok(n) = store.outbox_pending() {
+        for (state, n) in &books.orders {
+            metrics[1].push(sample(
+                &[("state", state.as_str())],
+                MetricType::GAUGE,
+                *n as f64,
+            ));
+        }
+        if let Some(n) = gauges.outbox_pending {
             metrics[2].push(sample(&[], MetricType::GAUGE, n as f64));
         }
-        if let Ok(ms) = store.outbox_lag_ms(now) {
+        if let Some(ms) = gauges.outbox_lag_ms {
             metrics[3].push(sample(&[], MetricType::GAUGE, ms as f64 / 1000.0));
         }
-        if let Ok(ms) = store.oldest_hold_age_ms(now) {
+        if let Some(ms) = gauges.oldest_hold_age_ms {
             metrics[4].push(sample(&[], MetricType::GAUGE, ms as f64 / 1000.0));
         }
         let stuck = self.orders.stuck();

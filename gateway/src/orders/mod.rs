@@ -3,11 +3,22 @@
 //! worker and the sold-out hook.
 //!
 //! The core (`sluice-checkout`) is synchronous and durable: each call
-//! returns once its transaction is on disk. Calls run on tokio's blocking
-//! pool so a slow fsync never stalls the proxy's workers.
+//! returns once its transaction is on disk. Every call, and the sold-out
+//! refresh after it, runs on a bounded blocking pool (`pool`): checkouts,
+//! which wait on the provider, on their own budget
+//! (`gateway.checkouts_in_flight_max`), the short store calls on another;
+//! nothing of it runs on a proxy worker thread, and a full pool answers
+//! `503 overloaded` at once.
+//!
+//! A pass is a bounded right: it may start a checkout only while its room
+//! says it holds its active slot, and at most the room's
+//! `max_orders_per_pass` of them (counted by the store, in the transaction
+//! that creates the order). Once it has started them all and they have
+//! ended, its slot goes back to the line.
 
 mod collector;
 mod payments;
+pub mod pool;
 mod sink;
 mod stock;
 mod worker;
@@ -18,10 +29,11 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::json;
 use sluice_admission::tokens::Claims;
+use sluice_admission::PassOrders;
 use sluice_checkout::webhook::WebhookEvent;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
-    OrderState, ProductSeed, Store,
+    OrderLimits, OrderState, ProductSeed, Store,
 };
 use sluice_policies::Config;
 use tokio::sync::mpsc;
@@ -32,6 +44,7 @@ use crate::queue::{now_ms, Rooms};
 use crate::route::LocalResponse;
 pub use collector::OrdersCollector;
 pub use payments::{simulator_outside_demo, SIM_WEBHOOK_QUEUE_EVENTS_MAX};
+use pool::{BlockingPool, Overloaded};
 pub use sink::Backoff;
 pub use stock::StoreStock;
 pub use worker::OrdersWorker;
@@ -40,15 +53,23 @@ pub use worker::OrdersWorker;
 pub const CHECKOUT_BODY_BYTES_MAX: usize = 16 * 1024;
 /// Largest webhook body read; a provider event is a few hundred bytes.
 pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Short store calls (order reads, cancels, webhooks, adjustments) in
+/// flight at once, at most; checkouts have their own budget.
+pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
 
 pub struct Orders {
     service: Arc<CheckoutService>,
+    /// Checkouts in flight (store and provider calls, retry waits).
+    checkouts: BlockingPool,
+    /// Every other call into the core.
+    calls: BlockingPool,
     /// Where events go; read when the worker starts (restart to change).
     outbox: sluice_policies::model::Outbox,
     stock: Arc<StoreStock>,
     stuck: Mutex<Vec<(OrderState, usize)>>,
     /// The simulator's events, until the webhook sender takes them.
     sim_events: Mutex<Option<mpsc::Receiver<WebhookEvent>>>,
+    gauges: Mutex<StoreGauges>,
 }
 
 /// What the order routes need from the rest of the gateway.
@@ -115,18 +136,28 @@ impl Orders {
         ));
         let orders = Self {
             service,
+            checkouts: BlockingPool::new(config.gateway.checkouts_in_flight_max.get()),
+            calls: BlockingPool::new(STORE_CALLS_IN_FLIGHT_MAX),
             outbox: config.outbox.clone(),
             stock: Arc::new(StoreStock::default()),
             stuck: Mutex::new(Vec::new()),
             sim_events: Mutex::new(sim_events),
+            gauges: Mutex::new(StoreGauges::default()),
         };
         orders.apply(config)?;
+        orders.refresh_gauges();
         Ok(orders)
     }
 
     /// Seeds products new to the store and takes the config's prices,
     /// TTLs and rooms. Stock of known SKUs is never reset by config.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
+        let seeds = Self::plan(config)?;
+        self.commit(config, &seeds)
+    }
+
+    /// The store rows `config` asks for, checked but not written.
+    pub fn plan(config: &Config) -> Result<Vec<ProductSeed>, String> {
         let seeds: Vec<ProductSeed> = config
             .products
             .iter()
@@ -139,8 +170,15 @@ impl Orders {
                     .map_or(600_000, |r| r.reservation_ttl.as_millis() as i64),
             })
             .collect();
+        Store::check_seeds(&seeds).map_err(|e| format!("products: {e}"))?;
+        Ok(seeds)
+    }
+
+    /// Writes `seeds` (prices, TTLs, new SKUs) in one transaction, then
+    /// takes the config's sku → room map. A failed write changes nothing.
+    pub fn commit(&self, config: &Config, seeds: &[ProductSeed]) -> Result<(), String> {
         self.store()
-            .seed_products(&seeds)
+            .seed_products(seeds)
             .map_err(|e| format!("seeding products: {e}"))?;
         self.stock.apply(config);
         self.refresh_stock();
@@ -218,10 +256,17 @@ impl Orders {
                 ));
             }
         };
-        let store = self.store().clone();
-        match blocking(move || apply_webhook(&store, &event, now_ms)).await {
+        let (store, stock) = (self.store().clone(), self.stock.clone());
+        let applied = self.calls.run(move || {
+            let applied = apply_webhook(&store, &event, now_ms);
+            refresh(&stock, &store);
+            applied
+        });
+        let Ok(applied) = applied.await else {
+            return overloaded();
+        };
+        match applied {
             Ok(outcome) => {
-                self.refresh_stock();
                 let mut body =
                     serde_json::to_vec(&json!({"result": outcome.result()})).expect("serializes");
                 body.push(b'\n');
@@ -249,10 +294,11 @@ impl Orders {
         self.stock.clone()
     }
 
+    /// Re-reads the sold-out snapshot. Blocking: for the orders worker and
+    /// start-up, never a proxy thread (handlers refresh inside their pool
+    /// call).
     pub fn refresh_stock(&self) {
-        if let Err(e) = self.stock.refresh(self.store()) {
-            tracing::warn!("sold-out snapshot not refreshed: {e}");
-        }
+        refresh(&self.stock, self.store());
     }
 
     fn set_stuck(&self, stuck: Vec<(OrderState, usize)>) {
@@ -264,13 +310,16 @@ impl Orders {
     }
 
     /// Answers an order route. `body` is the request body, already read
-    /// (bounded by [`CHECKOUT_BODY_BYTES_MAX`]).
+    /// (bounded by [`CHECKOUT_BODY_BYTES_MAX`]); `pass` is the pass the
+    /// proxy already verified for this request, if it did (a pass is
+    /// verified once per request).
     pub async fn handle(
         &self,
         route: OrderRoute<'_>,
         method: &Method,
         headers: &HeaderMap,
         body: Bytes,
+        pass: Option<(String, Claims)>,
         env: &Env<'_>,
     ) -> LocalResponse {
         let (rooms, config, metrics) = (env.rooms, env.config, env.metrics);
@@ -288,7 +337,7 @@ impl Orders {
                 .push((header::ALLOW, HeaderValue::from_static(allow)));
             return r;
         }
-        let Some((room, pass)) = rooms.any_pass(headers, metrics) else {
+        let Some((room, pass)) = pass.or_else(|| rooms.pass_of(headers, metrics)) else {
             return invalid_pass(config);
         };
         let subject = format!("{room}/{}", pass.sub);
@@ -307,16 +356,28 @@ impl Orders {
             }
             OrderRoute::Get(id) => {
                 let id = id.to_string();
-                let result = blocking(move || service.get_order(&subject, &id)).await;
-                order_answer(result, StatusCode::OK)
+                match self
+                    .calls
+                    .run(move || service.get_order(&subject, &id))
+                    .await
+                {
+                    Ok(result) => order_answer(result, StatusCode::OK),
+                    Err(Overloaded) => overloaded(),
+                }
             }
             OrderRoute::Cancel(id) => {
                 let id = id.to_string();
-                let result = blocking(move || service.cancel(&subject, &id, now_ms() as i64)).await;
-                self.refresh_stock();
-                if let Ok(order) = &result {
-                    self.after_outcome(order, &room, &pass, rooms);
-                }
+                let stock = self.stock.clone();
+                let cancelled = self.calls.run(move || {
+                    let result = service.cancel(&subject, &id, now_ms() as i64);
+                    refresh(&stock, service.store());
+                    let orders = result.is_ok().then(|| service.subject_orders(&subject));
+                    (result, orders)
+                });
+                let Ok((result, orders)) = cancelled.await else {
+                    return overloaded();
+                };
+                give_back_if_spent(rooms, &room, &pass, orders);
                 order_answer(result, StatusCode::OK)
             }
         }
@@ -372,12 +433,41 @@ impl Orders {
                     "Your pass is for another waiting room than this product's.",
                 ));
             }
+            Some(p) if request.quantity > p.max_per_order.get() => {
+                count("bad_request");
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "At most {} units of this product fit in one order.",
+                        p.max_per_order
+                    ),
+                ));
+            }
             Some(_) => {}
         }
-        let service = self.service.clone();
+        // A pass whose slot went back (spent, expired, or from before a
+        // restart) may create nothing, but its keys still replay.
+        let limits = OrderLimits {
+            orders_per_subject_max: if rooms.may_start(room, pass) {
+                rooms.orders_per_pass_max(room)
+            } else {
+                0
+            },
+        };
+        let (service, stock) = (self.service.clone(), self.stock.clone());
         let sku = request.sku.clone();
-        let result =
-            blocking(move || service.checkout(&subject, &key, &request, now_ms() as i64)).await;
+        let ran = self.checkouts.run(move || {
+            let result = service.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
+            refresh(&stock, service.store());
+            // Counted after refusals too: a pass over a limit lowered by a
+            // reload gives its slot back here.
+            let orders = Some(service.subject_orders(&subject));
+            (result, orders)
+        });
+        let Ok((result, orders)) = ran.await else {
+            count("overloaded");
+            return overloaded();
+        };
         match &result {
             Ok((order, created)) => {
                 if *created == sluice_checkout::Created::Created {
@@ -395,23 +485,13 @@ impl Orders {
             }
             Err(e) => count(e.code()),
         }
-        self.refresh_stock();
+        give_back_if_spent(rooms, room, pass, orders);
         match result {
             Ok((order, created)) => {
-                self.after_outcome(&order, room, pass, rooms);
                 let status = StatusCode::from_u16(created.status()).unwrap_or(StatusCode::OK);
                 order_answer(Ok(order), status)
             }
             Err(e) => order_answer(Err(e), StatusCode::OK),
-        }
-    }
-
-    /// An order that reached its outcome (paid, declined, rejected, ended)
-    /// frees its pass's active slot. `confirmed` counts although a refund
-    /// may still follow: the purchase flow is done with the shopper.
-    fn after_outcome(&self, order: &Order, room: &str, pass: &Claims, rooms: &Rooms) {
-        if !matches!(order.state, OrderState::Reserved | OrderState::Authorizing) {
-            rooms.pass_finished(room, pass.seq);
         }
     }
 
@@ -438,12 +518,19 @@ impl Orders {
                 "A reason of 1 to 500 characters is required.",
             );
         }
-        let store = self.store().clone();
+        let (store, stock) = (self.store().clone(), self.stock.clone());
         let sku = sku.to_string();
-        let result =
-            blocking(move || store.adjust(&sku, adjust.delta, &adjust.reason, now_ms() as i64))
-                .await;
-        self.refresh_stock();
+        let adjusted = self.calls.run(move || {
+            let result = store.adjust(&sku, adjust.delta, &adjust.reason, now_ms() as i64);
+            refresh(&stock, &store);
+            result
+        });
+        let Ok(result) = adjusted.await else {
+            return error_json(
+                ErrorCode::Overloaded,
+                "Too many store calls in flight; try again shortly.",
+            );
+        };
         match result {
             Ok(level) => (
                 StatusCode::OK,
@@ -456,34 +543,87 @@ impl Orders {
         }
     }
 
-    /// `/admin/state` `inventory` and `orders`.
+    /// `/admin/state` `inventory` and `orders`, from the store's books in
+    /// memory (no query).
     pub fn state(&self) -> (serde_json::Value, serde_json::Value) {
-        let inventory = match self.store().inventory() {
-            Ok(levels) => json!(levels
-                .iter()
-                .map(|l| json!({"sku": l.sku, "total": l.total, "available": l.available, "reserved": l.reserved, "committed": l.committed}))
-                .collect::<Vec<_>>()),
-            Err(e) => json!({"error": e.to_string()}),
+        let books = self.store().books();
+        let inventory = json!(books
+            .inventory
+            .iter()
+            .map(|l| json!({"sku": l.sku, "total": l.total, "available": l.available, "reserved": l.reserved, "committed": l.committed}))
+            .collect::<Vec<_>>());
+        let orders: serde_json::Map<String, serde_json::Value> = books
+            .orders
+            .iter()
+            .map(|(s, n)| (s.as_str().to_string(), json!(n)))
+            .collect();
+        (inventory, serde_json::Value::Object(orders))
+    }
+
+    /// Re-reads the outbox and hold gauges (blocking: the orders worker's
+    /// pass calls it, so scrapes read memory).
+    pub fn refresh_gauges(&self) {
+        let store = self.store();
+        let now = now_ms() as i64;
+        let gauges = StoreGauges {
+            outbox_pending: store.outbox_pending().ok(),
+            outbox_lag_ms: store.outbox_lag_ms(now).ok(),
+            oldest_hold_age_ms: store.oldest_hold_age_ms(now).ok(),
         };
-        let orders = match self.store().order_counts() {
-            Ok(counts) => {
-                let map: serde_json::Map<String, serde_json::Value> = counts
-                    .into_iter()
-                    .map(|(s, n)| (s.as_str().to_string(), json!(n)))
-                    .collect();
-                serde_json::Value::Object(map)
-            }
-            Err(e) => json!({"error": e.to_string()}),
-        };
-        (inventory, orders)
+        *self.gauges.lock().unwrap_or_else(|p| p.into_inner()) = gauges;
+    }
+
+    pub fn gauges(&self) -> StoreGauges {
+        *self.gauges.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(t) => t,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+/// Store gauges as of the orders worker's last pass (`None`: not read).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreGauges {
+    pub outbox_pending: Option<u64>,
+    pub outbox_lag_ms: Option<i64>,
+    pub oldest_hold_age_ms: Option<i64>,
+}
+
+/// Re-reads the sold-out snapshot (blocking: call it inside a pool call).
+fn refresh(stock: &StoreStock, store: &Store) {
+    if let Err(e) = stock.refresh(store) {
+        tracing::warn!("sold-out snapshot not refreshed: {e}");
     }
+}
+
+/// After a checkout or cancel: the pass's slot goes back to the line once
+/// it has started every checkout it may and none is still running.
+fn give_back_if_spent(
+    rooms: &Rooms,
+    room: &str,
+    pass: &Claims,
+    orders: Option<Result<sluice_checkout::SubjectOrders, CheckoutError>>,
+) {
+    match orders {
+        Some(Ok(o)) => {
+            let orders = PassOrders {
+                started: o.started,
+                open: o.open,
+            };
+            rooms.give_back_if_spent(room, pass.seq, orders);
+        }
+        // The slot stays held; the pass's expiry frees it at the latest.
+        Some(Err(e)) => tracing::warn!("pass orders not counted: {e}"),
+        None => {}
+    }
+}
+
+/// Every permit of the pool is taken: refused at once, not queued.
+fn overloaded() -> LocalResponse {
+    LocalResponse::error(
+        &ApiError::new(
+            ErrorCode::Overloaded,
+            "Too many checkouts are in progress; try again in a moment.",
+        )
+        .retry_after(1),
+    )
 }
 
 fn invalid_pass(config: &Config) -> LocalResponse {
@@ -529,6 +669,7 @@ fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> Loc
                 CheckoutError::NotFound => ErrorCode::NotFound,
                 CheckoutError::Conflict => ErrorCode::IdempotencyConflict,
                 CheckoutError::Mismatch => ErrorCode::IdempotencyMismatch,
+                CheckoutError::PurchaseLimit => ErrorCode::PurchaseLimit,
                 CheckoutError::Store(sluice_checkout::StoreError::UnknownSku(_)) => {
                     ErrorCode::NotFound
                 }

@@ -3,7 +3,8 @@
 //! A room can still sell while any of its products has units available or
 //! held (a held unit comes back if its order is declined, cancelled or
 //! expires). Rooms ask on every join and poll, so the answer is a snapshot
-//! refreshed by the orders worker and after each checkout, never a query.
+//! refreshed by the orders worker and after each checkout from the store's
+//! books in memory, never a query.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,11 +31,11 @@ impl StoreStock {
         self.rooms.store(Arc::new(rooms));
     }
 
-    /// Re-reads the store's counts.
+    /// Re-reads the store's counts (its books in memory: no I/O).
     pub fn refresh(&self, store: &Store) -> Result<(), StoreError> {
         let rooms = self.rooms.load();
         let mut sellable: HashMap<String, bool> = HashMap::new();
-        for level in store.inventory()? {
+        for level in &store.books().inventory {
             if let Some(room) = rooms.get(&level.sku) {
                 *sellable.entry(room.clone()).or_default() |= level.available + level.reserved > 0;
             }

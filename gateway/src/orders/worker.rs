@@ -100,6 +100,7 @@ impl OrdersWorker {
             Err(e) => tracing::error!("payments reconciler: {e}"),
         }
         self.orders.refresh_stock();
+        self.orders.refresh_gauges();
     }
 }
 

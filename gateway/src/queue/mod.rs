@@ -25,7 +25,8 @@ use rand::SeedableRng;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, Policy, PollError, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
+    JoinError, PassOrders, Policy, PollError, RoomStats, Status, StockAuthority, TicketId,
+    WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -71,15 +72,29 @@ impl Lifetimes {
             ticket_ttl_s: AtomicU64::new(0),
             opens_at_s: room.opens_at_unix,
         };
-        lifetimes.apply(room);
+        lifetimes.set(TokenTtls::of(room));
         lifetimes
     }
 
-    fn apply(&self, room: &Room) {
-        self.pass_ttl_s
-            .store(room.pass_ttl.as_secs(), Ordering::Relaxed);
-        self.ticket_ttl_s
-            .store(room.ticket_ttl.as_secs(), Ordering::Relaxed);
+    fn set(&self, ttls: TokenTtls) {
+        self.pass_ttl_s.store(ttls.pass_s, Ordering::Relaxed);
+        self.ticket_ttl_s.store(ttls.ticket_s, Ordering::Relaxed);
+    }
+}
+
+/// A room's pass and ticket TTLs, in seconds.
+#[derive(Debug, Clone, Copy)]
+struct TokenTtls {
+    pass_s: u64,
+    ticket_s: u64,
+}
+
+impl TokenTtls {
+    fn of(room: &Room) -> Self {
+        Self {
+            pass_s: room.pass_ttl.as_secs(),
+            ticket_s: room.ticket_ttl.as_secs(),
+        }
     }
 }
 
@@ -109,6 +124,22 @@ impl RoomLimiter {
             joins: JoinLimiter::new(per_minute, per_minute, JOIN_CLIENTS_MAX),
         }
     }
+}
+
+/// The rooms of a config, built and checked but not yet in force.
+pub struct RoomsPlan {
+    keyring: Arc<Keyring>,
+    rooms: Vec<PlannedRoom>,
+    paused: bool,
+}
+
+struct PlannedRoom {
+    name: String,
+    /// The running room (kept across the reload) or a new, empty one.
+    entry: Arc<RoomEntry>,
+    policy: Policy,
+    joins_per_minute: NonZeroU32,
+    ttls: TokenTtls,
 }
 
 /// Every room of the config, kept across reloads.
@@ -155,29 +186,33 @@ impl Rooms {
     /// keep their line and passes and take the new policy; new rooms start
     /// empty; rooms no longer configured are dropped.
     pub fn apply(&self, config: &Config, now_ms: u64) -> Result<(), String> {
+        let plan = self.plan(config, now_ms)?;
+        self.commit(plan);
+        Ok(())
+    }
+
+    /// Builds the rooms of `config` without touching the running ones:
+    /// the keyring, every policy checked, new rooms created. Everything
+    /// that can fail fails here.
+    pub fn plan(&self, config: &Config, now_ms: u64) -> Result<RoomsPlan, String> {
         let keyring = if config.keys.is_empty() {
             self.ephemeral.clone()
         } else {
             Arc::new(Keyring::from_config(&config.keys).map_err(|e| e.to_string())?)
         };
-        let paused = config.gateway.admissions == Admissions::Paused;
         let old = self.rooms.load_full();
-        let mut next = HashMap::with_capacity(config.rooms.len());
+        let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
             let policy = Policy::from_room(room);
+            policy
+                .validate()
+                .map_err(|e| format!("room {:?}: {e}", room.name))?;
             let entry = match old.get(&room.name) {
-                Some(entry) => {
-                    let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-                    line.update_policy(policy)
-                        .map_err(|e| format!("room {:?}: {e}", room.name))?;
-                    drop(line);
-                    entry.lifetimes.apply(room);
-                    entry.clone()
-                }
+                Some(entry) => entry.clone(),
                 None => {
                     let line = WaitingRoom::new(
                         &room.name,
-                        policy,
+                        policy.clone(),
                         self.stock.clone(),
                         StdRng::from_os_rng(),
                         now_ms,
@@ -193,20 +228,44 @@ impl Rooms {
                     })
                 }
             };
-            let per_minute = room.joins_per_minute_per_client;
-            if entry.limiter.load().per_minute != per_minute {
-                entry.limiter.store(Arc::new(RoomLimiter::new(per_minute)));
+            rooms.push(PlannedRoom {
+                name: room.name.clone(),
+                entry,
+                policy,
+                joins_per_minute: room.joins_per_minute_per_client,
+                ttls: TokenTtls::of(room),
+            });
+        }
+        Ok(RoomsPlan {
+            keyring,
+            rooms,
+            paused: config.gateway.admissions == Admissions::Paused,
+        })
+    }
+
+    /// Puts a plan in force. Cannot fail: [`Self::plan`] checked it all.
+    pub fn commit(&self, plan: RoomsPlan) {
+        let mut next = HashMap::with_capacity(plan.rooms.len());
+        for room in plan.rooms {
+            let entry = room.entry;
+            {
+                let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = line.update_policy(room.policy) {
+                    // plan() validated this very policy.
+                    tracing::error!(room = room.name, "policy refused after validation: {e}");
+                }
+                line.set_paused(plan.paused);
             }
-            entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_paused(paused);
-            next.insert(room.name.clone(), entry);
+            if entry.limiter.load().per_minute != room.joins_per_minute {
+                entry
+                    .limiter
+                    .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
+            }
+            entry.lifetimes.set(room.ttls);
+            next.insert(room.name, entry);
         }
         self.rooms.store(Arc::new(next));
-        self.keyring.store(keyring);
-        Ok(())
+        self.keyring.store(plan.keyring);
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
@@ -247,17 +306,17 @@ impl Rooms {
         result
     }
 
-    /// The first room whose pass the request carries, with its claims.
-    pub fn any_pass(&self, headers: &HeaderMap, _metrics: &Metrics) -> Option<(String, Claims)> {
+    /// The pass the request carries, verified once: the token's own `aud`
+    /// (read before verifying, only to choose the room) names the room it
+    /// is checked against; the signature, `aud`, `typ` and expiry are then
+    /// checked as for [`Self::verify_pass`].
+    pub fn pass_of(&self, headers: &HeaderMap, metrics: &Metrics) -> Option<(String, Claims)> {
         let token = bearer(headers).or_else(|| cookie(headers, PASS_COOKIE))?;
-        let keyring = self.keyring.load();
-        let now_s = now_ms() / 1000;
-        self.rooms.load().iter().find_map(|(room, entry)| {
-            keyring
-                .verify(token, &entry.expect_pass(room), now_s)
-                .ok()
-                .map(|c| (room.clone(), c))
-        })
+        let room = claimed_room(token)?;
+        let room = self.rooms.load().get_key_value(room.as_str())?.0.clone();
+        self.verify_pass(&room, headers, metrics)
+            .ok()
+            .map(|claims| (room, claims))
     }
 
     /// Forgets join-limiter clients whose allowance is whole again, in
@@ -269,15 +328,44 @@ impl Rooms {
         }
     }
 
-    /// The checkout of pass `seq` in `room` has ended: its slot is free.
-    pub fn pass_finished(&self, room: &str, seq: u64) {
-        if let Some(entry) = self.get(room) {
+    /// Whether `pass` (already verified for `room`) still holds its active
+    /// slot, and so may start a checkout.
+    pub fn may_start(&self, room: &str, pass: &Claims) -> bool {
+        let Some(id) = TicketId::parse(&pass.sub) else {
+            return false;
+        };
+        self.get(room).is_some_and(|entry| {
             entry
                 .line
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .pass_finished(seq);
-        }
+                .may_start(pass.seq, &id, now_ms())
+        })
+    }
+
+    /// The room's `max_orders_per_pass` in force.
+    pub fn orders_per_pass_max(&self, room: &str) -> u32 {
+        self.get(room).map_or(0, |entry| {
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .policy()
+                .max_orders_per_pass
+                .get()
+        })
+    }
+
+    /// Gives the pass's active slot back if `orders` shows it has spent its
+    /// checkouts; `true` if a slot was freed.
+    pub fn give_back_if_spent(&self, room: &str, seq: u64, orders: PassOrders) -> bool {
+        self.get(room).is_some_and(|entry| {
+            entry
+                .line
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .give_back_if_spent(seq, orders)
+        })
     }
 
     /// Answers a request under `/queue/`.
@@ -503,6 +591,26 @@ fn too_early(retry_after_s: u64) -> LocalResponse {
     )
 }
 
+/// The `aud` a token claims, read without verifying anything: only to
+/// choose the one room to verify it against. Bounded like the keyring's
+/// own decode (tokens are about 300 bytes).
+fn claimed_room(token: &str) -> Option<String> {
+    use base64::Engine;
+    const TOKEN_BYTES_MAX: usize = 4096;
+    #[derive(serde::Deserialize)]
+    struct Aud {
+        aud: String,
+    }
+    if token.len() > TOKEN_BYTES_MAX {
+        return None;
+    }
+    let payload = token.split('.').nth(1)?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice::<Aud>(&json).ok().map(|a| a.aud)
+}
+
 /// The token of `Authorization: Bearer <token>`. A repeated
 /// `Authorization` header has no token here; `route()` refuses such a
 /// request with `400` before any handler runs.
@@ -513,4 +621,20 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// The value of cookie `name`.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     sluice_edge::auth::cookie(headers, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claimed_room_is_read_from_the_payload_only() {
+        use base64::Engine;
+        let enc = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let token = format!("{}.{}.sig", enc("{}"), enc(r#"{"aud":"drop","seq":1}"#));
+        assert_eq!(claimed_room(&token).as_deref(), Some("drop"));
+        assert_eq!(claimed_room("no-dots"), None);
+        assert_eq!(claimed_room(&format!("h.{}.s", enc("[1]"))), None);
+        assert_eq!(claimed_room(&format!("h.{}.s", "a".repeat(5000))), None);
+    }
 }

@@ -113,7 +113,7 @@ fn scenario(o: &CapacityOptions) -> Result<Scenario> {
         .unwrap_or_default();
     let text = format!(
         "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n\
-         [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\
+         [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\nmax_orders_per_pass = 1000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\
          [[products]]\nsku = \"capacity-sku\"\nstock = 1000000000\n\
          [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n"
     );

@@ -465,6 +465,9 @@ pub fn gateway_config(
     if let Some(t) = g.idle_timeout_s {
         out.push_str(&format!("idle_timeout_s = {t}\n"));
     }
+    if let Some(n) = g.max_orders_per_pass {
+        out.push_str(&format!("max_orders_per_pass = {n}\n"));
+    }
     for p in &scenario.products {
         out.push_str(&format!(
             "\n[[products]]\nsku = \"{}\"\nstock = {}\nprice_cents = {}\nroom = \"{}\"\n",

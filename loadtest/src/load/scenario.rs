@@ -80,6 +80,8 @@ pub struct GatewaySetup {
     pub poll_max_s: u32,
     /// A waiting ticket silent this long has left (gateway default when unset).
     pub idle_timeout_s: Option<u32>,
+    /// Checkouts one pass may start (gateway default, 1, when unset).
+    pub max_orders_per_pass: Option<u32>,
     #[serde(default = "default_pass_ttl_s")]
     pub pass_ttl_s: u32,
     #[serde(default = "default_reservation_ttl_s")]

@@ -1,0 +1,102 @@
+//! The bounded pool the reservation core runs on.
+//!
+//! The core is synchronous: SQLite calls, provider calls over blocking
+//! HTTP, and the retry waits between them. None of it may run on a pingora
+//! worker thread, so each call goes to tokio's blocking pool, and tokio's
+//! blocking queue has no bound. A semaphore in front of it does: a call
+//! that finds every permit taken is refused at once (the caller answers
+//! `503 overloaded` with `Retry-After`) instead of waiting in a queue
+//! without end. The permit moves into the blocking closure, so a client
+//! that hangs up does not free a slot whose work is still running.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+/// Every permit is taken: the call was not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded;
+
+/// Blocking calls in flight, at most `limit` at once.
+pub struct BlockingPool {
+    permits: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl BlockingPool {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Calls running now.
+    pub fn in_flight(&self) -> usize {
+        self.limit - self.permits.available_permits()
+    }
+
+    /// Runs `f` on the blocking pool if a permit is free; refuses at once
+    /// otherwise. A panic in `f` is resumed in the caller.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Overloaded> {
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Overloaded)?;
+        let joined = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        })
+        .await;
+        match joined {
+            Ok(t) => Ok(t),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is shutting down.
+            Err(_) => Err(Overloaded),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn refuses_at_once_when_every_permit_is_taken() {
+        let pool = Arc::new(BlockingPool::new(2));
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(std::sync::Mutex::new(held));
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+        let mut running = Vec::new();
+        for _ in 0..2 {
+            let (pool, held, started_tx) = (pool.clone(), held.clone(), started_tx.clone());
+            running.push(tokio::spawn(async move {
+                pool.run(move || {
+                    started_tx.send(()).unwrap();
+                    let _ = held.lock().unwrap().recv();
+                })
+                .await
+            }));
+        }
+        for _ in 0..2 {
+            started.recv().await.unwrap();
+        }
+        assert_eq!(pool.in_flight(), 2);
+        assert_eq!(pool.run(|| ()).await, Err(Overloaded));
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        for r in running {
+            assert_eq!(r.await.unwrap(), Ok(()));
+        }
+        assert_eq!(pool.in_flight(), 0);
+        assert_eq!(pool.run(|| 7).await, Ok(7));
+    }
+}
