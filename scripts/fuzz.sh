@@ -21,6 +21,15 @@ export RUSTC_BOOTSTRAP=1
 for target in "${targets[@]}"; do
     echo "== $target: $RUNS runs (sanitizer: $SANITIZER)"
     mkdir -p "corpus/$target"
+    extra=()
+    # Header parsing is fuzzed with long inputs; the others stay short so
+    # a shared machine gets through 10 million runs (docs/benchmarks.md).
+    if [ "$target" != auth ]; then
+        extra+=(-max_len=512)
+    fi
+    if [ -f "dicts/$target.dict" ]; then
+        extra+=(-dict="dicts/$target.dict")
+    fi
     cargo fuzz run --sanitizer "$SANITIZER" --debug-assertions "$target" "corpus/$target" -- \
-        -runs="$RUNS" -print_final_stats=1
+        -runs="$RUNS" -print_final_stats=1 "${extra[@]}"
 done

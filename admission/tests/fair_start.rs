@@ -122,3 +122,42 @@ fn pre_queue_entrant_who_leaves_before_the_opening_is_passed_over() {
         Status::Expired
     );
 }
+
+/// A ticket the room mints before its opening lives until `ticket_ttl` after
+/// it, which the keyring accepts only when told the opening: the gateway
+/// passes the room's `opens_at` with the TTL.
+#[test]
+fn a_pre_queue_ticket_verifies_with_the_lifetime_counted_from_the_opening() {
+    use sluice_admission::tokens::{Expected, KeyMaterial, KeySpec, Keyring, TokenError};
+    let mut p = policy();
+    p.opens_at_ms = Some(OPENS_MS);
+    let ttl_s = p.ticket_ttl.as_secs();
+    let mut r = room(p);
+    let keys = Keyring::new(vec![KeySpec {
+        kid: "k".into(),
+        material: KeyMaterial::Hs256(vec![7; 32]),
+    }])
+    .unwrap();
+    let early = r.join(T0_MS).unwrap();
+    let token = keys.sign(&early.claims("drop")).unwrap();
+    let now_s = T0_MS / 1000;
+    let rules = Expected::ticket("drop", ttl_s);
+    assert!(keys
+        .verify(&token, &rules.opening_at(Some(OPENS_MS / 1000)), now_s)
+        .is_ok());
+    assert_eq!(
+        keys.verify(&token, &rules, now_s),
+        Err(TokenError::BadLifetime),
+        "without the opening the ticket looks too long-lived"
+    );
+    // After the opening, a ticket's lifetime is plain `ticket_ttl`.
+    let late = r.join(OPENS_MS + 5_000).unwrap();
+    let token = keys.sign(&late.claims("drop")).unwrap();
+    assert!(keys
+        .verify(
+            &token,
+            &rules.opening_at(Some(OPENS_MS / 1000)),
+            OPENS_MS / 1000 + 5
+        )
+        .is_ok());
+}

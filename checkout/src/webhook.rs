@@ -148,7 +148,9 @@ pub fn verify_signature(
     if signatures.is_empty() {
         return Err(WebhookError::InvalidSignature);
     }
-    if now_unix.saturating_sub(t).abs() > tolerance_s {
+    // `abs_diff`: `(now - t).abs()` overflows when the difference is
+    // `i64::MIN`, which a clock and a header together can reach.
+    if now_unix.abs_diff(t) > u64::try_from(tolerance_s).unwrap_or(0) {
         return Err(WebhookError::Stale);
     }
     for secret in secrets {
@@ -287,6 +289,15 @@ mod tests {
             verify_signature(&header, BODY, &[b"s1"], 1_300, 300),
             Ok(())
         );
+        // Extreme clocks and timestamps are stale, not an overflow.
+        for (t, now) in [(1, i64::MIN), (i64::MIN, i64::MAX), (i64::MAX, i64::MIN)] {
+            let header = sign(b"s1", t, BODY);
+            assert_eq!(
+                verify_signature(&header, BODY, &[b"s1"], now, 300),
+                Err(WebhookError::Stale),
+                "t={t} now={now}"
+            );
+        }
         assert!(matches!(
             verify_signature("v1=00", BODY, &[b"s1"], 1_000, 300),
             Err(WebhookError::Malformed(_))
