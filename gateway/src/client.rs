@@ -34,6 +34,10 @@ pub struct Client {
     /// The `X-Forwarded-For` value to send to the origin, ending with the
     /// peer; `None`: send none.
     pub forwarded_for: Option<String>,
+    /// The peer is one of `trusted_proxies`: the other forwarding headers
+    /// it sends ([`crate::headers::CLIENT_CLAIMS`]) are its word, not the
+    /// client's, and go on to the origin.
+    pub trusted_peer: bool,
 }
 
 /// The client of a request from `peer` carrying `headers`.
@@ -46,6 +50,7 @@ pub fn identify(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) ->
         return Client {
             ip: Some(peer),
             forwarded_for: Some(peer.to_string()),
+            trusted_peer: false,
         };
     }
     let entries: Vec<&str> = headers
@@ -75,6 +80,7 @@ pub fn identify(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) ->
     Client {
         ip: Some(client),
         forwarded_for: Some(forwarded_for),
+        trusted_peer: true,
     }
 }
 

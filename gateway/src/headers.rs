@@ -7,6 +7,44 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
+/// Headers that name the client, the host or the scheme the way a proxy in
+/// front would. From a peer that is not a trusted proxy they are the
+/// client's own claims: an origin that builds links from `X-Forwarded-Host`
+/// would put them in pages the origin cache then serves to everyone, and
+/// one that reads `Forwarded` or `X-Real-IP` would take a spoofed address.
+/// They are dropped before the request is forwarded.
+pub static CLIENT_CLAIMS: [HeaderName; 12] = [
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-forwarded-server"),
+    HeaderName::from_static("x-forwarded-ssl"),
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("true-client-ip"),
+    HeaderName::from_static("cf-connecting-ip"),
+    HeaderName::from_static("fastly-client-ip"),
+    HeaderName::from_static("x-client-ip"),
+    HeaderName::from_static("x-cluster-client-ip"),
+];
+
+/// Headers some frameworks (IIS URL Rewrite, Symfony, Zend) read as the
+/// path to serve instead of the request target: the origin would serve
+/// another path than the one `protect` checked. Never forwarded, whoever
+/// sends them.
+pub static PATH_OVERRIDES: [HeaderName; 2] = [
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
+];
+
+/// The headers to drop from a request before it goes to the origin:
+/// [`PATH_OVERRIDES`] always, [`CLIENT_CLAIMS`] unless the peer is a
+/// trusted proxy.
+pub fn not_forwarded(trusted_peer: bool) -> impl Iterator<Item = &'static HeaderName> {
+    let claims: &'static [HeaderName] = if trusted_peer { &[] } else { &CLIENT_CLAIMS };
+    PATH_OVERRIDES.iter().chain(claims)
+}
+
 /// Longest client-supplied request id that is kept.
 const REQUEST_ID_LEN_MAX: usize = 128;
 
@@ -54,6 +92,22 @@ pub fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn client_claims_are_dropped_unless_a_trusted_proxy_sent_them() {
+        let untrusted: Vec<&str> = super::not_forwarded(false).map(|h| h.as_str()).collect();
+        for name in [
+            "forwarded",
+            "x-forwarded-host",
+            "x-real-ip",
+            "x-original-url",
+        ] {
+            assert!(untrusted.contains(&name), "{name}");
+        }
+        let trusted: Vec<&str> = super::not_forwarded(true).map(|h| h.as_str()).collect();
+        assert_eq!(trusted, ["x-original-url", "x-rewrite-url"]);
+    }
+
     use super::*;
 
     #[test]

@@ -290,6 +290,9 @@ impl ProxyHttp for Proxy {
         for name in headers::hop_by_hop(&upstream.headers) {
             upstream.remove_header(&name);
         }
+        for name in headers::not_forwarded(ctx.client.trusted_peer) {
+            upstream.remove_header(name);
+        }
         // Replaces every X-Forwarded-For the request carried.
         match &ctx.client.forwarded_for {
             Some(chain) => upstream.insert_header(headers::X_FORWARDED_FOR, chain.as_str())?,

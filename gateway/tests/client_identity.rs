@@ -42,6 +42,45 @@ async fn forwarded_for(gw: &Gateway, xff: &[&str]) -> String {
     echoed["x-forwarded-for"].as_str().unwrap_or("").to_string()
 }
 
+/// The headers the origin received for `/echo` sent with `headers`.
+async fn echoed(gw: &Gateway, headers: &[(&str, &str)]) -> Value {
+    let mut req = client().get(gw.url("/echo"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap().json().await.unwrap()
+}
+
+/// Forwarding claims and path overrides a client may send.
+const CLAIMS: [(&str, &str); 6] = [
+    ("x-forwarded-host", "evil.example"),
+    ("forwarded", "for=6.6.6.6;host=evil.example;proto=https"),
+    ("x-real-ip", "6.6.6.6"),
+    ("true-client-ip", "6.6.6.6"),
+    ("x-original-url", "/admin/secret"),
+    ("x-rewrite-url", "/admin/secret"),
+];
+
+#[tokio::test]
+async fn an_untrusted_peers_forwarding_claims_never_reach_the_origin() {
+    let origin = Origin::start();
+    let gw = gateway(&origin, "");
+    let seen = echoed(&gw, &CLAIMS).await;
+    for (name, _) in CLAIMS {
+        assert!(
+            seen.get(name).is_none(),
+            "{name} reached the origin: {seen}"
+        );
+    }
+    // A trusted proxy's own forwarding headers go on; a path override never.
+    let gw = gateway(&origin, "trusted_proxies = [\"127.0.0.0/8\"]\n");
+    let seen = echoed(&gw, &CLAIMS).await;
+    assert_eq!(seen["x-forwarded-host"], "evil.example", "{seen}");
+    assert_eq!(seen["x-real-ip"], "6.6.6.6", "{seen}");
+    assert!(seen.get("x-original-url").is_none(), "{seen}");
+    assert!(seen.get("x-rewrite-url").is_none(), "{seen}");
+}
+
 #[tokio::test]
 async fn an_untrusted_peers_forwarded_for_is_ignored_and_replaced() {
     let origin = Origin::start();
