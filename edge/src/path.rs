@@ -91,6 +91,9 @@ pub enum PathError {
     Lookalike,
     EmptySegment,
     DotSegment,
+    /// A segment ending in `.` or a space (`/cart./x`): Windows and IIS
+    /// origins drop those, so `/cart.` would be served as `/cart`.
+    TrailingDot,
     Drive,
 }
 
@@ -125,6 +128,7 @@ impl PathError {
             }
             PathError::EmptySegment => "The request path contains an empty segment.",
             PathError::DotSegment => "The request path contains a '.' or '..' segment.",
+            PathError::TrailingDot => "A segment of the request path ends in a dot or a space.",
             PathError::Drive => "The request path names a drive.",
         }
     }
@@ -212,6 +216,9 @@ pub fn check_decoded(path: &str) -> Result<(), PathError> {
         }
         if segment.bytes().all(|b| b == b'.') {
             return Err(PathError::DotSegment);
+        }
+        if segment.ends_with(['.', ' ']) {
+            return Err(PathError::TrailingDot);
         }
         if is_drive(segment, i == 0) {
             return Err(PathError::Drive);
@@ -321,7 +328,6 @@ mod tests {
             "/.well-known/security.txt",
             "/a..b",
             "/..a",
-            "/a.",
             "/v1/items:batch",
             "/wiki/File:Logo.png",
             "/~user/",
@@ -371,6 +377,9 @@ mod tests {
             ("/.%2E/cart", DotSegment),
             ("/cart/.", DotSegment),
             ("/...", DotSegment),
+            ("/cart./x", TrailingDot),
+            ("/secret%2e", TrailingDot),
+            ("/cart%20/x", TrailingDot),
             ("/C:/x", Drive),
             ("/x/c:", Drive),
             ("relative", NotAbsolute),

@@ -51,10 +51,18 @@ impl Runtime {
 
     /// The room whose `protect` patterns cover `path`, the decoded
     /// canonical path of the request.
+    ///
+    /// Origins route `/cart`, `/cart/` and often `/cart//` alike, so a
+    /// pattern covers the path with its trailing slashes taken away and
+    /// with one added too (`/cart/**` protects `/cart`, `/secret`
+    /// protects `/secret/`): when in doubt a pattern protects more.
     pub fn protecting_room(&self, path: &str) -> Option<&Room> {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let slashed = format!("{trimmed}/");
         self.protect
             .iter()
-            .position(|set| set.is_match(path))
+            .position(|set| set.is_match(path) || set.is_match(trimmed) || set.is_match(&slashed))
             .map(|i| &self.config.rooms[i])
     }
 }
