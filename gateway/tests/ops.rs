@@ -18,12 +18,15 @@ use serde_json::{json, Value};
 const SIM_SECRET: &str = "sim-webhook-secret-0123456789";
 const ACME_SECRET: &str = "acme-webhook-secret-0123456789";
 
-/// A room, a product, the simulator with its webhook secret, and a second
-/// provider with its own.
+/// A room whose pass may make several orders (the test buys, declines and
+/// refunds with one), a product, the simulator with its webhook secret, and
+/// a second provider with its own.
 fn rest() -> String {
     format!(
         "{}[[products]]\nsku = \"hot\"\nstock = 20\nprice_cents = 1000\nroom = \"drop\"\n\n[payments]\nprovider = \"simulated\"\n\n[payments.webhooks.simulated]\nsecrets = [\"{SIM_SECRET}\"]\n\n[payments.webhooks.acme]\nsecrets = [\"{ACME_SECRET}\"]\n",
-        GatewayOptions::default().rest
+        GatewayOptions::default()
+            .rest
+            .replacen("[[rooms]]\n", "[[rooms]]\nmax_orders_per_pass = 10\n", 1)
     )
 }
 
