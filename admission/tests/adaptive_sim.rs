@@ -117,7 +117,7 @@ fn simulate(seed: u64) -> Run {
             let failed = rng.random_bool(0.003);
             serving.push((arrived, now + service, failed));
         }
-        if now % 1000 == 0 {
+        if now.is_multiple_of(1000) {
             let m = window.measure(now, MAX_ACTIVE - active);
             decision = step(&BOUNDS, &decision, &m, now);
             run.seconds.push(Second {
