@@ -6,6 +6,7 @@
 //! returns once its transaction is on disk. Calls run on tokio's blocking
 //! pool so a slow fsync never stalls the proxy's workers.
 
+mod backend_outcome;
 mod collector;
 mod payments;
 mod sink;
@@ -376,8 +377,11 @@ impl Orders {
         }
         let service = self.service.clone();
         let sku = request.sku.clone();
+        let started = std::time::Instant::now();
         let result =
             blocking(move || service.checkout(&subject, &key, &request, now_ms() as i64)).await;
+        let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+        rooms.record_checkout(room, latency_ms, backend_outcome::of(&result));
         match &result {
             Ok((order, created)) => {
                 if *created == sluice_checkout::Created::Created {

@@ -6,6 +6,7 @@
 //! time; this module owns them, feeds them the wall clock, signs and checks
 //! their tokens, and turns their answers into the contract's JSON.
 
+pub mod adaptive;
 mod collector;
 pub mod page;
 mod release;
@@ -22,6 +23,7 @@ use arc_swap::ArcSwap;
 use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use sluice_admission::adaptive::Outcome;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
@@ -53,6 +55,9 @@ pub struct RoomEntry {
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+    /// Adaptive release: checkouts measured and the rate decided. Taken
+    /// before `line` when both are held.
+    pub adaptive: Mutex<adaptive::AdaptiveRelease>,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -167,10 +172,15 @@ impl Rooms {
             let policy = Policy::from_room(room);
             let entry = match old.get(&room.name) {
                 Some(entry) => {
+                    let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
                     let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
                     line.update_policy(policy)
                         .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    if let Some(rate) = adaptive.configure(room, now_ms) {
+                        line.set_release_per_second(rate);
+                    }
                     drop(line);
+                    drop(adaptive);
                     entry.lifetimes.apply(room);
                     entry.clone()
                 }
@@ -183,6 +193,9 @@ impl Rooms {
                         now_ms,
                     )
                     .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    let mut adaptive = adaptive::AdaptiveRelease::default();
+                    // A new room runs at its configured (start) rate.
+                    let _ = adaptive.configure(room, now_ms);
                     Arc::new(RoomEntry {
                         limiter: ArcSwap::from_pointee(RoomLimiter::new(
                             room.joins_per_minute_per_client,
@@ -190,6 +203,7 @@ impl Rooms {
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
+                        adaptive: Mutex::new(adaptive),
                     })
                 }
             };
@@ -267,6 +281,27 @@ impl Rooms {
         for entry in self.rooms.load().values() {
             entry.limiter.load().joins.retain_recent();
         }
+    }
+
+    /// A checkout of an admitted shopper of `room` that reached the
+    /// backend, for adaptive release.
+    pub fn record_checkout(&self, room: &str, latency_ms: u32, outcome: Outcome) {
+        if let Some(entry) = self.get(room) {
+            entry
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(now_ms(), latency_ms, outcome);
+        }
+    }
+
+    /// The adaptive controller of `room`, when its rate is not pinned.
+    pub fn adaptive_view(&self, room: &str) -> Option<adaptive::AdaptiveView> {
+        self.get(room)?
+            .adaptive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .view()
     }
 
     /// The checkout of pass `seq` in `room` has ended: its slot is free.

@@ -1,6 +1,7 @@
 //! The release worker: a loop of bounded `release_once` passes over every
-//! room, until shutdown; once a second it also lets the join limiters
-//! forget idle clients.
+//! room, until shutdown; once a second it also runs the adaptive release
+//! controller of each adaptive room (`adapt_once`) and lets the join
+//! limiters forget idle clients.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +19,10 @@ pub const TICK: Duration = Duration::from_millis(20);
 /// Places one pass may look at, so a long run of abandoned places cannot
 /// hold the room's lock for long.
 pub const PLACES_PER_PASS_MAX: usize = 4096;
-/// How often the join limiters forget idle clients.
-pub const JOIN_RETAIN_EVERY: Duration = Duration::from_secs(1);
+/// How often the join limiters forget idle clients and the adaptive
+/// controllers run ([`sluice_admission::adaptive::STEP_MS`]).
+pub const JOIN_RETAIN_EVERY: Duration =
+    Duration::from_millis(sluice_admission::adaptive::STEP_MS);
 
 pub struct Releaser {
     rooms: Arc<Rooms>,
@@ -39,6 +42,23 @@ impl Releaser {
         }
         released
     }
+
+    /// One adaptive-release step for every adaptive room: the controller
+    /// moves the rate, the room takes it at once. A paused room releases
+    /// nobody whatever the rate, so its controller holds; a sold-out one
+    /// releases nobody either and has no checkouts, so its rate holds too.
+    pub fn adapt_once(&self, now_ms: u64) {
+        for entry in self.rooms.all().values() {
+            let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
+            let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+            if line.is_paused() {
+                continue;
+            }
+            if let Some(rate) = adaptive.step(now_ms, line.free_slots()) {
+                line.set_release_per_second(rate);
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -54,7 +74,10 @@ impl BackgroundService for Releaser {
                 _ = tick.tick() => {
                     self.release_once(now_ms());
                 }
-                _ = retain.tick() => self.rooms.retain_recent_joins(),
+                _ = retain.tick() => {
+                    self.adapt_once(now_ms());
+                    self.rooms.retain_recent_joins();
+                }
             }
         }
     }
