@@ -20,8 +20,17 @@ fn refused_at(src: &str, line: usize, col: usize, needle: &str) {
     let problems = parse(src).expect_err("config should be refused").0;
     assert_eq!(problems.len(), 1, "one problem expected: {problems:?}");
     let p = &problems[0];
-    assert!(p.message.contains(needle), "{:?} lacks {needle:?}", p.message);
-    assert_eq!((p.line, p.col), (line, col), "wrong place for {:?}", p.message);
+    assert!(
+        p.message.contains(needle),
+        "{:?} lacks {needle:?}",
+        p.message
+    );
+    assert_eq!(
+        (p.line, p.col),
+        (line, col),
+        "wrong place for {:?}",
+        p.message
+    );
     assert!(p.to_string().starts_with(&format!("p.toml:{line}:{col}: ")));
 }
 
@@ -42,7 +51,11 @@ fn adaptive_takes_its_bounds_and_starts_between_them() {
     );
     // sqrt(5 × 500) = 50
     assert_eq!(r.release_per_second.get(), 50);
-    assert_eq!(r.burst.get(), 50, "burst defaults to one second of the start rate");
+    assert_eq!(
+        r.burst.get(),
+        50,
+        "burst defaults to one second of the start rate"
+    );
     let minimal = "[rooms.adaptive]\ntarget_p99_ms = 800\nmax_per_second = 100\n";
     let c = parse(&room("\"adaptive\"", minimal)).unwrap();
     match c.room("r").unwrap().release_source {
@@ -57,10 +70,23 @@ fn adaptive_takes_its_bounds_and_starts_between_them() {
 
 #[test]
 fn adaptive_problems_are_located() {
-    refused_at(&room("\"adaptive\"", ""), 4, 22, "needs a [rooms.adaptive] table");
-    refused_at(&room("5", TABLE), 7, 1, "only applies to release_per_second = \"adaptive\"");
     refused_at(
-        &room("\"adaptive\"", &TABLE.replace("min_per_second = 5", "min_per_second = 600")),
+        &room("\"adaptive\"", ""),
+        4,
+        22,
+        "needs a [rooms.adaptive] table",
+    );
+    refused_at(
+        &room("5", TABLE),
+        7,
+        1,
+        "only applies to release_per_second = \"adaptive\"",
+    );
+    refused_at(
+        &room(
+            "\"adaptive\"",
+            &TABLE.replace("min_per_second = 5", "min_per_second = 600"),
+        ),
         11,
         18,
         "must be at least `min_per_second` (600)",
@@ -72,7 +98,10 @@ fn adaptive_problems_are_located() {
         "`max_error_ratio` must be above 0 and below 1",
     );
     refused_at(
-        &room("\"adaptive\"", &TABLE.replace("target_p99_ms = 800", "target_p99_ms = 0")),
+        &room(
+            "\"adaptive\"",
+            &TABLE.replace("target_p99_ms = 800", "target_p99_ms = 0"),
+        ),
         8,
         17,
         "`target_p99_ms` must be between 1 and 600000",

@@ -78,7 +78,9 @@ impl AdaptiveRelease {
     /// One controller step; the rate the room must take, if adaptive.
     pub fn step(&mut self, now_ms: u64, free_slots: u32) -> Option<NonZeroU32> {
         let bounds = self.bounds?;
-        let previous = self.decision.unwrap_or_else(|| Decision::start(&bounds, now_ms));
+        let previous = self
+            .decision
+            .unwrap_or_else(|| Decision::start(&bounds, now_ms));
         let m = self.window.measure(now_ms, free_slots);
         let next = adaptive::step(&bounds, &previous, &m, now_ms);
         self.decision = Some(next);
@@ -129,12 +131,12 @@ mod tests {
         }
         let rate = a.step(1000, 5).unwrap().get();
         assert!(rate < 20, "{rate}");
-        assert_eq!(
-            a.view().unwrap().decision.reason,
-            adaptive::Reason::Latency
-        );
+        assert_eq!(a.view().unwrap().decision.reason, adaptive::Reason::Latency);
         // A reload that keeps it adaptive keeps the moved rate.
-        assert_eq!(a.configure(&room("\"adaptive\""), 1500).map(|r| r.get()), Some(rate));
+        assert_eq!(
+            a.configure(&room("\"adaptive\""), 1500).map(|r| r.get()),
+            Some(rate)
+        );
         // A number pins it: nothing moves it any more.
         assert_eq!(a.configure(&room("7"), 2000), None);
         assert_eq!(a.step(3000, 5), None);

@@ -21,8 +21,7 @@ pub const TICK: Duration = Duration::from_millis(20);
 pub const PLACES_PER_PASS_MAX: usize = 4096;
 /// How often the join limiters forget idle clients and the adaptive
 /// controllers run ([`sluice_admission::adaptive::STEP_MS`]).
-pub const JOIN_RETAIN_EVERY: Duration =
-    Duration::from_millis(sluice_admission::adaptive::STEP_MS);
+pub const JOIN_RETAIN_EVERY: Duration = Duration::from_millis(sluice_admission::adaptive::STEP_MS);
 
 pub struct Releaser {
     rooms: Arc<Rooms>,

@@ -414,7 +414,7 @@ impl Gateway {
     /// Starts the process again with the same config, ports and data (after
     /// [`Gateway::kill9`] or an exit).
     pub fn restart(&mut self) {
-                self.child = spawn(
+        self.child = spawn(
             &self.config_path,
             self.dir.path(),
             &self.env,
