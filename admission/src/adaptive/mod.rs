@@ -17,7 +17,7 @@
 //! base      = rate                    when gradient ≥ 1
 //!             min(rate, served/s)     when gradient < 1
 //! rate'     = (1 − α) × rate + α × base × gradient,   α = 0.25
-//! growing:  rate' ≤ max(rate, 1.2 × served/s)
+//! growing:  rate' ≤ max(rate, (1 + 0.15 × (gradient − 1)) × served/s)
 //! cutting:  not again within 3 s of the last cut
 //! rate'     clamped to [min_per_second, max_per_second]
 //! ```
@@ -26,7 +26,7 @@
 //! only while it is below, by at most `α` of the gap each second. The
 //! served-rate bound (BBR's delivery rate) and the cut cooldown damp the
 //! lag between a release and its checkout; against a saturating backend a
-//! limit cycle of about ±30 % remains (see `tests/adaptive_sim.rs`).
+//! limit cycle of about ±20-50 % remains (see `tests/adaptive_sim.rs`).
 //! [`window`] holds the measurements it runs on.
 
 pub mod window;
@@ -39,9 +39,11 @@ pub const SMOOTHING: f64 = 0.25;
 pub const GRADIENT_MIN: f64 = 0.5;
 /// Largest growth of one step's gradient.
 pub const GRADIENT_MAX: f64 = 2.0;
-/// While growing, the rate stays within this factor of what the backend
-/// served per second over the window (the delivery-rate bound of BBR).
-pub const SERVED_HEADROOM: f64 = 1.2;
+/// While growing, the rate stays within `1 + SERVED_HEADROOM × (gradient
+/// − 1)` of what the backend served per second over the window (BBR's
+/// delivery-rate bound, narrowing as the p99 nears the target): at most
+/// 1.15 × served with the p99 at half the target, 1.0 × at the target.
+pub const SERVED_HEADROOM: f64 = 0.15;
 /// After a cut, the next waits this long: the window still holds the
 /// checkouts released before it.
 pub const COOLDOWN_MS: u64 = 3000;
@@ -217,7 +219,8 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     };
     let mut next = (1.0 - SMOOTHING) * rate + SMOOTHING * base * gradient;
     if gradient > 1.0 {
-        next = next.min(rate.max(m.served_per_second * SERVED_HEADROOM));
+        let headroom = 1.0 + SERVED_HEADROOM * (gradient - 1.0);
+        next = next.min(rate.max(m.served_per_second * headroom));
     }
     if next > hi || next < lo {
         return decide(next.clamp(lo, hi), Reason::Bound);

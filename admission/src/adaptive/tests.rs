@@ -66,8 +66,8 @@ fn fast_checkouts_raise_the_rate_but_not_far_above_what_was_served() {
     let d = step(&B, &at(100.0), &m(200, 300, 0, 100.0, 100), 1000);
     assert_eq!(d.reason, Reason::Latency);
     assert!(
-        (d.rate - 120.0).abs() < 1e-9,
-        "gradient 2 capped at 1.2 × served: {}",
+        (d.rate - 115.0).abs() < 1e-9,
+        "gradient 2 capped at 1.15 × served: {}",
         d.rate
     );
     let d = step(&B, &at(100.0), &m(200, 300, 0, 200.0, 100), 1000);
