@@ -81,3 +81,48 @@ impl BackgroundService for Releaser {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_admission::adaptive::Outcome;
+    use sluice_admission::InMemoryStock;
+    use sluice_policies::validate::parse_with_env;
+
+    fn config(admissions: &str) -> sluice_policies::Config {
+        let src = format!("[gateway]\nadmissions = \"{admissions}\"\n[[rooms]]\nname = \"r\"\nmax_active = 10\nqueue_capacity = 10\nrelease_per_second = \"adaptive\"\n[rooms.adaptive]\ntarget_p99_ms = 100\nmin_per_second = 4\nmax_per_second = 100\n");
+        parse_with_env(&src, std::path::Path::new("p.toml"), &|_| None).unwrap()
+    }
+
+    fn slow_checkouts(rooms: &Rooms) {
+        for _ in 0..50 {
+            rooms.record_checkout("r", 900, Outcome::Served);
+        }
+    }
+
+    fn rate(rooms: &Rooms) -> u32 {
+        let entry = rooms.get("r").unwrap();
+        let line = entry.line.lock().unwrap();
+        line.policy().release_per_second.get()
+    }
+
+    #[test]
+    fn the_kill_switch_holds_the_controller_and_reopening_lets_it_act() {
+        let rooms =
+            Arc::new(Rooms::new(&config("paused"), false, Arc::new(InMemoryStock::new())).unwrap());
+        let releaser = Releaser::new(rooms.clone());
+        assert_eq!(rate(&rooms), 20);
+        slow_checkouts(&rooms);
+        releaser.adapt_once(now_ms());
+        assert_eq!(rate(&rooms), 20, "paused: the controller holds");
+        rooms.apply(&config("open"), now_ms()).unwrap();
+        slow_checkouts(&rooms);
+        releaser.adapt_once(now_ms());
+        assert!(rate(&rooms) < 20, "open again: slow checkouts cut the rate");
+        assert_eq!(
+            rooms.adaptive_view("r").unwrap().decision.per_second(),
+            rate(&rooms),
+            "the room runs at the controller's rate"
+        );
+    }
+}
