@@ -17,9 +17,11 @@
 //! - [`poll`]: when to ask again, and the estimated wait.
 //! - [`join_limiter`]: joins per client address.
 //! - [`stats`]: the room's numbers for metrics.
+//! - [`adaptive`]: the release rate that follows the backend's checkouts.
 //! - [`bucket`], [`rate_meter`]: the release rate limit and its measurement.
 //! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
 
+pub mod adaptive;
 pub mod bucket;
 pub mod clock;
 pub mod fair_start;

@@ -144,16 +144,28 @@ impl Admin {
             .rooms
             .iter()
             .map(|r| {
+                let adaptive = self.shared.rooms.adaptive_view(&r.name);
                 let mut room = json!({
                     "name": r.name,
-                    "release_per_second": r.release_per_second.get(),
-                    "release_source": match &r.release_source {
-                        ReleaseSource::Fixed => json!({"kind": "fixed"}),
-                        ReleaseSource::Auto { backend, exact_per_second } => json!({
+                    "release_per_second": adaptive
+                        .map_or(r.release_per_second.get(), |a| a.decision.per_second()),
+                    "release_source": match (&r.release_source, adaptive) {
+                        (ReleaseSource::Auto { backend, exact_per_second }, _) => json!({
                             "kind": "auto",
                             "tightest_backend": backend,
                             "exact_per_second": exact_per_second,
                         }),
+                        (ReleaseSource::Adaptive(_), Some(a)) => json!({
+                            "kind": "adaptive",
+                            "target_p99_ms": a.bounds.target_p99_ms,
+                            "max_error_ratio": a.bounds.max_error_ratio,
+                            "min_per_second": a.bounds.min_per_second,
+                            "max_per_second": a.bounds.max_per_second,
+                            "exact_per_second": a.decision.rate,
+                            "reason": a.decision.reason.as_str(),
+                            "decided_at": a.decision.at_ms / 1000,
+                        }),
+                        _ => json!({"kind": "fixed"}),
                     },
                     "max_active": r.max_active.get(),
                     "queue_capacity": r.queue_capacity.get(),

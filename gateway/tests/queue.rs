@@ -417,7 +417,7 @@ async fn metrics_show_the_rooms() {
         Some(1.0)
     );
     assert_eq!(
-        gw.metric("sluice_release_rate_limit{room=\"drop\"}"),
+        gw.metric("sluice_release_rate_limit{reason=\"fixed\",room=\"drop\"}"),
         Some(50.0)
     );
     assert_eq!(

@@ -69,7 +69,8 @@ pub struct BackendFile {
     pub calls_per_checkout: Spanned<f64>,
 }
 
-/// `release_per_second`: a number, or `"auto"` from the backends.
+/// `release_per_second`: a number, `"auto"` from the backends, or
+/// `"adaptive"` from the checkouts.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum RateFile {
@@ -160,6 +161,17 @@ pub struct RoomFile {
     pub opens_at: Option<Spanned<toml::value::Datetime>>,
     pub reservation_ttl_s: Option<Spanned<i64>>,
     pub max_orders_per_pass: Option<Spanned<i64>>,
+    pub adaptive: Option<Spanned<AdaptiveFile>>,
+}
+
+/// `[rooms.adaptive]`, for `release_per_second = "adaptive"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveFile {
+    pub target_p99_ms: Option<Spanned<i64>>,
+    pub max_error_ratio: Option<Spanned<f64>>,
+    pub min_per_second: Option<Spanned<i64>>,
+    pub max_per_second: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -223,7 +223,8 @@ pub struct Room {
     /// `protect` matches with ASCII case folded (`/Cart/x` is `/cart/x`),
     /// for origins that fold case.
     pub protect_case_insensitive: bool,
-    /// The rate in force: configured, or derived from the backends.
+    /// The rate in force: configured, or derived from the backends; with
+    /// adaptive release, the rate it starts at.
     pub release_per_second: NonZeroU32,
     /// Where the rate comes from.
     pub release_source: ReleaseSource,
@@ -258,6 +259,20 @@ pub enum ReleaseSource {
         /// `max_rps × headroom / calls_per_checkout` of that backend.
         exact_per_second: f64,
     },
+    /// `"adaptive"`: the gateway moves the rate between the bounds from the
+    /// admitted shoppers' checkouts; `release_per_second` is where it starts.
+    Adaptive(Adaptive),
+}
+
+/// `[rooms.adaptive]`: what the adaptive release holds and its bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    /// Admitted checkouts' p99 latency to hold.
+    pub target_p99_ms: u32,
+    /// Share of admitted checkouts allowed to fail for the backend's sake.
+    pub max_error_ratio: f64,
+    pub min_per_second: NonZeroU32,
+    pub max_per_second: NonZeroU32,
 }
 
 /// A declared dependency of the purchase flow.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+mod adaptive;
+
 use crate::diagnostic::{Diagnostic, Diagnostics, Locator};
 use crate::file::{
     BackendFile, ConfigFile, GatewayFile, KeyFile, OriginCacheFile, ProductFile, RateFile, RoomFile,
@@ -585,8 +587,16 @@ impl Validator<'_> {
         &mut self,
         rate: Spanned<RateFile>,
         headroom: Option<Spanned<f64>>,
+        adaptive: Option<Spanned<crate::file::AdaptiveFile>>,
         backends: &[Backend],
     ) -> (i64, ReleaseSource) {
+        let is_adaptive = matches!(rate.get_ref(), RateFile::Word(w) if w == "adaptive");
+        if let (Some(table), false) = (&adaptive, is_adaptive) {
+            self.problem(
+                table,
+                "[rooms.adaptive] only applies to release_per_second = \"adaptive\"",
+            );
+        }
         let headroom_value = match &headroom {
             None => 0.8,
             Some(h) if *h.get_ref() > 0.0 && *h.get_ref() <= 1.0 => *h.get_ref(),
@@ -647,10 +657,19 @@ impl Validator<'_> {
                     }
                 }
             }
+            RateFile::Word(w) if w == "adaptive" => {
+                if let Some(h) = &headroom {
+                    self.problem(
+                        h,
+                        "`headroom` only applies to release_per_second = \"auto\"",
+                    );
+                }
+                self.adaptive(adaptive, span)
+            }
             RateFile::Word(w) => {
                 self.problems.push(self.loc.at(
                     Some(span),
-                    format!("`release_per_second` must be a number or \"auto\", got {w:?}"),
+                    format!("`release_per_second` must be a number, \"auto\" or \"adaptive\", got {w:?}"),
                 ));
                 (1, ReleaseSource::Fixed)
             }
@@ -693,7 +712,7 @@ impl Validator<'_> {
                 }
             }
             let (release, release_source) =
-                self.release_rate(r.release_per_second, r.headroom, backends);
+                self.release_rate(r.release_per_second, r.headroom, r.adaptive, backends);
             let burst = self.int(r.burst, "burst", 1..=1_000_000, release);
             let max_active = self.int(Some(r.max_active), "max_active", 1..=10_000_000, 1);
             let capacity = self.int(Some(r.queue_capacity), "queue_capacity", 1..=100_000_000, 1);

@@ -254,7 +254,7 @@ fn auto_release_rate_follows_the_tightest_backend() {
     let none = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = \"auto\"\nmax_active = 10\nqueue_capacity = 10\n";
     refused_at(none, 4, 22, "needs at least one [[backends]]");
     let word = none.replace("\"auto\"", "\"fast\"");
-    refused_at(&word, 4, 22, "a number or \"auto\"");
+    refused_at(&word, 4, 22, "a number, \"auto\" or \"adaptive\"");
     let headroom_fixed = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nheadroom = 0.5\nmax_active = 10\nqueue_capacity = 10\n";
     refused_at(headroom_fixed, 5, 12, "only applies");
 }

@@ -179,6 +179,21 @@ impl<S: QueueStore> WaitingRoom<S> {
         Ok(())
     }
 
+    /// Sets the release rate alone (adaptive release, once a second); the
+    /// line, passes, burst and the bucket's level stay.
+    pub fn set_release_per_second(&mut self, rate: std::num::NonZeroU32) {
+        self.policy.release_per_second = rate;
+        self.bucket.reconfigure(rate.get(), self.policy.burst.get());
+    }
+
+    /// Passes that can still be let in before `max_active` is reached.
+    pub fn free_slots(&self) -> u32 {
+        self.policy
+            .max_active
+            .get()
+            .saturating_sub(self.active.len().min(u32::MAX as usize) as u32)
+    }
+
     /// The kill switch: paused, nobody joins and nobody is let in; passes
     /// already given keep working. Reopening continues in order.
     pub fn set_paused(&mut self, paused: bool) {

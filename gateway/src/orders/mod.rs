@@ -16,6 +16,7 @@
 //! that creates the order). Once it has started them all and they have
 //! ended, its slot goes back to the line.
 
+mod backend_outcome;
 mod collector;
 mod payments;
 pub mod pool;
@@ -456,6 +457,7 @@ impl Orders {
         };
         let (service, stock) = (self.service.clone(), self.stock.clone());
         let sku = request.sku.clone();
+        let started = std::time::Instant::now();
         let ran = self.checkouts.run(move || {
             let result = service.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
             refresh(&stock, service.store());
@@ -468,6 +470,10 @@ impl Orders {
             count("overloaded");
             return overloaded();
         };
+        let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+        if let Some(outcome) = backend_outcome::of(&result) {
+            rooms.record_checkout(room, latency_ms, outcome);
+        }
         match &result {
             Ok((order, created)) => {
                 if *created == sluice_checkout::Created::Created {

@@ -49,7 +49,7 @@ const FAMILIES: [Family; 9] = [
     ),
     Family::new(
         "sluice_release_rate_limit",
-        "Configured (or derived) release_per_second.",
+        "release_per_second in force; reason: fixed, auto, or what last moved an adaptive rate.",
         MetricType::GAUGE,
     ),
     Family::new(
@@ -113,8 +113,13 @@ impl Collector for RoomCollector {
             metrics[4].push(sample(&r, MetricType::COUNTER, s.admitted_total as f64));
             metrics[5].push(sample(&r, MetricType::GAUGE, s.active_passes as f64));
             metrics[6].push(sample(&r, MetricType::GAUGE, s.release_rate));
+            let reason = entry
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .reason();
             metrics[7].push(sample(
-                &r,
+                &[("room", room), ("reason", reason)],
                 MetricType::GAUGE,
                 f64::from(s.release_per_second),
             ));

@@ -6,6 +6,7 @@
 //! time; this module owns them, feeds them the wall clock, signs and checks
 //! their tokens, and turns their answers into the contract's JSON.
 
+pub mod adaptive;
 mod collector;
 pub mod page;
 mod release;
@@ -22,6 +23,7 @@ use arc_swap::ArcSwap;
 use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use sluice_admission::adaptive::Outcome;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
@@ -54,6 +56,9 @@ pub struct RoomEntry {
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+    /// Adaptive release: checkouts measured and the rate decided. Taken
+    /// before `line` when both are held.
+    pub adaptive: Mutex<adaptive::AdaptiveRelease>,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -131,6 +136,8 @@ pub struct RoomsPlan {
     keyring: Arc<Keyring>,
     rooms: Vec<PlannedRoom>,
     paused: bool,
+    /// When the plan was made: the adaptive controller's clock at commit.
+    now_ms: u64,
 }
 
 struct PlannedRoom {
@@ -140,6 +147,8 @@ struct PlannedRoom {
     policy: Policy,
     joins_per_minute: NonZeroU32,
     ttls: TokenTtls,
+    /// The room's config, for the adaptive controller's bounds.
+    config: Room,
 }
 
 /// Every room of the config, kept across reloads.
@@ -218,6 +227,9 @@ impl Rooms {
                         now_ms,
                     )
                     .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    let mut adaptive = adaptive::AdaptiveRelease::default();
+                    // A new room runs at its configured (start) rate.
+                    let _ = adaptive.configure(room, now_ms);
                     Arc::new(RoomEntry {
                         limiter: ArcSwap::from_pointee(RoomLimiter::new(
                             room.joins_per_minute_per_client,
@@ -225,6 +237,7 @@ impl Rooms {
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
+                        adaptive: Mutex::new(adaptive),
                     })
                 }
             };
@@ -234,12 +247,14 @@ impl Rooms {
                 policy,
                 joins_per_minute: room.joins_per_minute_per_client,
                 ttls: TokenTtls::of(room),
+                config: room.clone(),
             });
         }
         Ok(RoomsPlan {
             keyring,
             rooms,
             paused: config.gateway.admissions == Admissions::Paused,
+            now_ms,
         })
     }
 
@@ -249,10 +264,16 @@ impl Rooms {
         for room in plan.rooms {
             let entry = room.entry;
             {
+                // `adaptive` is taken before `line` (the release worker's order).
+                let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
                 let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = line.update_policy(room.policy) {
                     // plan() validated this very policy.
                     tracing::error!(room = room.name, "policy refused after validation: {e}");
+                }
+                // A room that stays adaptive keeps the rate it had reached.
+                if let Some(rate) = adaptive.configure(&room.config, plan.now_ms) {
+                    line.set_release_per_second(rate);
                 }
                 line.set_paused(plan.paused);
             }
@@ -326,6 +347,27 @@ impl Rooms {
         for entry in self.rooms.load().values() {
             entry.limiter.load().joins.retain_recent();
         }
+    }
+
+    /// A checkout of an admitted shopper of `room` that reached the
+    /// backend, for adaptive release.
+    pub fn record_checkout(&self, room: &str, latency_ms: u32, outcome: Outcome) {
+        if let Some(entry) = self.get(room) {
+            entry
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(now_ms(), latency_ms, outcome);
+        }
+    }
+
+    /// The adaptive controller of `room`, when its rate is not pinned.
+    pub fn adaptive_view(&self, room: &str) -> Option<adaptive::AdaptiveView> {
+        self.get(room)?
+            .adaptive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .view()
     }
 
     /// Whether `pass` (already verified for `room`) still holds its active

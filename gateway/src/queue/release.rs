@@ -1,6 +1,7 @@
 //! The release worker: a loop of bounded `release_once` passes over every
-//! room, until shutdown; once a second it also lets the join limiters
-//! forget idle clients.
+//! room, until shutdown; once a second it also runs the adaptive release
+//! controller of each adaptive room (`adapt_once`) and lets the join
+//! limiters forget idle clients.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +19,9 @@ pub const TICK: Duration = Duration::from_millis(20);
 /// Places one pass may look at, so a long run of abandoned places cannot
 /// hold the room's lock for long.
 pub const PLACES_PER_PASS_MAX: usize = 4096;
-/// How often the join limiters forget idle clients.
-pub const JOIN_RETAIN_EVERY: Duration = Duration::from_secs(1);
+/// How often the join limiters forget idle clients and the adaptive
+/// controllers run ([`sluice_admission::adaptive::STEP_MS`]).
+pub const JOIN_RETAIN_EVERY: Duration = Duration::from_millis(sluice_admission::adaptive::STEP_MS);
 
 pub struct Releaser {
     rooms: Arc<Rooms>,
@@ -39,6 +41,23 @@ impl Releaser {
         }
         released
     }
+
+    /// One adaptive-release step for every adaptive room: the controller
+    /// moves the rate, the room takes it at once. A paused room releases
+    /// nobody whatever the rate, so its controller holds; a sold-out one
+    /// releases nobody either and has no checkouts, so its rate holds too.
+    pub fn adapt_once(&self, now_ms: u64) {
+        for entry in self.rooms.all().values() {
+            let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
+            let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
+            if line.is_paused() {
+                continue;
+            }
+            if let Some(rate) = adaptive.step(now_ms, line.free_slots()) {
+                line.set_release_per_second(rate);
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -54,8 +73,56 @@ impl BackgroundService for Releaser {
                 _ = tick.tick() => {
                     self.release_once(now_ms());
                 }
-                _ = retain.tick() => self.rooms.retain_recent_joins(),
+                _ = retain.tick() => {
+                    self.adapt_once(now_ms());
+                    self.rooms.retain_recent_joins();
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_admission::adaptive::Outcome;
+    use sluice_admission::InMemoryStock;
+    use sluice_policies::validate::parse_with_env;
+
+    fn config(admissions: &str) -> sluice_policies::Config {
+        let src = format!("[gateway]\nadmissions = \"{admissions}\"\n[[rooms]]\nname = \"r\"\nmax_active = 10\nqueue_capacity = 10\nrelease_per_second = \"adaptive\"\n[rooms.adaptive]\ntarget_p99_ms = 100\nmin_per_second = 4\nmax_per_second = 100\n");
+        parse_with_env(&src, std::path::Path::new("p.toml"), &|_| None).unwrap()
+    }
+
+    fn slow_checkouts(rooms: &Rooms) {
+        for _ in 0..50 {
+            rooms.record_checkout("r", 900, Outcome::Served);
+        }
+    }
+
+    fn rate(rooms: &Rooms) -> u32 {
+        let entry = rooms.get("r").unwrap();
+        let line = entry.line.lock().unwrap();
+        line.policy().release_per_second.get()
+    }
+
+    #[test]
+    fn the_kill_switch_holds_the_controller_and_reopening_lets_it_act() {
+        let rooms =
+            Arc::new(Rooms::new(&config("paused"), false, Arc::new(InMemoryStock::new())).unwrap());
+        let releaser = Releaser::new(rooms.clone());
+        assert_eq!(rate(&rooms), 20);
+        slow_checkouts(&rooms);
+        releaser.adapt_once(now_ms());
+        assert_eq!(rate(&rooms), 20, "paused: the controller holds");
+        rooms.apply(&config("open"), now_ms()).unwrap();
+        slow_checkouts(&rooms);
+        releaser.adapt_once(now_ms());
+        assert!(rate(&rooms) < 20, "open again: slow checkouts cut the rate");
+        assert_eq!(
+            rooms.adaptive_view("r").unwrap().decision.per_second(),
+            rate(&rooms),
+            "the room runs at the controller's rate"
+        );
     }
 }

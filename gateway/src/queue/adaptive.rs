@@ -1,0 +1,145 @@
+//! Adaptive release of one room: its window of admitted shoppers'
+//! checkouts and the controller's last decision, kept across reloads.
+//!
+//! The orders handler records each checkout that reached the backend; the
+//! release worker runs [`AdaptiveRelease::step`] once a second and gives
+//! the room the rate. A room configured with a number or `"auto"` has no
+//! bounds here: the configured rate is in force and nothing moves it.
+
+use std::num::NonZeroU32;
+
+use sluice_admission::adaptive::{self, Bounds, CheckoutWindow, Decision, Outcome};
+use sluice_policies::model::{ReleaseSource, Room};
+
+#[derive(Debug, Default)]
+pub struct AdaptiveRelease {
+    /// The bounds in force; `None` when the room's rate is pinned.
+    bounds: Option<Bounds>,
+    window: CheckoutWindow,
+    decision: Option<Decision>,
+    /// `fixed` or `auto` for a pinned rate.
+    pinned: &'static str,
+}
+
+/// What `/admin/state` and the metrics show of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptiveView {
+    pub bounds: Bounds,
+    pub decision: Decision,
+}
+
+impl AdaptiveRelease {
+    /// Takes a (re)loaded room's release source. A room that stays
+    /// adaptive keeps its rate (the next step brings it inside new bounds);
+    /// one that becomes adaptive starts at the configured start rate; one
+    /// pinned to a number forgets the controller. Returns the rate the room
+    /// must run at, when it is not the configured one.
+    pub fn configure(&mut self, room: &Room, now_ms: u64) -> Option<NonZeroU32> {
+        match &room.release_source {
+            ReleaseSource::Adaptive(a) => {
+                let bounds = Bounds {
+                    target_p99_ms: a.target_p99_ms,
+                    max_error_ratio: a.max_error_ratio,
+                    min_per_second: a.min_per_second.get(),
+                    max_per_second: a.max_per_second.get(),
+                };
+                self.bounds = Some(bounds);
+                match self.decision {
+                    Some(d) => NonZeroU32::new(d.per_second()),
+                    None => {
+                        self.decision = Some(Decision {
+                            rate: f64::from(room.release_per_second.get()),
+                            ..Decision::start(&bounds, now_ms)
+                        });
+                        None
+                    }
+                }
+            }
+            ReleaseSource::Fixed | ReleaseSource::Auto { .. } => {
+                self.pinned = if room.release_source == ReleaseSource::Fixed {
+                    "fixed"
+                } else {
+                    "auto"
+                };
+                self.bounds = None;
+                self.decision = None;
+                None
+            }
+        }
+    }
+
+    /// A checkout of an admitted shopper that reached the backend.
+    pub fn record(&mut self, now_ms: u64, latency_ms: u32, outcome: Outcome) {
+        if self.bounds.is_some() {
+            self.window.record(now_ms, latency_ms, outcome);
+        }
+    }
+
+    /// One controller step; the rate the room must take, if adaptive.
+    pub fn step(&mut self, now_ms: u64, free_slots: u32) -> Option<NonZeroU32> {
+        let bounds = self.bounds?;
+        let previous = self
+            .decision
+            .unwrap_or_else(|| Decision::start(&bounds, now_ms));
+        let m = self.window.measure(now_ms, free_slots);
+        let next = adaptive::step(&bounds, &previous, &m, now_ms);
+        self.decision = Some(next);
+        NonZeroU32::new(next.per_second())
+    }
+
+    /// The `reason` label of `sluice_release_rate_limit`: what last moved
+    /// an adaptive rate, or `fixed`/`auto` for a pinned one.
+    pub fn reason(&self) -> &'static str {
+        match self.view() {
+            Some(v) => v.decision.reason.as_str(),
+            None if self.pinned.is_empty() => "fixed",
+            None => self.pinned,
+        }
+    }
+
+    pub fn view(&self) -> Option<AdaptiveView> {
+        Some(AdaptiveView {
+            bounds: self.bounds?,
+            decision: self.decision?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_policies::validate::parse_with_env;
+
+    fn room(rate: &str) -> Room {
+        let src = format!("[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = {rate}\nmax_active = 10\nqueue_capacity = 10\n[rooms.adaptive]\ntarget_p99_ms = 100\nmin_per_second = 4\nmax_per_second = 100\n");
+        let src = if rate == "\"adaptive\"" {
+            src
+        } else {
+            src.split("[rooms.adaptive]").next().unwrap().to_string()
+        };
+        let c = parse_with_env(&src, std::path::Path::new("p.toml"), &|_| None).unwrap();
+        c.room("r").unwrap().clone()
+    }
+
+    #[test]
+    fn slow_checkouts_lower_the_rate_and_a_number_pins_it() {
+        let mut a = AdaptiveRelease::default();
+        assert_eq!(a.configure(&room("\"adaptive\""), 0), None);
+        assert_eq!(a.view().unwrap().decision.per_second(), 20);
+        for i in 0..50 {
+            a.record(900 + i, 400, Outcome::Served);
+        }
+        let rate = a.step(1000, 5).unwrap().get();
+        assert!(rate < 20, "{rate}");
+        assert_eq!(a.view().unwrap().decision.reason, adaptive::Reason::Latency);
+        // A reload that keeps it adaptive keeps the moved rate.
+        assert_eq!(
+            a.configure(&room("\"adaptive\""), 1500).map(|r| r.get()),
+            Some(rate)
+        );
+        // A number pins it: nothing moves it any more.
+        assert_eq!(a.configure(&room("7"), 2000), None);
+        assert_eq!(a.step(3000, 5), None);
+        assert!(a.view().is_none());
+    }
+}
