@@ -53,6 +53,37 @@ const LOOKALIKES: [char; 9] = [
     '\u{FE52}',
 ];
 
+/// Characters that look like nothing or like a space, or like another
+/// ASCII character, once decoded: format characters (Unicode category Cf:
+/// zero-width spaces and joiners, bidi controls, the BOM, the soft hyphen),
+/// non-ASCII spaces (NBSP, the U+2000 block, the ideographic space) and the
+/// fullwidth forms of ASCII (`ｃ`). An origin that applies NFKC or drops
+/// format characters reads `/c%E2%80%8Bart` or `/%EF%BD%83art` as
+/// `/cart`; the gateway's globs would not.
+fn is_invisible_or_compatibility(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00A0}'
+            | '\u{00AD}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{1680}'
+            | '\u{180E}'
+            | '\u{2000}'..='\u{200F}'
+            | '\u{2028}'..='\u{202F}'
+            | '\u{205F}'..='\u{206F}'
+            | '\u{3000}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FF01}'..='\u{FF5E}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
+}
+
 /// A request path in its one canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalPath {
@@ -91,6 +122,9 @@ pub enum PathError {
     Lookalike,
     EmptySegment,
     DotSegment,
+    /// An invisible, space-like or fullwidth character once decoded
+    /// ([`is_invisible_or_compatibility`]).
+    Invisible,
     /// A segment ending in `.` or a space (`/cart./x`): Windows and IIS
     /// origins drop those, so `/cart.` would be served as `/cart`.
     TrailingDot,
@@ -128,6 +162,9 @@ impl PathError {
             }
             PathError::EmptySegment => "The request path contains an empty segment.",
             PathError::DotSegment => "The request path contains a '.' or '..' segment.",
+            PathError::Invisible => {
+                "The request path contains an invisible, space-like or fullwidth character."
+            }
             PathError::TrailingDot => "A segment of the request path ends in a dot or a space.",
             PathError::Drive => "The request path names a drive.",
         }
@@ -202,6 +239,7 @@ pub fn check_decoded(path: &str) -> Result<(), PathError> {
             ';' => return Err(PathError::Semicolon),
             '%' => return Err(PathError::DoubleEncoded),
             _ if LOOKALIKES.contains(&c) => return Err(PathError::Lookalike),
+            _ if is_invisible_or_compatibility(c) => return Err(PathError::Invisible),
             _ => {}
         }
     }
@@ -378,6 +416,12 @@ mod tests {
             ("/cart/.", DotSegment),
             ("/...", DotSegment),
             ("/cart./x", TrailingDot),
+            ("/%EF%BD%83art/x", Invisible),
+            ("/cart%E2%80%8B/x", Invisible),
+            ("/cart%EF%BB%BF/x", Invisible),
+            ("/cart%C2%A0/x", Invisible),
+            ("/cart%C2%AD/x", Invisible),
+            ("/cart%E2%80%AE/x", Invisible),
             ("/secret%2e", TrailingDot),
             ("/cart%20/x", TrailingDot),
             ("/C:/x", Drive),
