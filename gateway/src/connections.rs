@@ -17,10 +17,13 @@
 //! exactly when the connection closes. Beyond the cap a new connection is
 //! closed at once: its descriptor lives for microseconds, so idle
 //! connections can never use up the descriptors that SQLite and the admin
-//! listener need. pingora's `connection_filter` feature was not used: it
-//! sees the accept but not the close, so it cannot count open
-//! connections. Connections still in their TLS handshake (at most 60 s, by
-//! pingora) are not counted yet.
+//! listener need. pingora's `connection_filter` sees the accept but not
+//! the close, so it cannot count open connections; it is used as well, as
+//! [`CapFilter`]: while the cap is full it drops a new connection inside
+//! the accept loop itself, before a task is spawned for it, so a burst of
+//! thousands of connections past the cap never holds thousands of
+//! descriptors at once while their tasks wait to run. Connections still in
+//! their TLS handshake (at most 60 s, by pingora) are not counted yet.
 //!
 //! With `gateway.proxy_protocol` on a plain TCP listener, [`Public`] also
 //! reads the PROXY header first ([`crate::proxy_protocol`]).
@@ -151,6 +154,25 @@ impl ConnectionCap {
     /// Connections closed at once because the cap was reached.
     pub fn refused_total(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// The accept loop's check: refuse at once while `max` connections are
+/// open. [`Public`] still takes the slot (two accepts may pass this check
+/// for the last free slot; the second is closed there).
+#[derive(Debug)]
+pub struct CapFilter(pub Arc<ConnectionCap>);
+
+#[async_trait]
+impl pingora::listeners::ConnectionFilter for CapFilter {
+    async fn should_accept(&self, _addr: Option<&std::net::SocketAddr>) -> bool {
+        let cap = &self.0;
+        if cap.open() < cap.max {
+            return true;
+        }
+        cap.refused.fetch_add(1, Ordering::Relaxed);
+        cap.metrics.refused.inc();
+        false
     }
 }
 

@@ -12,7 +12,9 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::Admin;
-use crate::connections::{default_max_connections, raise_fd_limit, ConnectionCap, Public};
+use crate::connections::{
+    default_max_connections, raise_fd_limit, CapFilter, ConnectionCap, Public,
+};
 use crate::control::Control;
 use crate::orders::{simulator_outside_demo, OrdersWorker};
 use crate::proxy::Proxy;
@@ -59,6 +61,7 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         gateway.proxy_protocol && gateway.tls.is_none(),
     );
     let mut proxy = Service::new("sluice proxy".to_string(), public);
+    proxy.set_connection_filter(Arc::new(CapFilter(cap.clone())));
     if gateway.proxy_protocol && gateway.tls.is_some() {
         proxy
             .endpoints()
