@@ -136,10 +136,23 @@ impl ConnectionCap {
                 Some(Slot(self.clone()))
             }
             Err(_) => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                self.metrics.refused.inc();
+                self.refuse();
                 None
             }
+        }
+    }
+
+    /// Counts a connection closed at once because the cap was reached, and
+    /// logs the 1st, 2nd, 4th, 8th… of them.
+    fn refuse(&self) {
+        let refused = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        self.metrics.refused.inc();
+        if refused.is_power_of_two() {
+            tracing::warn!(
+                max_connections = self.max,
+                refused_total = refused,
+                "public connection closed at once: max_connections open"
+            );
         }
     }
 
@@ -170,8 +183,7 @@ impl pingora::listeners::ConnectionFilter for CapFilter {
         if cap.open() < cap.max {
             return true;
         }
-        cap.refused.fetch_add(1, Ordering::Relaxed);
-        cap.metrics.refused.inc();
+        cap.refuse();
         false
     }
 }
@@ -203,17 +215,9 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Public<A> {
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let Some(_slot) = self.cap.try_acquire() else {
-            let refused = self.cap.refused_total();
-            if refused.is_power_of_two() {
-                tracing::warn!(
-                    max_connections = self.cap.max(),
-                    refused_total = refused,
-                    "public connection closed at once: max_connections open"
-                );
-            }
-            return None;
-        };
+        // Beyond the cap the connection is closed at once (counted and
+        // logged by the cap).
+        let _slot = self.cap.try_acquire()?;
         if self.proxy_protocol {
             if let Err(e) = crate::proxy_protocol::accept(&mut *stream).await {
                 tracing::debug!("dropping a connection: {e}");
