@@ -17,6 +17,17 @@ if [ "${1:-}" = "--test" ]; then
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv) # schemathesis lives in a venv
 fi
 
+# PostgreSQL's server binaries (initdb, pg_ctl), for tests that start a
+# throwaway cluster of their own on a free port. Debian's package would
+# create and start a `main` cluster on 5432; createcluster.conf stops that,
+# so installing it starts no server.
+if [ "${1:-}" = "--test" ] && ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  mkdir -p /etc/postgresql-common
+  grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
+    echo 'create_main_cluster = false' >> /etc/postgresql-common/createcluster.conf
+  need+=(postgresql)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   SUDO=""

@@ -36,15 +36,7 @@ fn release_limit(metrics: &str, reason: &str) -> Option<f64> {
 }
 
 async fn room_state(gw: &Gateway) -> Value {
-    let state: Value = client()
-        .get(gw.admin_url("/admin/state"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    state["rooms"][0].clone()
+    gw.admin_json("/admin/state")["rooms"][0].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
