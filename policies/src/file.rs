@@ -21,6 +21,17 @@ pub struct ConfigFile {
     pub backends: Vec<Spanned<BackendFile>>,
     pub outbox: Option<Spanned<OutboxFile>>,
     pub payments: Option<Spanned<PaymentsFile>>,
+    pub cluster: Option<Spanned<ClusterFile>>,
+}
+
+/// `[cluster]`: the shared stores of a fleet of gateways.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    pub redis_url: Option<Spanned<String>>,
+    pub redis_url_env: Option<Spanned<String>>,
+    pub postgres_url: Option<Spanned<String>>,
+    pub postgres_url_env: Option<Spanned<String>>,
 }
 
 /// The payment provider.

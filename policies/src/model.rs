@@ -23,6 +23,20 @@ pub struct Config {
     pub backends: Vec<Backend>,
     pub outbox: Outbox,
     pub payments: Payments,
+    /// `[cluster]`: shared stores; each absent one is embedded in `data_dir`.
+    pub cluster: Cluster,
+}
+
+/// Where a fleet of gateways keeps what they share. Every field absent (no
+/// `[cluster]`): one gateway, everything embedded in `data_dir`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cluster {
+    /// Waiting rooms (`redis://` or `rediss://`), from `redis_url` or the
+    /// variable `redis_url_env` names.
+    pub redis_url: Option<Secret>,
+    /// Stock, orders, attempts and the outbox (`postgres://` or
+    /// `postgresql://`), from `postgres_url` or `postgres_url_env`.
+    pub postgres_url: Option<Secret>,
 }
 
 /// Which payment provider checkouts use, and how to reach it.

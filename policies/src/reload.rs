@@ -151,5 +151,8 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.max_connections != n.max_connections {
         keys.push("gateway.max_connections");
     }
+    if old.cluster != new.cluster {
+        keys.push("cluster");
+    }
     keys
 }

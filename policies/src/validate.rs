@@ -10,6 +10,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod adaptive;
+mod cluster;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Locator};
 use crate::file::{
@@ -96,6 +97,7 @@ impl Validator<'_> {
         let keys = self.keys(file.keys);
         let outbox = self.outbox(file.outbox.map(Spanned::into_inner));
         let payments = self.payments(file.payments);
+        let cluster = self.cluster(file.cluster);
         Config {
             source: path.to_path_buf(),
             gateway,
@@ -105,6 +107,7 @@ impl Validator<'_> {
             backends,
             outbox,
             payments,
+            cluster,
         }
     }
 

@@ -460,3 +460,62 @@ fn client_identity_and_connection_keys_are_checked() {
         "invalid type",
     );
 }
+
+#[test]
+fn cluster_names_its_stores_inline_or_by_environment() {
+    let none = parse("[gateway]\n").unwrap();
+    assert_eq!(none.cluster, Default::default());
+
+    let env = |name: &str| match name {
+        "SLUICE_REDIS_URL" => Some("redis://:pw@10.0.0.5:6379/0".to_string()),
+        "SLUICE_PG_URL" => Some("postgres://sluice:pw@10.0.0.6/sluice".to_string()),
+        _ => None,
+    };
+    let src = "[gateway]\n[cluster]\nredis_url_env = \"SLUICE_REDIS_URL\"\npostgres_url_env = \"SLUICE_PG_URL\"\n";
+    let c = parse_with_env(src, Path::new("p.toml"), &env).unwrap();
+    assert_eq!(
+        c.cluster.redis_url.as_ref().map(|s| s.expose()),
+        Some("redis://:pw@10.0.0.5:6379/0")
+    );
+    assert_eq!(
+        c.cluster.postgres_url.as_ref().map(|s| s.expose()),
+        Some("postgres://sluice:pw@10.0.0.6/sluice")
+    );
+
+    let inline = parse("[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n").unwrap();
+    assert!(inline.cluster.postgres_url.is_none());
+    assert!(inline.cluster.redis_url.is_some());
+}
+
+#[test]
+fn cluster_refuses_bad_store_urls_without_echoing_them() {
+    refused_at(
+        "[gateway]\n[cluster]\nredis_url = \"http://secret@host\"\n",
+        3,
+        13,
+        "must be a URL starting with redis:// or rediss://",
+    );
+    let problems = parse("[gateway]\n[cluster]\nredis_url = \"http://secret@host\"\n")
+        .unwrap_err()
+        .0;
+    assert!(!problems[0].message.contains("secret"), "{problems:?}");
+    refused_at(
+        "[gateway]\n[cluster]\npostgres_url = \"postgres://a\"\npostgres_url_env = \"PG\"\n",
+        4,
+        20,
+        "not both",
+    );
+    refused_at(
+        "[gateway]\n[cluster]\npostgres_url_env = \"NOT_SET_ANYWHERE\"\n",
+        3,
+        20,
+        "NOT_SET_ANYWHERE (`cluster.postgres_url`) is not set",
+    );
+    refused_at("[gateway]\n[cluster]\n", 2, 1, "[cluster] needs");
+    refused_at(
+        "[gateway]\n[cluster]\nredis = \"redis://x\"\n",
+        3,
+        1,
+        "unknown field `redis`",
+    );
+}

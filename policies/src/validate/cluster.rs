@@ -1,0 +1,106 @@
+//! `[cluster]`: the Redis and PostgreSQL a fleet of gateways shares.
+//!
+//! Each store is named either inline (`redis_url`) or by the environment
+//! variable holding it (`redis_url_env`), never both; the URL is a
+//! [`Secret`] (it usually carries a password) and must use the store's own
+//! scheme.
+
+use toml::Spanned;
+
+use super::Validator;
+use crate::file::ClusterFile;
+use crate::model::{Cluster, Secret};
+
+impl Validator<'_> {
+    pub(super) fn cluster(&mut self, file: Option<Spanned<ClusterFile>>) -> Cluster {
+        let Some(file) = file else {
+            return Cluster::default();
+        };
+        let span = file.span();
+        let file = file.into_inner();
+        let redis_url = self.store_url(
+            file.redis_url,
+            file.redis_url_env,
+            "redis_url",
+            &["redis://", "rediss://"],
+        );
+        let postgres_url = self.store_url(
+            file.postgres_url,
+            file.postgres_url_env,
+            "postgres_url",
+            &["postgres://", "postgresql://"],
+        );
+        if redis_url.is_none() && postgres_url.is_none() && self.problems.is_empty() {
+            self.problems.push(self.loc.at(
+                Some(span),
+                "[cluster] needs `redis_url`/`redis_url_env` or `postgres_url`/`postgres_url_env` (leave the table out to keep everything embedded)",
+            ));
+        }
+        Cluster {
+            redis_url,
+            postgres_url,
+        }
+    }
+
+    fn store_url(
+        &mut self,
+        inline: Option<Spanned<String>>,
+        env: Option<Spanned<String>>,
+        key: &str,
+        schemes: &[&str],
+    ) -> Option<Secret> {
+        let (value, span) = match (inline, env) {
+            (None, None) => return None,
+            (Some(_), Some(env)) => {
+                self.problem(
+                    &env,
+                    format!("set `cluster.{key}` or `cluster.{key}_env`, not both"),
+                );
+                return None;
+            }
+            (Some(url), None) => {
+                let span = url.span();
+                (url.into_inner(), span)
+            }
+            (None, Some(name)) => {
+                let var = name.get_ref().clone();
+                let valid_name =
+                    !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid_name {
+                    self.problem(
+                        &name,
+                        format!(
+                            "`cluster.{key}_env` must name an environment variable, got {var:?}"
+                        ),
+                    );
+                    return None;
+                }
+                match (self.env)(&var) {
+                    Some(url) => (url, name.span()),
+                    None => {
+                        self.problem(
+                            &name,
+                            format!("environment variable {var} (`cluster.{key}`) is not set"),
+                        );
+                        return None;
+                    }
+                }
+            }
+        };
+        if !schemes
+            .iter()
+            .any(|s| value.len() > s.len() && value.starts_with(s))
+        {
+            // Never echo the value: it may carry a password.
+            self.problems.push(self.loc.at(
+                Some(span),
+                format!(
+                    "`cluster.{key}` must be a URL starting with {}",
+                    schemes.join(" or ")
+                ),
+            ));
+            return None;
+        }
+        Some(Secret::new(value))
+    }
+}
