@@ -28,14 +28,30 @@ if [ "${1:-}" = "--test" ] && ! command -v initdb >/dev/null && ! ls /usr/lib/po
   need+=(postgresql)
 fi
 
+# redis-server, for tests that start a throwaway Redis of their own on a
+# free port (the machine's own Redis, if any, is never touched).
+if [ "${1:-}" = "--test" ] && ! command -v redis-server >/dev/null; then
+  need+=(redis-server)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  # --no-install-recommends keeps prometheus to its binaries; the package's
-  # service is never started by us.
+  # Packages with a service (redis-server, postgresql, prometheus) must not
+  # start it: a policy-rc.d that refuses every start is in place while apt
+  # runs, unless the machine already has one.
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  # --no-install-recommends keeps prometheus to its binaries.
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ -z "$own_policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 if [ "${1:-}" = "--test" ]; then
   # schemathesis checks docs/openapi.yaml against a running gateway
