@@ -1,61 +1,229 @@
 #!/usr/bin/env bash
-# Requests/s through Sluice and through nginx as a reverse proxy, to the same
-# local origin (nginx serving a 1 KiB file), same worker count, same run.
-# Rounds alternate so machine noise hits both alike; prints medians.
-#   usage: scripts/bench-proxy.sh [rounds=3] [seconds=10] [connections=64]
+# The hot paths of Sluice next to nginx (and, on the proxied path, a bare
+# pingora proxy), in one run, rounds alternating so machine noise hits every
+# side alike. Prints each round, then medians, CPU per request and ratios.
+#
+#   proxy    GET of a 1 KiB file through the proxy to a local origin (nginx):
+#            Sluice, nginx (proxy_pass, upstream keepalive), bare pingora
+#            (bench/bare-pingora: same pingora, allocator and timeouts)
+#   catalog  the same file from Sluice's in-memory catalog, nginx from disk;
+#            1 worker each, then 2 workers each
+#   status   GET /queue/drop/status with a waiting ticket (HS256) vs nginx
+#            `return 200` with a status-sized JSON body. One ticket polled
+#            in a loop is the refresh storm: nearly every poll is early
+#            (429, `Retry-After`), a few are on time (200).
+#   join     POST /queue/drop/join, each from another client address (the
+#            gateway trusts 127.0.0.1 as a proxy; X-Forwarded-For cycles
+#            through 65,536 addresses) vs nginx `return 200`
+#   pass     GET of a protected path with an EdDSA pass vs the same origin
+#            file on an unprotected path, both through Sluice
+#
+# CPU per request is the server's CPU time (utime + stime of every process
+# of it, from /proc) over the round, divided by the requests wrk completed.
+#
+#   usage: scripts/bench-proxy.sh [rounds=5] [seconds=5] [connections=64] [scenarios="proxy catalog status join pass"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-3}; secs=${2:-10}; conns=${3:-64}
-command -v wrk >/dev/null && command -v nginx >/dev/null || {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx-light >/dev/null; }
-cargo build --release -p sluice-gateway --bin sluice >/dev/null
+rounds=${1:-5}; secs=${2:-5}; conns=${3:-64}; scenarios=${4:-"proxy catalog status join pass"}
+
+if ! command -v wrk >/dev/null || ! command -v nginx >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  # The nginx package would start a server on :80; a policy-rc.d that
+  # refuses every start is in place while apt runs.
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d; own_policy=1
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends wrk nginx-light >/dev/null
+  [ -z "$own_policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+command -v python3 >/dev/null || { echo "python3 is needed (free ports, JSON)" >&2; exit 1; }
+cargo build --release -p sluice-gateway --bin sluice -p bare-pingora >&2
+bin=${CARGO_TARGET_DIR:-target}/release
 
 work=$(mktemp -d); chmod 755 "$work"   # nginx workers read it as www-data
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+cleanup() {
+  for f in "$work"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN=$(free_port); NGX=$(free_port); SLU=$(free_port); ADM=$(free_port)
-mkdir -p "$work/www" "$work/static"
-chmod 755 "$work/www"; head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
+ORIGIN=$(free_port); NGX=$(free_port); NGXS=$(free_port); NGXS2=$(free_port); BARE=$(free_port)
+mkdir -p "$work/www/p" "$work/static/cat" "$work/empty"
+chmod -R 755 "$work/www" "$work/static"
+head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
+cp "$work/www/item.json" "$work/www/p/item.json"
+cp "$work/www/item.json" "$work/static/cat/item.json"
+# What a waiting ticket's status and a join look like (sizes as Sluice's).
+STATUS_JSON='{"ahead":1,"estimated_wait_s":3600,"expires_at":1780000000,"poll_after_s":60,"position":2,"room":"drop","state":"waiting"}'
+JOIN_JSON='{"ahead":1,"estimated_wait_s":3600,"expires_at":1780000000,"poll_after_s":60,"position":2,"room":"drop","state":"waiting","ticket":"eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJzbHVpY2UiLCJhdWQiOiJkcm9wIiwic3ViIjoiMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAiLCJzZXEiOjEsInR5cCI6InRpY2tldCIsImlhdCI6MTc4MDAwMDAwMCwiZXhwIjoxNzgwMDAzNjAwfQ.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}'
 
 cat > "$work/origin.conf" <<CONF
 worker_processes 1; daemon on; pid $work/origin.pid; error_log $work/origin.err;
 events { worker_connections 4096; }
 http { access_log off; server { listen 127.0.0.1:$ORIGIN; root $work/www; } }
 CONF
-cat > "$work/proxy.conf" <<CONF
-worker_processes 1; daemon on; pid $work/nginx.pid; error_log $work/nginx.err;
+cat > "$work/nginx1.conf" <<CONF
+worker_processes 1; daemon on; pid $work/nginx1.pid; error_log $work/nginx1.err;
 events { worker_connections 4096; }
-http { access_log off;
+http { access_log off; include /etc/nginx/mime.types;
   upstream origin { server 127.0.0.1:$ORIGIN; keepalive 128; }
   server { listen 127.0.0.1:$NGX;
     location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection "";
-                 proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } } }
+                 proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }
+  server { listen 127.0.0.1:$NGXS; root $work/static;
+    location = /queue/drop/status { default_type application/json; add_header Cache-Control no-store; return 200 '$STATUS_JSON'; }
+    location = /queue/drop/join { default_type application/json; add_header Cache-Control no-store; return 200 '$JOIN_JSON'; } } }
 CONF
-cat > "$work/sluice.toml" <<CONF
-[gateway]
-listen = "127.0.0.1:$SLU"
-admin_listen = "127.0.0.1:$ADM"
-data_dir = "$work/var"
-static_dir = "$work/static"
-origin = "http://127.0.0.1:$ORIGIN"
-threads = 1
+cat > "$work/nginx2.conf" <<CONF
+worker_processes 2; daemon on; pid $work/nginx2.pid; error_log $work/nginx2.err;
+events { worker_connections 4096; }
+http { access_log off; include /etc/nginx/mime.types; server { listen 127.0.0.1:$NGXS2; root $work/static; } }
 CONF
-nginx -c "$work/origin.conf"; nginx -c "$work/proxy.conf"
-SLUICE_LOG=warn ./target/release/sluice run --config "$work/sluice.toml" 2>"$work/sluice.err" &
-echo $! > "$work/sluice.pid"
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLU/item.json" >/dev/null && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$NGX/item.json" >/dev/null
 
-run() { wrk -t1 -c"$conns" -d"${secs}s" "$1" | awk '/Requests\/sec/ {print $2}'; }
-run "http://127.0.0.1:$SLU/item.json" >/dev/null   # warm-up
-run "http://127.0.0.1:$NGX/item.json" >/dev/null
-s=(); n=()
-for r in $(seq "$rounds"); do
-  s+=("$(run "http://127.0.0.1:$SLU/item.json")")
-  n+=("$(run "http://127.0.0.1:$NGX/item.json")")
-  echo "round $r: sluice ${s[-1]} req/s, nginx ${n[-1]} req/s"
+hs256=$("$bin/sluice" keygen --alg hs256 | grep -v '^#')
+eddsa=$("$bin/sluice" keygen --alg eddsa | grep -v '^#')
+# sluice_config NAME THREADS STATIC KEYS EXTRA_GATEWAY ROOMS: writes NAME.toml, sets PORT_NAME.
+sluice_config() {
+  local name=$1 threads=$2 static=$3 keys=$4 extra=$5 rooms=$6 port
+  port=$(free_port); eval "PORT_$name=$port"
+  cat > "$work/$name.toml" <<CONF
+[gateway]
+listen = "127.0.0.1:$port"
+admin_listen = "127.0.0.1:$(free_port)"
+data_dir = "$work/var-$name"
+static_dir = "$static"
+origin = "http://127.0.0.1:$ORIGIN"
+threads = $threads
+$extra
+$keys
+$rooms
+CONF
+}
+room() { # name protect release_per_second max_active
+  printf '[[rooms]]\nname = "%s"\nprotect = [%s]\nrelease_per_second = %s\nmax_active = %s\nqueue_capacity = 50000000\npass_ttl_s = 86400\njoins_per_minute_per_client = 100000\n' "$@"
+}
+sluice_config S1 1 "$work/static" "$hs256" "" "$(room drop '"/drop/*"' 1 1)"
+sluice_config S2 2 "$work/static" "$hs256" "" ""
+sluice_config SJ 1 "$work/empty" "$hs256" 'trusted_proxies = ["127.0.0.1"]' "$(room drop '"/drop/*"' 1 1)"
+sluice_config SE 1 "$work/empty" "$eddsa" "" "$(room shop '"/p/*"' 1000 1000)"
+
+nginx -c "$work/origin.conf"; nginx -c "$work/nginx1.conf"; nginx -c "$work/nginx2.conf"
+for s in S1 S2 SJ SE; do
+  SLUICE_LOG=warn "$bin/sluice" run --config "$work/$s.toml" 2>"$work/$s.err" &
+  echo $! > "$work/$s.pid"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-ms=$(median "${s[@]}"); mn=$(median "${n[@]}")
-echo "cores: $(nproc); wrk -t1 -c$conns -d${secs}s; 1 worker each"
-echo "median: sluice $ms req/s, nginx $mn req/s, ratio $(awk -v a="$ms" -v b="$mn" 'BEGIN {printf "%.2f", a/b}')"
+"$bin/bare-pingora" "127.0.0.1:$BARE" "127.0.0.1:$ORIGIN" 1 2>"$work/bare.err" &
+echo $! > "$work/bare.pid"
+up() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1" >&2; exit 1; }
+up "http://127.0.0.1:$PORT_S1/item.json"; up "http://127.0.0.1:$PORT_S2/cat/item.json"
+up "http://127.0.0.1:$PORT_SJ/item.json"; up "http://127.0.0.1:$PORT_SE/item.json"
+up "http://127.0.0.1:$NGX/item.json"; up "http://127.0.0.1:$NGXS/cat/item.json"
+up "http://127.0.0.1:$NGXS2/cat/item.json"; up "http://127.0.0.1:$BARE/item.json"
+
+json() { python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$1"; }
+# The status ticket waits: the first joiner holds the room's only active
+# slot for the whole run, the second is polled.
+curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" >/dev/null
+ticket=$(curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" | json ticket)
+# The pass: join the shop room and poll until released.
+shop_ticket=$(curl -sf -X POST "http://127.0.0.1:$PORT_SE/queue/shop/join" | json ticket)
+pass=""
+for _ in $(seq 100); do
+  pass=$(curl -s -H "Authorization: Bearer $shop_ticket" "http://127.0.0.1:$PORT_SE/queue/shop/status" \
+    | python3 -c "import json,sys; print(json.load(sys.stdin).get('pass',''))")
+  [ -n "$pass" ] && break; sleep 0.5
+done
+[ -n "$pass" ] || { echo "no pass from the shop room" >&2; exit 1; }
+curl -sf -o /dev/null -H "Authorization: Bearer $pass" "http://127.0.0.1:$PORT_SE/p/item.json"
+
+cat > "$work/join.lua" <<'LUA'
+wrk.method = "POST"
+local n = 0
+request = function()
+  n = n + 1
+  local ip = string.format("10.9.%d.%d", math.floor(n / 256) % 256, n % 256)
+  return wrk.format(nil, nil, { ["X-Forwarded-For"] = ip })
+end
+LUA
+
+tck=$(getconf CLK_TCK)
+pids_of() { # the processes of one server: a pid file's process and its children
+  local p; p=$(cat "$work/$1.pid"); echo "$p $(pgrep -P "$p" | tr '\n' ' ')"
+}
+cpu_ticks() { local t=0 p f; for p in "$@"; do read -r -a f < "/proc/$p/stat"; t=$((t + f[13] + f[14])); done; echo "$t"; }
+# measure SCENARIO SIDE SERVER URL [wrk args...]: one wrk run; appends "req/s µs-cpu/req non-2xx" to a file.
+measure() {
+  local scenario=$1 side=$2 server=$3 url=$4; shift 4
+  local pids before after out reqs rps bad cpu
+  pids=$(pids_of "$server"); before=$(cpu_ticks $pids)
+  out=$(wrk -t1 -c"$conns" -d"${secs}s" "$@" "$url")
+  after=$(cpu_ticks $pids)
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  bad=$(awk '/Non-2xx/ {print $5}' <<<"$out"); bad=${bad:-0}
+  cpu=$(awk -v t=$((after - before)) -v hz="$tck" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  echo "$rps $cpu $bad" >> "$work/res.$scenario.$side"
+  printf '  %-8s %-18s %10s req/s %8s µs CPU/req%s\n' "$scenario" "$side" "$rps" "$cpu" \
+    "$([ "$bad" = 0 ] || echo ", $bad non-2xx")"
+}
+S1=http://127.0.0.1:$PORT_S1; SJ=http://127.0.0.1:$PORT_SJ; SE=http://127.0.0.1:$PORT_SE
+round() {
+  for s in $scenarios; do case $s in
+    proxy)
+      measure proxy sluice S1 "$S1/item.json"
+      measure proxy nginx nginx1 "http://127.0.0.1:$NGX/item.json"
+      measure proxy bare-pingora bare "http://127.0.0.1:$BARE/item.json" ;;
+    catalog)
+      measure catalog1 sluice S1 "$S1/cat/item.json"
+      measure catalog1 nginx nginx1 "http://127.0.0.1:$NGXS/cat/item.json"
+      measure catalog2 sluice S2 "http://127.0.0.1:$PORT_S2/cat/item.json"
+      measure catalog2 nginx nginx2 "http://127.0.0.1:$NGXS2/cat/item.json" ;;
+    status)
+      measure status sluice S1 "$S1/queue/drop/status" -H "Authorization: Bearer $ticket"
+      measure status nginx nginx1 "http://127.0.0.1:$NGXS/queue/drop/status" -H "Authorization: Bearer $ticket" ;;
+    join)
+      measure join sluice SJ "$SJ/queue/drop/join" -s "$work/join.lua"
+      measure join nginx nginx1 "http://127.0.0.1:$NGXS/queue/drop/join" -s "$work/join.lua" ;;
+    pass)
+      measure pass eddsa-pass SE "$SE/p/item.json" -H "Authorization: Bearer $pass"
+      measure pass unprotected SE "$SE/item.json" ;;
+  esac; done
+}
+echo "warm-up (not counted)"
+round >/dev/null
+rm -f "$work"/res.*
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for r in $(seq "$rounds"); do echo "round $r"; round; done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+col() { awk -v c="$3" '{print $c}' "$work/res.$1.$2" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
+echo
+echo "cores: $(nproc); wrk -t1 -c$conns -d${secs}s; $rounds rounds; load average before $load_before, after $load_after"
+printf '%-34s %12s %12s %7s %14s %14s %9s\n' "median" "req/s" "baseline" "ratio" "µs CPU/req" "baseline CPU" "CPU ratio"
+row() { # label scenario side baseline-side
+  local a b ca cb
+  a=$(col "$2" "$3" 1); b=$(col "$2" "$4" 1); ca=$(col "$2" "$3" 2); cb=$(col "$2" "$4" 2)
+  printf '%-34s %12s %12s %7s %14s %14s %9s\n' "$1" "$a" "$b" "$(ratio "$a" "$b")" "$ca" "$cb" "$(ratio "$ca" "$cb")"
+}
+for s in $scenarios; do case $s in
+  proxy)
+    row "proxy: sluice vs nginx" proxy sluice nginx
+    row "proxy: sluice vs bare pingora" proxy sluice bare-pingora
+    row "proxy: bare pingora vs nginx" proxy bare-pingora nginx ;;
+  catalog)
+    row "catalog, 1 worker: sluice vs nginx" catalog1 sluice nginx
+    row "catalog, 2 workers: sluice vs nginx" catalog2 sluice nginx ;;
+  status)
+    row "status poll vs nginx return 200" status sluice nginx
+    echo "  (sluice status answers not 2xx per round, early polls: $(awk '{printf "%s ", $3}' "$work/res.status.sluice"))" ;;
+  join) row "join vs nginx return 200" join sluice nginx ;;
+  pass) row "EdDSA pass vs unprotected" pass eddsa-pass unprotected ;;
+esac; done
+errors=$(cat "$work"/S*.err | grep -c ERROR || true)
+echo "ERROR lines in the gateways' logs (SLUICE_LOG=warn): $errors"

@@ -49,17 +49,27 @@ pub fn not_forwarded(trusted_peer: bool) -> impl Iterator<Item = &'static Header
 const REQUEST_ID_LEN_MAX: usize = 128;
 
 /// The client's request id when it is sane (visible ASCII, bounded), else a
-/// fresh UUID. Ids end up in logs, so nothing else is trusted.
-pub fn request_id(incoming: Option<&HeaderValue>) -> String {
-    match incoming.map(HeaderValue::as_bytes) {
+/// fresh UUID (v4). Ids end up in logs, so nothing else is trusted. A kept
+/// id shares the request's bytes; a fresh one comes from the thread's
+/// CSPRNG (`rand::rng()`, seeded from the OS and reseeded as it goes), not
+/// from a `getrandom` call per request.
+pub fn request_id(incoming: Option<&HeaderValue>) -> HeaderValue {
+    match incoming {
         Some(id)
             if !id.is_empty()
                 && id.len() <= REQUEST_ID_LEN_MAX
-                && id.iter().all(|b| (0x21..0x7f).contains(b)) =>
+                && id.as_bytes().iter().all(|b| (0x21..0x7f).contains(b)) =>
         {
-            String::from_utf8_lossy(id).into_owned()
+            id.clone()
         }
-        _ => uuid::Uuid::new_v4().to_string(),
+        _ => {
+            let mut random = [0u8; 16];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut random);
+            let id = uuid::Builder::from_random_bytes(random).into_uuid();
+            let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            let text = id.hyphenated().encode_lower(&mut text);
+            HeaderValue::from_str(text).expect("a UUID is header-safe")
+        }
     }
 }
 

@@ -38,3 +38,4 @@ pub mod scrape;
 pub mod server;
 pub mod sim_webhooks;
 pub mod state;
+pub mod verified;

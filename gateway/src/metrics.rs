@@ -5,10 +5,57 @@
 //! to every sample of every family, the collectors' too, so a fleet's
 //! scrapes can be segmented by region.
 
+use std::sync::OnceLock;
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
 };
+
+/// What `sluice_http_served_total{result}` counts.
+pub const SOURCES: [&str; 7] = [
+    "local",
+    "catalog",
+    "origin",
+    "cache_hit",
+    "queue",
+    "orders",
+    "webhook",
+];
+/// What `sluice_origin_cache_total{result}` counts.
+pub const CACHE_RESULTS: [&str; 4] = ["hit", "miss", "uncacheable", "stored"];
+/// The status classes of `sluice_http_requests_total{result}`.
+pub const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The children of a one-label counter family for a fixed set of values,
+/// each resolved on its first use and then counted without a label
+/// look-up (hashing the value and a lock on the family's map). A child
+/// appears in the exposition once counted, as with `with_label_values`.
+pub struct Children<const N: usize> {
+    family: IntCounterVec,
+    values: [&'static str; N],
+    resolved: [OnceLock<IntCounter>; N],
+}
+
+impl<const N: usize> Children<N> {
+    fn new(family: &IntCounterVec, values: [&'static str; N]) -> Self {
+        Self {
+            family: family.clone(),
+            values,
+            resolved: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// Adds one to the child of `value`.
+    pub fn inc(&self, value: &str) {
+        match self.values.iter().position(|v| *v == value) {
+            Some(i) => self.resolved[i]
+                .get_or_init(|| self.family.with_label_values(&[value]))
+                .inc(),
+            None => self.family.with_label_values(&[value]).inc(),
+        }
+    }
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -43,6 +90,11 @@ pub struct Metrics {
     /// The simulator's webhooks sent to this gateway, by result
     /// (`delivered`, `retried`, `failed`, `dropped`).
     pub webhook_deliveries: IntCounterVec,
+    /// `requests`, `served` and `origin_cache` by their fixed values, for
+    /// the request path.
+    pub requests_by_class: Children<5>,
+    pub served_by: Children<7>,
+    pub origin_cache_by: Children<4>,
 }
 
 impl Metrics {
@@ -50,28 +102,41 @@ impl Metrics {
     pub fn new(region: &str) -> Self {
         let labels = std::collections::HashMap::from([("region".to_string(), region.to_string())]);
         let registry = Registry::new_custom(None, Some(labels)).expect("a valid label set");
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "sluice_http_requests_total",
+                "HTTP requests answered by the public listener, by status class.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let served = IntCounterVec::new(
+            Opts::new(
+                "sluice_http_served_total",
+                "Requests by where their answer came from.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let origin_cache = IntCounterVec::new(
+            Opts::new(
+                "sluice_origin_cache_total",
+                "Origin cache look-ups and fills, by result.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
         let m = Self {
-            requests: IntCounterVec::new(
-                Opts::new(
-                    "sluice_http_requests_total",
-                    "HTTP requests answered by the public listener, by status class.",
-                ),
-                &["result"],
-            )
-            .expect("valid metric"),
+            requests_by_class: Children::new(&requests, STATUS_CLASSES),
+            served_by: Children::new(&served, SOURCES),
+            origin_cache_by: Children::new(&origin_cache, CACHE_RESULTS),
+            requests,
             inflight: IntGauge::new(
                 "sluice_http_inflight_requests",
                 "Requests being handled now.",
             )
             .expect("valid metric"),
-            served: IntCounterVec::new(
-                Opts::new(
-                    "sluice_http_served_total",
-                    "Requests by where their answer came from.",
-                ),
-                &["result"],
-            )
-            .expect("valid metric"),
+            served,
             upstream_seconds: Histogram::with_opts(
                 HistogramOpts::new("sluice_upstream_seconds", "Origin time to response header.")
                     .buckets(vec![
@@ -88,14 +153,7 @@ impl Metrics {
                 &["result"],
             )
             .expect("valid metric"),
-            origin_cache: IntCounterVec::new(
-                Opts::new(
-                    "sluice_origin_cache_total",
-                    "Origin cache look-ups and fills, by result.",
-                ),
-                &["result"],
-            )
-            .expect("valid metric"),
+            origin_cache,
             origin_cache_bytes: IntGauge::new(
                 "sluice_origin_cache_bytes",
                 "Bytes held by the origin cache.",

@@ -54,7 +54,7 @@ impl Proxy {
 /// Per-request state.
 pub struct Ctx {
     runtime: Arc<Runtime>,
-    request_id: String,
+    request_id: HeaderValue,
     /// The request's canonical path, once `request_filter` has read it.
     path: Option<sluice_edge::path::CanonicalPath>,
     /// Who is asking, decided once in `request_filter` ([`client::identify`]).
@@ -99,7 +99,7 @@ impl ProxyHttp for Proxy {
         self.shared.metrics.inflight.inc();
         Ctx {
             runtime: self.shared.runtime(),
-            request_id: String::new(),
+            request_id: HeaderValue::from_static(""),
             path: None,
             client: Client::default(),
             started: Instant::now(),
@@ -198,11 +198,7 @@ impl ProxyHttp for Proxy {
                 not_modified,
             } => {
                 ctx.source = "cache_hit";
-                self.shared
-                    .metrics
-                    .origin_cache
-                    .with_label_values(&["hit"])
-                    .inc();
+                self.shared.metrics.origin_cache_by.inc("hit");
                 let status = if not_modified { 304 } else { response.status };
                 let mut head = ResponseHeader::build(status, Some(response.headers.len() + 3))?;
                 for (name, value) in &response.headers {
@@ -211,7 +207,7 @@ impl ProxyHttp for Proxy {
                 let age = response.age(Instant::now()).as_secs();
                 head.insert_header(header::AGE, age.to_string())?;
                 head.insert_header("x-cache", "HIT")?;
-                head.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+                head.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
                 let body = (!not_modified && session.req_header().method != Method::HEAD)
                     .then(|| response.body.clone());
                 if not_modified {
@@ -228,11 +224,7 @@ impl ProxyHttp for Proxy {
             Route::Origin { cache } => {
                 ctx.source = "origin";
                 if cache.is_some() {
-                    self.shared
-                        .metrics
-                        .origin_cache
-                        .with_label_values(&["miss"])
-                        .inc();
+                    self.shared.metrics.origin_cache_by.inc("miss");
                 }
                 ctx.cache = cache;
                 Ok(false)
@@ -302,7 +294,7 @@ impl ProxyHttp for Proxy {
         }
         let proto = if self.shared.tls { "https" } else { "http" };
         upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
-        upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
         Ok(())
     }
 
@@ -348,12 +340,7 @@ impl ProxyHttp for Proxy {
                     body: BytesMut::new(),
                 });
             }
-            Err(_) => self
-                .shared
-                .metrics
-                .origin_cache
-                .with_label_values(&["uncacheable"])
-                .inc(),
+            Err(_) => self.shared.metrics.origin_cache_by.inc("uncacheable"),
         }
         Ok(())
     }
@@ -371,11 +358,7 @@ impl ProxyHttp for Proxy {
         if let Some(chunk) = body {
             if fill.body.len() + chunk.len() > ctx.runtime.origin_cache.max_object_bytes() {
                 ctx.fill = None;
-                self.shared
-                    .metrics
-                    .origin_cache
-                    .with_label_values(&["uncacheable"])
-                    .inc();
+                self.shared.metrics.origin_cache_by.inc("uncacheable");
                 return Ok(None);
             }
             fill.body.extend_from_slice(chunk);
@@ -393,11 +376,7 @@ impl ProxyHttp for Proxy {
                     Instant::now(),
                 );
                 let result = if stored { "stored" } else { "uncacheable" };
-                self.shared
-                    .metrics
-                    .origin_cache
-                    .with_label_values(&[result])
-                    .inc();
+                self.shared.metrics.origin_cache_by.inc(result);
                 let (bytes, entries) = cache.usage();
                 self.shared.metrics.origin_cache_bytes.set(bytes as i64);
                 self.shared.metrics.origin_cache_entries.set(entries as i64);
@@ -415,7 +394,7 @@ impl ProxyHttp for Proxy {
         for name in headers::hop_by_hop(&response.headers) {
             response.remove_header(&name);
         }
-        response.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        response.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
         if ctx.cache.is_some() {
             response.insert_header("x-cache", "MISS")?;
         }
@@ -456,13 +435,13 @@ impl ProxyHttp for Proxy {
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let m = &self.shared.metrics;
-        m.requests.with_label_values(&[status_class(status)]).inc();
-        m.served.with_label_values(&[ctx.source]).inc();
+        m.requests_by_class.inc(status_class(status));
+        m.served_by.inc(ctx.source);
         let req = session.req_header();
         // The path only: query strings and headers may carry tokens.
         tracing::info!(
             target: "access",
-            request_id = %ctx.request_id,
+            request_id = %ctx.request_id.to_str().unwrap_or(""),
             client = ctx.client.ip.map(tracing::field::display),
             method = %req.method,
             path = %req.uri.path(),
@@ -564,7 +543,7 @@ impl Proxy {
         for (name, value) in local.headers {
             head.append_header(name, value)?;
         }
-        head.insert_header(headers::X_REQUEST_ID, ctx.request_id.as_str())?;
+        head.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
         let is_head = session.req_header().method == Method::HEAD;
         if !head.headers.contains_key(header::CONTENT_LENGTH) && local.status.as_u16() != 304 {
             head.insert_header(header::CONTENT_LENGTH, local.body.len().to_string())?;

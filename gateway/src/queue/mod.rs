@@ -36,6 +36,7 @@ use sluice_policies::Config;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::route::LocalResponse;
+use crate::verified::VerifyingKeyring;
 pub use collector::RoomCollector;
 pub use release::Releaser;
 
@@ -133,7 +134,7 @@ impl RoomLimiter {
 
 /// The rooms of a config, built and checked but not yet in force.
 pub struct RoomsPlan {
-    keyring: Arc<Keyring>,
+    keyring: Arc<VerifyingKeyring>,
     rooms: Vec<PlannedRoom>,
     paused: bool,
     /// When the plan was made: the adaptive controller's clock at commit.
@@ -154,9 +155,9 @@ struct PlannedRoom {
 /// Every room of the config, kept across reloads.
 pub struct Rooms {
     rooms: ArcSwap<HashMap<String, Arc<RoomEntry>>>,
-    keyring: ArcSwap<Keyring>,
+    keyring: ArcSwap<VerifyingKeyring>,
     /// The keyring used when the config lists no `[[keys]]`.
-    ephemeral: Arc<Keyring>,
+    ephemeral: Arc<VerifyingKeyring>,
     stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
@@ -173,13 +174,13 @@ impl Rooms {
     pub fn new(config: &Config, tls: bool, stock: Arc<dyn StockAuthority>) -> Result<Self, String> {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
-        let ephemeral = Arc::new(
+        let ephemeral = Arc::new(VerifyingKeyring::new(
             Keyring::new(vec![KeySpec {
                 kid: "ephemeral".into(),
                 material: KeyMaterial::Hs256(secret.to_vec()),
             }])
             .map_err(|e| e.to_string())?,
-        );
+        ));
         let rooms = Self {
             rooms: ArcSwap::from_pointee(HashMap::new()),
             keyring: ArcSwap::new(ephemeral.clone()),
@@ -207,7 +208,9 @@ impl Rooms {
         let keyring = if config.keys.is_empty() {
             self.ephemeral.clone()
         } else {
-            Arc::new(Keyring::from_config(&config.keys).map_err(|e| e.to_string())?)
+            Arc::new(VerifyingKeyring::new(
+                Keyring::from_config(&config.keys).map_err(|e| e.to_string())?,
+            ))
         };
         let old = self.rooms.load_full();
         let mut rooms = Vec::with_capacity(config.rooms.len());
