@@ -4,7 +4,7 @@
 //! 429 and 503 always carry `Retry-After`.
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::{header, HeaderName, HeaderValue, StatusCode};
 use serde::Serialize;
 
 /// Every error code the gateway answers with.
@@ -133,18 +133,28 @@ impl ApiError {
     }
 
     pub fn body(&self) -> Bytes {
-        let extra = self
-            .extra
-            .iter()
-            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
-            .collect();
-        let body = Body {
-            error: self.code.as_str(),
-            message: &self.message,
-            retry_after_s: self.retry_after_s,
-            extra,
-        };
-        let mut json = serde_json::to_vec(&body).expect("error body serializes");
+        let mut json = Vec::with_capacity(ERROR_BODY_BYTES_HINT);
+        if self.extra.is_empty() {
+            let body = Plain {
+                error: self.code.as_str(),
+                message: &self.message,
+                retry_after_s: self.retry_after_s,
+            };
+            serde_json::to_writer(&mut json, &body).expect("error body serializes");
+        } else {
+            let extra = self
+                .extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
+                .collect();
+            let body = Body {
+                error: self.code.as_str(),
+                message: &self.message,
+                retry_after_s: self.retry_after_s,
+                extra,
+            };
+            serde_json::to_writer(&mut json, &body).expect("error body serializes");
+        }
         json.push(b'\n');
         Bytes::from(json)
     }
@@ -164,6 +174,37 @@ impl ApiError {
         }
         headers
     }
+
+    /// [`Self::headers`] as header names and values, made without a string
+    /// per header.
+    pub fn header_values(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = Vec::with_capacity(4);
+        headers.push((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ));
+        headers.push((header::CACHE_CONTROL, HeaderValue::from_static("no-store")));
+        if let Some(s) = self.retry_after_s {
+            headers.push((header::RETRY_AFTER, HeaderValue::from(s)));
+        }
+        if self.code == ErrorCode::Unauthorized {
+            headers.push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+        }
+        headers
+    }
+}
+
+/// An error body's usual size, for the buffer it is written into.
+const ERROR_BODY_BYTES_HINT: usize = 160;
+
+/// The body without extra members: the same JSON as [`Body`], without
+/// serde's `flatten` (a map serializer and a `Value` per member).
+#[derive(Serialize)]
+struct Plain<'a> {
+    error: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_s: Option<u32>,
 }
 
 #[cfg(test)]
@@ -196,6 +237,49 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_slice(&ApiError::new(ErrorCode::NotFound, "x").body()).unwrap();
         assert!(v.get("retry_after_s").is_none());
+    }
+
+    #[test]
+    fn header_values_are_the_headers() {
+        for code in [
+            ErrorCode::RateLimited,
+            ErrorCode::Unauthorized,
+            ErrorCode::NotFound,
+            ErrorCode::QueueFull,
+        ] {
+            let e = ApiError::new(code, "x").retry_after(7);
+            for e in [e.clone(), ApiError { retry_after_s: None, ..e }] {
+                let values: Vec<(String, String)> = e
+                    .header_values()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+                    .collect();
+                let strings: Vec<(String, String)> = e
+                    .headers()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                assert_eq!(values, strings, "{code:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_without_extra_members_is_the_same_bytes_as_with_flatten() {
+        for e in [
+            ApiError::new(ErrorCode::RateLimited, "Asked \"sooner\" than told.").retry_after(3),
+            ApiError::new(ErrorCode::NotFound, "Nothing here."),
+        ] {
+            let flattened = Body {
+                error: e.code.as_str(),
+                message: &e.message,
+                retry_after_s: e.retry_after_s,
+                extra: serde_json::Map::new(),
+            };
+            let mut expected = serde_json::to_vec(&flattened).unwrap();
+            expected.push(b'\n');
+            assert_eq!(e.body(), Bytes::from(expected));
+        }
     }
 
     #[test]

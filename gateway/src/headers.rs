@@ -45,6 +45,16 @@ pub fn not_forwarded(trusted_peer: bool) -> impl Iterator<Item = &'static Header
     PATH_OVERRIDES.iter().chain(claims)
 }
 
+/// Those of [`not_forwarded`] that `headers` holds: one pass over the
+/// request's names (usually a handful) instead of a removal per name.
+pub fn not_forwarded_in(headers: &HeaderMap, trusted_peer: bool) -> Vec<HeaderName> {
+    headers
+        .keys()
+        .filter(|name| not_forwarded(trusted_peer).any(|n| n == *name))
+        .cloned()
+        .collect()
+}
+
 /// Longest client-supplied request id that is kept.
 const REQUEST_ID_LEN_MAX: usize = 128;
 
@@ -73,11 +83,27 @@ pub fn request_id(incoming: Option<&HeaderValue>) -> HeaderValue {
     }
 }
 
+/// The headers that are always hop-by-hop.
+static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
 /// The headers that describe one connection, not the message
 /// (RFC 9110 §7.6.1), including any named by `Connection`, present in
 /// `headers`. Framing (`Transfer-Encoding`, `Content-Length`) is left to
 /// pingora.
 pub fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
+    // Most messages carry none of them: one pass over their names decides.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return Vec::new();
+    }
     let mut names: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -86,16 +112,7 @@ pub fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .filter(|name| *name != header::TRANSFER_ENCODING && *name != header::CONTENT_LENGTH)
         .collect();
-    names.extend([
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::TE,
-        header::TRAILER,
-        header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-    ]);
+    names.extend(HOP_BY_HOP.iter().cloned());
     names.retain(|name| headers.contains_key(name));
     names
 }
@@ -119,6 +136,31 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn not_forwarded_in_names_the_ones_present() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-real-ip", "1.2.3.4"),
+            ("accept", "*/*"),
+            ("x-original-url", "/admin"),
+            ("x-real-ip", "5.6.7.8"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let names = |trusted| -> Vec<String> {
+            not_forwarded_in(&h, trusted)
+                .iter()
+                .map(|n| n.to_string())
+                .collect()
+        };
+        assert_eq!(names(false), ["x-real-ip", "x-original-url"]);
+        assert_eq!(names(true), ["x-original-url"]);
+        assert!(not_forwarded_in(&HeaderMap::new(), false).is_empty());
+        let mut plain = HeaderMap::new();
+        plain.insert(header::HOST, HeaderValue::from_static("shop"));
+        assert!(hop_by_hop(&plain).is_empty());
+    }
 
     #[test]
     fn request_id_is_kept_when_sane_and_made_otherwise() {

@@ -13,6 +13,7 @@
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
 //! | `fail_to_proxy` | origin down → 502, slow → 504, in the contract's JSON |
+//! | `suppress_error_log` | a client that went away mid-request is not logged as an error |
 //! | `logging` | one access-log line and the request metrics |
 
 use std::cell::OnceCell;
@@ -36,7 +37,8 @@ use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES
 use crate::origin_cache::RequestKey;
 use crate::queue::Rooms;
 use crate::route::{
-    origin_target, read_request, route, LocalResponse, PassCheck, RequestFacts, Route,
+    is_origin_target, origin_target, read_request, route, LocalResponse, PassCheck, RequestFacts,
+    Route,
 };
 use crate::runtime::Runtime;
 use crate::state::Shared;
@@ -274,16 +276,19 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(path) = &ctx.path {
-            let target = origin_target(path, upstream.uri.query());
-            let uri = http::Uri::try_from(target)
-                .map_err(|e| Error::because(ErrorType::InternalError, "canonical path", e))?;
-            upstream.set_uri(uri);
+            let query = upstream.uri.query();
+            if !is_origin_target(upstream.raw_path(), path, query) {
+                let target = origin_target(path, query);
+                let uri = http::Uri::try_from(target)
+                    .map_err(|e| Error::because(ErrorType::InternalError, "canonical path", e))?;
+                upstream.set_uri(uri);
+            }
         }
         for name in headers::hop_by_hop(&upstream.headers) {
             upstream.remove_header(&name);
         }
-        for name in headers::not_forwarded(ctx.client.trusted_peer) {
-            upstream.remove_header(name);
+        for name in headers::not_forwarded_in(&upstream.headers, ctx.client.trusted_peer) {
+            upstream.remove_header(&name);
         }
         // Replaces every X-Forwarded-For the request carried.
         match &ctx.client.forwarded_for {
@@ -430,6 +435,12 @@ impl ProxyHttp for Proxy {
             error_code: status,
             can_reuse_downstream: false,
         }
+    }
+
+    /// A client that went away mid-request is not an error of ours: the
+    /// access-log line still names what happened (`error`).
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
+        client_went_away(e)
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
@@ -586,6 +597,17 @@ impl PassCheck for Passes<'_> {
             verify().is_some()
         }
     }
+}
+
+/// The client closed or reset its connection (or stopped reading) before
+/// its answer was out.
+fn client_went_away(e: &Error) -> bool {
+    use ErrorType::*;
+    matches!(e.esource(), pingora::ErrorSource::Downstream)
+        && matches!(
+            e.etype(),
+            ReadError | WriteError | ConnectionClosed | ReadTimedout | WriteTimedout
+        )
 }
 
 /// Maps a proxy failure to the answer and the origin-failure metric label.

@@ -57,12 +57,19 @@ impl Runtime {
     /// with one added too (`/cart/**` protects `/cart`, `/secret`
     /// protects `/secret/`): when in doubt a pattern protects more.
     pub fn protecting_room(&self, path: &str) -> Option<&Room> {
+        if self.protect.is_empty() {
+            return None;
+        }
         let trimmed = path.trim_end_matches('/');
         let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
         let slashed = format!("{trimmed}/");
+        // Each spelling is matched once: `path` is often `trimmed` or
+        // `slashed` itself.
+        let path = (path != trimmed && path != slashed).then_some(path);
+        let candidates = [Some(globset::Candidate::new(trimmed)), Some(globset::Candidate::new(&slashed)), path.map(globset::Candidate::new)];
         self.protect
             .iter()
-            .position(|set| set.is_match(path) || set.is_match(trimmed) || set.is_match(&slashed))
+            .position(|set| candidates.iter().flatten().any(|c| set.is_match_candidate(c)))
             .map(|i| &self.config.rooms[i])
     }
 }

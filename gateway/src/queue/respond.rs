@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use serde_json::{json, Value};
+use serde::Serialize;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::Status;
 
@@ -24,43 +24,71 @@ pub struct TicketAnswer<'a> {
     pub now_s: u64,
 }
 
+/// The JSON of a ticket's answer, members in the order `serde_json`'s
+/// sorted map used to write them (the bytes on the wire are unchanged),
+/// serialized straight from the answer: no `serde_json::Value` is built.
+#[derive(Serialize, Default)]
+struct TicketBody<'a> {
+    ahead: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draw_commitment: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draw_seed: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entrants: Option<u64>,
+    estimated_wait_s: Option<u64>,
+    expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    opens_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass_expires_at: Option<u64>,
+    poll_after_s: Option<u32>,
+    position: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pre_queue: Option<bool>,
+    room: &'a str,
+    state: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket: Option<&'a str>,
+}
+
+/// Longest answer expected, for the buffer it is written into.
+const TICKET_BODY_BYTES_HINT: usize = 1024;
+
 pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
-    let mut body = json!({
-        "room": a.room,
-        "state": a.status.state(),
-        "position": Value::Null,
-        "ahead": Value::Null,
-        "estimated_wait_s": Value::Null,
-        "poll_after_s": Value::Null,
-        "expires_at": a.ticket_expires_at,
-    });
+    let mut body = TicketBody {
+        room: a.room,
+        state: a.status.state(),
+        expires_at: a.ticket_expires_at,
+        ..TicketBody::default()
+    };
     match a.status {
         Status::Waiting(w) | Status::Paused(w) => {
-            body["position"] = json!(w.position);
-            body["ahead"] = json!(w.ahead);
-            body["estimated_wait_s"] = json!(w.estimated_wait_s);
-            body["poll_after_s"] = json!(w.poll_after_s);
-            body["expires_at"] = json!(w.expires_at_s);
+            body.position = Some(w.position);
+            body.ahead = Some(w.ahead);
+            body.estimated_wait_s = Some(w.estimated_wait_s);
+            body.poll_after_s = Some(w.poll_after_s);
+            body.expires_at = w.expires_at_s;
         }
         Status::PreQueue(p) => {
-            body["pre_queue"] = json!(true);
-            body["opens_at"] = json!(p.opens_at_ms / 1000);
-            body["entrants"] = json!(p.entrants);
-            body["poll_after_s"] = json!(p.poll_after_s);
-            body["expires_at"] = json!(p.expires_at_s);
+            body.pre_queue = Some(true);
+            body.opens_at = Some(p.opens_at_ms / 1000);
+            body.entrants = Some(p.entrants);
+            body.poll_after_s = Some(p.poll_after_s);
+            body.expires_at = p.expires_at_s;
         }
         Status::Admitted(_) => {
-            body["position"] = json!(0);
-            body["ahead"] = json!(0);
-            body["estimated_wait_s"] = json!(0);
+            body.position = Some(0);
+            body.ahead = Some(0);
+            body.estimated_wait_s = Some(0);
         }
         Status::Expired | Status::SoldOut => {}
     }
     if let Some(f) = a.fair_start {
-        body["draw_commitment"] = json!(f.commitment_hex);
-        if let Some(seed) = &f.seed_hex {
-            body["draw_seed"] = json!(seed);
-        }
+        body.draw_commitment = Some(&f.commitment_hex);
+        body.draw_seed = f.seed_hex.as_deref();
     }
     let mut headers = vec![
         (
@@ -70,7 +98,7 @@ pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
         (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
     ];
     if a.joined {
-        body["ticket"] = json!(a.ticket);
+        body.ticket = Some(a.ticket);
         let max_age = a.ticket_expires_at.saturating_sub(a.now_s);
         let path = format!("/queue/{}", a.room);
         headers.push(set_cookie(
@@ -82,8 +110,8 @@ pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
         ));
     }
     if let Some((pass, expires_at)) = a.pass {
-        body["pass"] = json!(pass);
-        body["pass_expires_at"] = json!(expires_at);
+        body.pass = Some(pass);
+        body.pass_expires_at = Some(expires_at);
         headers.push(set_cookie(
             PASS_COOKIE,
             pass,
@@ -97,7 +125,8 @@ pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
     } else {
         StatusCode::OK
     };
-    let mut bytes = serde_json::to_vec(&body).expect("JSON values serialize");
+    let mut bytes = Vec::with_capacity(TICKET_BODY_BYTES_HINT);
+    serde_json::to_writer(&mut bytes, &body).expect("a ticket answer serializes");
     bytes.push(b'\n');
     LocalResponse {
         status,
@@ -151,4 +180,133 @@ pub fn method_not_allowed(allow: &'static str) -> LocalResponse {
     r.headers
         .push((header::ALLOW, HeaderValue::from_static(allow)));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+    use sluice_admission::{Admitted, PreQueue, TicketId, Wait};
+
+    /// The answer as it was written before, through a `serde_json::Value`.
+    fn through_value(a: &TicketAnswer<'_>) -> Vec<u8> {
+        let mut body = json!({
+            "room": a.room,
+            "state": a.status.state(),
+            "position": Value::Null,
+            "ahead": Value::Null,
+            "estimated_wait_s": Value::Null,
+            "poll_after_s": Value::Null,
+            "expires_at": a.ticket_expires_at,
+        });
+        match a.status {
+            Status::Waiting(w) | Status::Paused(w) => {
+                body["position"] = json!(w.position);
+                body["ahead"] = json!(w.ahead);
+                body["estimated_wait_s"] = json!(w.estimated_wait_s);
+                body["poll_after_s"] = json!(w.poll_after_s);
+                body["expires_at"] = json!(w.expires_at_s);
+            }
+            Status::PreQueue(p) => {
+                body["pre_queue"] = json!(true);
+                body["opens_at"] = json!(p.opens_at_ms / 1000);
+                body["entrants"] = json!(p.entrants);
+                body["poll_after_s"] = json!(p.poll_after_s);
+                body["expires_at"] = json!(p.expires_at_s);
+            }
+            Status::Admitted(_) => {
+                body["position"] = json!(0);
+                body["ahead"] = json!(0);
+                body["estimated_wait_s"] = json!(0);
+            }
+            Status::Expired | Status::SoldOut => {}
+        }
+        if let Some(f) = a.fair_start {
+            body["draw_commitment"] = json!(f.commitment_hex);
+            if let Some(seed) = &f.seed_hex {
+                body["draw_seed"] = json!(seed);
+            }
+        }
+        if a.joined {
+            body["ticket"] = json!(a.ticket);
+        }
+        if let Some((pass, expires_at)) = a.pass {
+            body["pass"] = json!(pass);
+            body["pass_expires_at"] = json!(expires_at);
+        }
+        let mut bytes = serde_json::to_vec(&body).unwrap();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    #[test]
+    fn every_answer_is_the_same_bytes_as_through_a_json_value() {
+        let wait = Wait {
+            position: 12,
+            ahead: 11,
+            estimated_wait_s: u64::MAX,
+            poll_after_s: 60,
+            expires_at_s: 1_800_000_100,
+        };
+        let statuses = [
+            Status::Waiting(wait),
+            Status::Paused(wait),
+            Status::PreQueue(PreQueue {
+                opens_at_ms: 1_800_000_500_123,
+                entrants: 42,
+                poll_after_s: 5,
+                expires_at_s: 1_800_003_600,
+            }),
+            Status::Admitted(Admitted {
+                seq: 3,
+                ticket_id: TicketId::parse(&"ab".repeat(16)).unwrap(),
+                number: 1,
+                issued_at_s: 1_800_000_000,
+                expires_at_s: 1_800_000_600,
+            }),
+            Status::Expired,
+            Status::SoldOut,
+        ];
+        let fair = [
+            None,
+            Some(FairStartInfo {
+                opens_at_ms: 1_800_000_500_000,
+                commitment_hex: "c0".repeat(32),
+                seed_hex: None,
+                entrants: 42,
+            }),
+            Some(FairStartInfo {
+                opens_at_ms: 1_800_000_500_000,
+                commitment_hex: "c0".repeat(32),
+                seed_hex: Some("5e".repeat(32)),
+                entrants: 42,
+            }),
+        ];
+        for status in statuses {
+            for fair_start in &fair {
+                for joined in [false, true] {
+                    let pass = matches!(status, Status::Admitted(_))
+                        .then_some(("pass.tok.en", 1_800_000_600));
+                    let answer = || TicketAnswer {
+                        room: "drop",
+                        ticket: "tick.et.token",
+                        ticket_expires_at: 1_800_003_600,
+                        status,
+                        pass,
+                        fair_start: fair_start.as_ref(),
+                        joined,
+                        secure: false,
+                        now_s: 1_800_000_000,
+                    };
+                    let expected = through_value(&answer());
+                    let written = ticket(answer());
+                    assert_eq!(
+                        String::from_utf8_lossy(&written.body),
+                        String::from_utf8_lossy(&expected),
+                        "{status:?} joined {joined}"
+                    );
+                }
+            }
+        }
+    }
 }
