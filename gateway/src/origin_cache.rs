@@ -6,10 +6,12 @@
 //! `no-cache`, sets no cookie, varies on nothing but `Accept-Encoding`, and
 //! answered a request that carried no credentials. Nothing is cached on a
 //! guess: a response without a freshness lifetime is not stored. The cache
-//! holds at most `max_bytes`, evicting the least recently used entries.
+//! holds at most `max_bytes`, evicting the least recently used entries; a
+//! hit takes a shared read lock only, never an exclusive one.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -71,7 +73,9 @@ pub enum Uncacheable {
 pub struct OriginCache {
     config: model::OriginCache,
     paths: GlobSet,
-    store: Mutex<Lru>,
+    store: RwLock<Lru>,
+    /// The use clock of the entries: higher is more recent.
+    tick: AtomicU64,
 }
 
 impl OriginCache {
@@ -86,7 +90,8 @@ impl OriginCache {
         Self {
             config: config.clone(),
             paths: builder.build().unwrap_or_else(|_| GlobSet::empty()),
-            store: Mutex::new(Lru::default()),
+            store: RwLock::new(Lru::default()),
+            tick: AtomicU64::new(0),
         }
     }
 
@@ -129,15 +134,32 @@ impl OriginCache {
         })
     }
 
+    /// A fresh response for `key`. A hit takes the store's read lock only
+    /// (and marks the entry used with an atomic), so hits on several
+    /// worker threads do not wait for each other; a stale entry is removed
+    /// under the write lock.
     pub fn get(&self, key: &str, now: Instant) -> Option<Arc<CachedResponse>> {
-        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = store.get(key)?;
-        if entry.is_fresh(now) {
-            Some(entry)
-        } else {
-            store.remove(key);
-            None
+        {
+            let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+            let slot = store.entries.get(key)?;
+            if slot.response.is_fresh(now) {
+                slot.used.store(self.next_tick(), Ordering::Relaxed);
+                return Some(slot.response.clone());
+            }
         }
+        let mut store = self.store.write().unwrap_or_else(|p| p.into_inner());
+        if store
+            .entries
+            .get(key)
+            .is_some_and(|slot| !slot.response.is_fresh(now))
+        {
+            store.remove(key);
+        }
+        None
+    }
+
+    fn next_tick(&self) -> u64 {
+        self.tick.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Decides whether an origin response may be stored, and for how long.
@@ -222,14 +244,15 @@ impl OriginCache {
         if entry.size() > self.config.max_object_bytes.get() {
             return false;
         }
-        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        store.insert(key, Arc::new(entry), self.config.max_bytes.get());
+        let tick = self.next_tick();
+        let mut store = self.store.write().unwrap_or_else(|p| p.into_inner());
+        store.insert(key, Arc::new(entry), self.config.max_bytes.get(), tick);
         true
     }
 
     /// (bytes, entries) held now.
     pub fn usage(&self) -> (usize, usize) {
-        let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store.read().unwrap_or_else(|p| p.into_inner());
         (store.bytes, store.entries.len())
     }
 }
@@ -241,50 +264,49 @@ pub struct RequestKey {
     pub fill: bool,
 }
 
-/// Least-recently-used map bounded by bytes.
+/// Least-recently-used map bounded by bytes. Each entry carries the tick
+/// of its last use, set by readers without the write lock; a fill that
+/// must make room scans the entries for the least recently used (fills are
+/// rare next to hits, and the entries are bounded by `max_bytes`).
 #[derive(Default)]
 struct Lru {
-    entries: HashMap<String, (Arc<CachedResponse>, u64)>,
-    by_use: BTreeMap<u64, String>,
-    tick: u64,
+    entries: HashMap<String, Slot>,
     bytes: usize,
 }
 
-impl Lru {
-    fn get(&mut self, key: &str) -> Option<Arc<CachedResponse>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (entry, used) = self.entries.get_mut(key)?;
-        let key = self
-            .by_use
-            .remove(used)
-            .expect("index in step with entries");
-        *used = tick;
-        self.by_use.insert(tick, key);
-        Some(entry.clone())
-    }
+struct Slot {
+    response: Arc<CachedResponse>,
+    used: AtomicU64,
+}
 
+impl Lru {
     fn remove(&mut self, key: &str) {
-        if let Some((entry, used)) = self.entries.remove(key) {
-            self.by_use.remove(&used);
-            self.bytes -= entry.size();
+        if let Some(slot) = self.entries.remove(key) {
+            self.bytes -= slot.response.size();
         }
     }
 
-    fn insert(&mut self, key: String, entry: Arc<CachedResponse>, max_bytes: usize) {
+    fn insert(&mut self, key: String, entry: Arc<CachedResponse>, max_bytes: usize, tick: u64) {
         self.remove(&key);
         let size = entry.size();
         while self.bytes + size > max_bytes {
-            let Some((_, oldest)) = self.by_use.pop_first() else {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, slot)| slot.used.load(Ordering::Relaxed))
+                .map(|(key, _)| key.clone());
+            let Some(oldest) = oldest else {
                 break;
             };
-            if let Some((old, _)) = self.entries.remove(&oldest) {
-                self.bytes -= old.size();
-            }
+            self.remove(&oldest);
         }
-        self.tick += 1;
-        self.by_use.insert(self.tick, key.clone());
-        self.entries.insert(key, (entry, self.tick));
+        self.entries.insert(
+            key,
+            Slot {
+                response: entry,
+                used: AtomicU64::new(tick),
+            },
+        );
         self.bytes += size;
     }
 }

@@ -255,16 +255,10 @@ impl ProxyHttp for Proxy {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let gateway = &ctx.runtime.config.gateway;
-        let Some(origin) = &gateway.origin else {
+        let Some(peer) = ctx.runtime.origin_peer() else {
             // route() answers 404 itself when there is no origin.
             return Error::e_explain(ErrorType::HTTPStatus(404), "no origin configured");
         };
-        let mut peer = HttpPeer::new(origin.address(), origin.tls, origin.host.clone());
-        peer.options.connection_timeout = Some(gateway.origin_connect_timeout);
-        peer.options.read_timeout = Some(gateway.origin_read_timeout);
-        peer.options.write_timeout = Some(gateway.origin_write_timeout);
-        peer.options.idle_timeout = Some(gateway.origin_idle_timeout);
         ctx.upstream_sent = Some(Instant::now());
         Ok(Box::new(peer))
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use pingora::upstreams::peer::HttpPeer;
 use sluice_policies::model::Room;
 use sluice_policies::Config;
 
@@ -19,6 +20,10 @@ pub struct Runtime {
     pub origin_cache: Arc<OriginCache>,
     /// One glob set per room, in `config.rooms` order.
     protect: Vec<GlobSet>,
+    /// The origin as pingora's peer, with its timeouts, when its host is an
+    /// IP address: each request clones it instead of parsing the address
+    /// again. A host name is resolved per request, as pingora does.
+    origin_peer: Option<HttpPeer>,
 }
 
 impl Runtime {
@@ -41,12 +46,28 @@ impl Runtime {
             .iter()
             .map(|room| glob_set(&room.protect, room.protect_case_insensitive))
             .collect();
+        let origin_peer = config.gateway.origin.as_ref().and_then(|origin| {
+            let ip: std::net::IpAddr = origin.host.parse().ok()?;
+            let address = std::net::SocketAddr::new(ip, origin.port);
+            Some(origin_peer(&config.gateway, address, origin))
+        });
         Runtime {
             config,
             catalog,
             origin_cache,
             protect,
+            origin_peer,
         }
+    }
+
+    /// The peer a proxied request goes to; `None` without an origin.
+    pub fn origin_peer(&self) -> Option<HttpPeer> {
+        if let Some(peer) = &self.origin_peer {
+            return Some(peer.clone());
+        }
+        let gateway = &self.config.gateway;
+        let origin = gateway.origin.as_ref()?;
+        Some(origin_peer(gateway, origin.address(), origin))
     }
 
     /// The room whose `protect` patterns cover `path`, the decoded
@@ -72,6 +93,20 @@ impl Runtime {
             .position(|set| candidates.iter().flatten().any(|c| set.is_match_candidate(c)))
             .map(|i| &self.config.rooms[i])
     }
+}
+
+/// The peer of `origin` at `address`, with the gateway's origin timeouts.
+fn origin_peer(
+    gateway: &sluice_policies::model::Gateway,
+    address: impl std::net::ToSocketAddrs,
+    origin: &sluice_policies::model::Origin,
+) -> HttpPeer {
+    let mut peer = HttpPeer::new(address, origin.tls, origin.host.clone());
+    peer.options.connection_timeout = Some(gateway.origin_connect_timeout);
+    peer.options.read_timeout = Some(gateway.origin_read_timeout);
+    peer.options.write_timeout = Some(gateway.origin_write_timeout);
+    peer.options.idle_timeout = Some(gateway.origin_idle_timeout);
+    peer
 }
 
 /// Loads the catalog a config points at.

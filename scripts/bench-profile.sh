@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Instructions per request on Sluice's hot paths, counted by callgrind:
+# repeatable on a shared machine, where req/s is not. One gateway (1
+# worker) runs under `valgrind --tool=callgrind`; for each path the counters
+# are zeroed, wrk sends requests for a while, and the counts are dumped.
+# Prints instructions per request (Ir / requests wrk completed, the
+# gateway's background threads included) and each path's top functions
+# (self cost).
+#
+#   proxy    GET of a 1 KiB file through the gateway to a local nginx
+#   catalog  the same file from the in-memory catalog
+#   status   GET /queue/drop/status with one waiting HS256 ticket (early polls)
+#   join     POST /queue/drop/join (HS256 ticket signed per join)
+#   pass     GET of a protected path with an EdDSA pass (second gateway)
+#   open     the same origin file on an unprotected path (second gateway)
+#   idle     no requests: what the background threads cost per second
+#
+#   usage: scripts/bench-profile.sh [seconds=5] [top=12] [out-dir]
+#   SLUICE_BIN=path/to/sluice profiles that binary instead of building one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-5}; top=${2:-12}; out=${3:-$(mktemp -d)}
+mkdir -p "$out"
+for tool in wrk nginx valgrind callgrind_annotate; do
+  command -v "$tool" >/dev/null || { echo "$tool is needed (apt-get install wrk nginx-light valgrind)" >&2; exit 1; }
+done
+if [ -z "${SLUICE_BIN:-}" ]; then
+  cargo build --release -p sluice-gateway --bin sluice >&2
+  SLUICE_BIN=${CARGO_TARGET_DIR:-target}/release/sluice
+fi
+
+work=$(mktemp -d); chmod 755 "$work"
+cleanup() {
+  for f in "$work"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ORIGIN=$(free_port)
+mkdir -p "$work/www/p" "$work/static/cat"
+chmod -R 755 "$work/www" "$work/static"
+head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
+cp "$work/www/item.json" "$work/www/p/item.json"
+cp "$work/www/item.json" "$work/static/cat/item.json"
+cat > "$work/origin.conf" <<CONF
+worker_processes 1; daemon on; pid $work/origin.pid; error_log $work/origin.err;
+events { worker_connections 4096; }
+http { access_log off; server { listen 127.0.0.1:$ORIGIN; root $work/www; } }
+CONF
+nginx -c "$work/origin.conf"
+
+# gateway NAME KEY-ALG ROOM PROTECT RELEASE: starts one under callgrind; sets PORT.
+gateway() {
+  local name=$1 alg=$2 room=$3 protect=$4 release=$5
+  PORT=$(free_port)
+  cat > "$work/$name.toml" <<CONF
+[gateway]
+listen = "127.0.0.1:$PORT"
+admin_listen = "127.0.0.1:$(free_port)"
+data_dir = "$work/var-$name"
+static_dir = "$work/static"
+origin = "http://127.0.0.1:$ORIGIN"
+threads = 1
+$("$SLUICE_BIN" keygen --alg "$alg" | grep -v '^#')
+[[rooms]]
+name = "$room"
+protect = ["$protect"]
+release_per_second = $release
+max_active = $release
+queue_capacity = 1000000
+pass_ttl_s = 86400
+joins_per_minute_per_client = 100000
+CONF
+  SLUICE_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out/$name.%p.out" \
+    "$SLUICE_BIN" run --config "$work/$name.toml" 2>"$work/$name.err" &
+  echo $! > "$work/$name.pid"
+  for _ in $(seq 600); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/item.json" && return 0; sleep 0.2; done
+  echo "$name did not come up" >&2; cat "$work/$name.err" >&2; exit 1
+}
+json() { python3 -c "import json,sys; print(json.load(sys.stdin).get(sys.argv[1],''))" "$1"; }
+# profile NAME GATEWAY URL [wrk args]: zero, load, dump; prints Ir per request.
+profile() {
+  local name=$1 gw=$2 url=$3; shift 3
+  local pid reqs
+  pid=$(cat "$work/$gw.pid")
+  callgrind_control -z "$pid" >/dev/null
+  if [ "$url" = idle ]; then
+    sleep "$secs"; reqs=0
+  else
+    reqs=$(wrk -t1 -c4 -d"${secs}s" "$@" "$url" | awk '/requests in/ {print $1}')
+  fi
+  callgrind_control -d "$name" "$pid" >/dev/null
+  local file; file=$(ls -t "$out/$gw.$pid.out".* | head -1)
+  mv "$file" "$out/$name.callgrind"
+  local ir; ir=$(callgrind_annotate "$out/$name.callgrind" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
+  if [ "$reqs" = 0 ]; then
+    printf '%-8s %14s Ir per second, no requests\n' "$name" "$(awk -v i="$ir" -v s="$secs" 'BEGIN {printf "%.0f", i/s}')"
+  else
+    printf '%-8s %10s requests %14s Ir per request\n' "$name" "$reqs" "$(awk -v i="$ir" -v n="$reqs" 'BEGIN {printf "%.0f", i/n}')"
+  fi
+  echo "$name" >> "$out/paths"
+}
+
+gateway hs hs256 drop "/drop/*" 1
+G=http://127.0.0.1:$PORT
+curl -sf -X POST "$G/queue/drop/join" >/dev/null
+ticket=$(curl -sf -X POST "$G/queue/drop/join" | json ticket)
+wrk -t1 -c4 -d2s "$G/item.json" >/dev/null   # warm the origin connections
+profile idle hs idle
+profile proxy hs "$G/item.json"
+profile catalog hs "$G/cat/item.json"
+profile status hs "$G/queue/drop/status" -H "Authorization: Bearer $ticket"
+cat > "$work/join.lua" <<'LUA'
+wrk.method = "POST"
+LUA
+profile join hs "$G/queue/drop/join" -s "$work/join.lua"
+kill "$(cat "$work/hs.pid")"; rm "$work/hs.pid"
+
+gateway ed eddsa shop "/p/*" 1000
+G=http://127.0.0.1:$PORT
+shop_ticket=$(curl -sf -X POST "$G/queue/shop/join" | json ticket)
+pass=""
+for _ in $(seq 100); do
+  pass=$(curl -s -H "Authorization: Bearer $shop_ticket" "$G/queue/shop/status" | json pass)
+  [ -n "$pass" ] && break; sleep 0.5
+done
+[ -n "$pass" ] || { echo "no pass from the shop room" >&2; exit 1; }
+wrk -t1 -c4 -d2s "$G/item.json" >/dev/null
+profile pass ed "$G/p/item.json" -H "Authorization: Bearer $pass"
+profile open ed "$G/item.json"
+
+echo
+for name in $(cat "$out/paths"); do
+  echo "== $name: top $top functions by own instructions"
+  callgrind_annotate --threshold=100 "$out/$name.callgrind" 2>/dev/null \
+    | awk '/^-+$/ {n++} n>=3 && NF' | grep -v '^-' | sed -n "2,$((top + 1))p" | cut -c1-160
+done
+echo "callgrind files: $out"
