@@ -21,34 +21,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}; top=${2:-12}; out=${3:-$(mktemp -d)}
 mkdir -p "$out"
-for tool in wrk nginx valgrind callgrind_annotate; do
-  command -v "$tool" >/dev/null || { echo "$tool is needed (apt-get install wrk nginx-light valgrind)" >&2; exit 1; }
-done
+. scripts/bench-common.sh
+bench_tools wrk nginx curl valgrind callgrind_annotate
 if [ -z "${SLUICE_BIN:-}" ]; then
   cargo build --release -p sluice-gateway --bin sluice >&2
   SLUICE_BIN=${CARGO_TARGET_DIR:-target}/release/sluice
 fi
-
-work=$(mktemp -d); chmod 755 "$work"
-cleanup() {
-  for f in "$work"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN=$(free_port)
-mkdir -p "$work/www/p" "$work/static/cat"
-chmod -R 755 "$work/www" "$work/static"
-head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
-cp "$work/www/item.json" "$work/www/p/item.json"
-cp "$work/www/item.json" "$work/static/cat/item.json"
-cat > "$work/origin.conf" <<CONF
-worker_processes 1; daemon on; pid $work/origin.pid; error_log $work/origin.err;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$ORIGIN; root $work/www; } }
-CONF
-nginx -c "$work/origin.conf"
+bench_origin
 
 # gateway NAME KEY-ALG ROOM PROTECT RELEASE: starts one under callgrind; sets PORT.
 gateway() {
@@ -78,7 +57,6 @@ CONF
   for _ in $(seq 600); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/item.json" && return 0; sleep 0.2; done
   echo "$name did not come up" >&2; cat "$work/$name.err" >&2; exit 1
 }
-json() { python3 -c "import json,sys; print(json.load(sys.stdin).get(sys.argv[1],''))" "$1"; }
 # profile NAME GATEWAY URL [wrk args]: zero, load, dump; prints Ir per request.
 profile() {
   local name=$1 gw=$2 url=$3; shift 3
@@ -119,13 +97,7 @@ kill "$(cat "$work/hs.pid")"; rm "$work/hs.pid"
 
 gateway ed eddsa shop "/p/*" 1000
 G=http://127.0.0.1:$PORT
-shop_ticket=$(curl -sf -X POST "$G/queue/shop/join" | json ticket)
-pass=""
-for _ in $(seq 100); do
-  pass=$(curl -s -H "Authorization: Bearer $shop_ticket" "$G/queue/shop/status" | json pass)
-  [ -n "$pass" ] && break; sleep 0.5
-done
-[ -n "$pass" ] || { echo "no pass from the shop room" >&2; exit 1; }
+pass=$(bench_pass "$G" shop)
 wrk -t1 -c4 -d2s "$G/item.json" >/dev/null
 profile pass ed "$G/p/item.json" -H "Authorization: Bearer $pass"
 profile open ed "$G/item.json"

@@ -22,50 +22,26 @@
 # of it, from /proc) over the round, divided by the requests wrk completed.
 #
 #   usage: scripts/bench-proxy.sh [rounds=5] [seconds=5] [connections=64] [scenarios="proxy catalog status join pass"]
+#   SLUICE_BIN=... BARE_BIN=...: measure those binaries instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}; secs=${2:-5}; conns=${3:-64}; scenarios=${4:-"proxy catalog status join pass"}
 
-if ! command -v wrk >/dev/null || ! command -v nginx >/dev/null; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  # The nginx package would start a server on :80; a policy-rc.d that
-  # refuses every start is in place while apt runs.
-  own_policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-    $SUDO chmod +x /usr/sbin/policy-rc.d; own_policy=1
-  fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends wrk nginx-light >/dev/null
-  [ -z "$own_policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+. scripts/bench-common.sh
+bench_tools wrk nginx curl
+# SLUICE_BIN / BARE_BIN: measure those binaries instead of building them.
+if [ -z "${SLUICE_BIN:-}" ] || [ -z "${BARE_BIN:-}" ]; then
+  cargo build --release -p sluice-gateway --bin sluice -p bare-pingora >&2
 fi
-command -v python3 >/dev/null || { echo "python3 is needed (free ports, JSON)" >&2; exit 1; }
-cargo build --release -p sluice-gateway --bin sluice -p bare-pingora >&2
-bin=${CARGO_TARGET_DIR:-target}/release
+SLUICE_BIN=${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}
+BARE_BIN=${BARE_BIN:-${CARGO_TARGET_DIR:-target}/release/bare-pingora}
 
-work=$(mktemp -d); chmod 755 "$work"   # nginx workers read it as www-data
-cleanup() {
-  for f in "$work"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN=$(free_port); NGX=$(free_port); NGXS=$(free_port); NGXS2=$(free_port); BARE=$(free_port)
-mkdir -p "$work/www/p" "$work/static/cat" "$work/empty"
-chmod -R 755 "$work/www" "$work/static"
-head -c 1024 /dev/zero | tr '\0' 'x' > "$work/www/item.json"
-cp "$work/www/item.json" "$work/www/p/item.json"
-cp "$work/www/item.json" "$work/static/cat/item.json"
+bench_origin
+NGX=$(free_port); NGXS=$(free_port); NGXS2=$(free_port); BARE=$(free_port)
 # What a waiting ticket's status and a join look like (sizes as Sluice's).
 STATUS_JSON='{"ahead":1,"estimated_wait_s":3600,"expires_at":1780000000,"poll_after_s":60,"position":2,"room":"drop","state":"waiting"}'
 JOIN_JSON='{"ahead":1,"estimated_wait_s":3600,"expires_at":1780000000,"poll_after_s":60,"position":2,"room":"drop","state":"waiting","ticket":"eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJzbHVpY2UiLCJhdWQiOiJkcm9wIiwic3ViIjoiMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAiLCJzZXEiOjEsInR5cCI6InRpY2tldCIsImlhdCI6MTc4MDAwMDAwMCwiZXhwIjoxNzgwMDAzNjAwfQ.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}'
 
-cat > "$work/origin.conf" <<CONF
-worker_processes 1; daemon on; pid $work/origin.pid; error_log $work/origin.err;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$ORIGIN; root $work/www; } }
-CONF
 cat > "$work/nginx1.conf" <<CONF
 worker_processes 1; daemon on; pid $work/nginx1.pid; error_log $work/nginx1.err;
 events { worker_connections 4096; }
@@ -84,8 +60,8 @@ events { worker_connections 4096; }
 http { access_log off; include /etc/nginx/mime.types; server { listen 127.0.0.1:$NGXS2; root $work/static; } }
 CONF
 
-hs256=$("$bin/sluice" keygen --alg hs256 | grep -v '^#')
-eddsa=$("$bin/sluice" keygen --alg eddsa | grep -v '^#')
+hs256=$("$SLUICE_BIN" keygen --alg hs256 | grep -v '^#')
+eddsa=$("$SLUICE_BIN" keygen --alg eddsa | grep -v '^#')
 # sluice_config NAME THREADS STATIC KEYS EXTRA_GATEWAY ROOMS: writes NAME.toml, sets PORT_NAME.
 sluice_config() {
   local name=$1 threads=$2 static=$3 keys=$4 extra=$5 rooms=$6 port
@@ -111,12 +87,12 @@ sluice_config S2 2 "$work/static" "$hs256" "" ""
 sluice_config SJ 1 "$work/empty" "$hs256" 'trusted_proxies = ["127.0.0.1"]' "$(room drop '"/drop/*"' 1 1)"
 sluice_config SE 1 "$work/empty" "$eddsa" "" "$(room shop '"/p/*"' 1000 1000)"
 
-nginx -c "$work/origin.conf"; nginx -c "$work/nginx1.conf"; nginx -c "$work/nginx2.conf"
+nginx -c "$work/nginx1.conf"; nginx -c "$work/nginx2.conf"
 for s in S1 S2 SJ SE; do
-  SLUICE_LOG=warn "$bin/sluice" run --config "$work/$s.toml" 2>"$work/$s.err" &
+  SLUICE_LOG=warn "$SLUICE_BIN" run --config "$work/$s.toml" 2>"$work/$s.err" &
   echo $! > "$work/$s.pid"
 done
-"$bin/bare-pingora" "127.0.0.1:$BARE" "127.0.0.1:$ORIGIN" 1 2>"$work/bare.err" &
+"$BARE_BIN" "127.0.0.1:$BARE" "127.0.0.1:$ORIGIN" 1 2>"$work/bare.err" &
 echo $! > "$work/bare.pid"
 up() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1" >&2; exit 1; }
 up "http://127.0.0.1:$PORT_S1/item.json"; up "http://127.0.0.1:$PORT_S2/cat/item.json"
@@ -124,20 +100,11 @@ up "http://127.0.0.1:$PORT_SJ/item.json"; up "http://127.0.0.1:$PORT_SE/item.jso
 up "http://127.0.0.1:$NGX/item.json"; up "http://127.0.0.1:$NGXS/cat/item.json"
 up "http://127.0.0.1:$NGXS2/cat/item.json"; up "http://127.0.0.1:$BARE/item.json"
 
-json() { python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$1"; }
 # The status ticket waits: the first joiner holds the room's only active
 # slot for the whole run, the second is polled.
 curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" >/dev/null
 ticket=$(curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" | json ticket)
-# The pass: join the shop room and poll until released.
-shop_ticket=$(curl -sf -X POST "http://127.0.0.1:$PORT_SE/queue/shop/join" | json ticket)
-pass=""
-for _ in $(seq 100); do
-  pass=$(curl -s -H "Authorization: Bearer $shop_ticket" "http://127.0.0.1:$PORT_SE/queue/shop/status" \
-    | python3 -c "import json,sys; print(json.load(sys.stdin).get('pass',''))")
-  [ -n "$pass" ] && break; sleep 0.5
-done
-[ -n "$pass" ] || { echo "no pass from the shop room" >&2; exit 1; }
+pass=$(bench_pass "http://127.0.0.1:$PORT_SE" shop)
 curl -sf -o /dev/null -H "Authorization: Bearer $pass" "http://127.0.0.1:$PORT_SE/p/item.json"
 
 cat > "$work/join.lua" <<'LUA'

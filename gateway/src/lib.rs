@@ -10,7 +10,9 @@
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry (every
 //!   family labelled with the gateway's `region`).
-//! - [`queue`] is the waiting room over HTTP, [`orders`] the reservation
+//! - [`queue`] is the waiting room over HTTP (its tokens checked through
+//!   [`verified`], a keyring with a bounded cache of accepted tokens),
+//!   [`orders`] the reservation
 //!   core over HTTP (on a bounded blocking pool, `orders::pool`), [`state`]
 //!   what the listeners share (and the all-or-nothing reload), and
 //!   [`readiness`] the probes behind `/readyz`.

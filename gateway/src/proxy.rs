@@ -159,7 +159,7 @@ impl ProxyHttp for Proxy {
             verified: OnceCell::new(),
         };
         let routed = route(&ctx.runtime, &facts, &passes, Instant::now());
-        let path = ctx.path.insert(path).decoded().to_owned();
+        ctx.path = Some(path);
         ctx.pass = passes
             .verified
             .into_inner()
@@ -180,9 +180,10 @@ impl ProxyHttp for Proxy {
             Route::Queue => {
                 ctx.source = "queue";
                 let req = session.req_header();
+                let path = ctx.path.as_ref().map_or("", |p| p.decoded());
                 let local = self.shared.rooms.handle(
                     &req.method,
-                    &path,
+                    path,
                     &req.headers,
                     ctx.client.ip,
                     &self.shared.metrics,
@@ -207,7 +208,7 @@ impl ProxyHttp for Proxy {
                     head.append_header(name.clone(), value.clone())?;
                 }
                 let age = response.age(Instant::now()).as_secs();
-                head.insert_header(header::AGE, age.to_string())?;
+                head.insert_header(header::AGE, HeaderValue::from(age))?;
                 head.insert_header("x-cache", "HIT")?;
                 head.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
                 let body = (!not_modified && session.req_header().method != Method::HEAD)
@@ -551,7 +552,7 @@ impl Proxy {
         head.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
         let is_head = session.req_header().method == Method::HEAD;
         if !head.headers.contains_key(header::CONTENT_LENGTH) && local.status.as_u16() != 304 {
-            head.insert_header(header::CONTENT_LENGTH, local.body.len().to_string())?;
+            head.insert_header(header::CONTENT_LENGTH, HeaderValue::from(local.body.len()))?;
         }
         let body = (!is_head && !local.body.is_empty()).then_some(local.body);
         session
