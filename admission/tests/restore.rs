@@ -258,10 +258,12 @@ fn a_fair_start_draw_is_the_same_after_a_restart_before_or_after_the_opening() {
     let positions = |r: &mut WaitingRoom| -> Vec<u64> {
         tickets
             .iter()
-            .map(|t| match r.status(t.seq, &t.ticket_id, after_open).unwrap() {
-                Status::Waiting(w) => w.ahead,
-                other => panic!("{other:?}"),
-            })
+            .map(
+                |t| match r.status(t.seq, &t.ticket_id, after_open).unwrap() {
+                    Status::Waiting(w) => w.ahead,
+                    other => panic!("{other:?}"),
+                },
+            )
             .collect()
     };
     let drawn = positions(&mut room);

@@ -1,8 +1,8 @@
 //! Taking a place in line.
 
 use super::{JoinError, Joined, PreQueue, Status, Wait, WaitingRoom};
-use crate::poll::poll_after_s;
 use crate::journal::RoomEvent;
+use crate::poll::poll_after_s;
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {

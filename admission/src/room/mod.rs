@@ -150,7 +150,16 @@ impl<S: QueueStore> WaitingRoom<S> {
         rng.fill_bytes(&mut key);
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
-        Self::build(name, policy, store, stock, TicketIdKey::new(key), seed, rng, now_ms)
+        Self::build(
+            name,
+            policy,
+            store,
+            stock,
+            TicketIdKey::new(key),
+            seed,
+            rng,
+            now_ms,
+        )
     }
 
     /// A room over an empty `store` with its ticket-id key and fair-start

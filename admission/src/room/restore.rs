@@ -199,7 +199,9 @@ impl WaitingRoom<MemoryStore> {
         if place != self.store.end() {
             return Err("places are given in order");
         }
-        self.store.push(slot).ok_or("the line is over its hard size")?;
+        self.store
+            .push(slot)
+            .ok_or("the line is over its hard size")?;
         Ok(())
     }
 

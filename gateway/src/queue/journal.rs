@@ -325,10 +325,7 @@ mod tests {
     use super::*;
 
     fn joined(place: u64) -> RoomEvent {
-        RoomEvent::Joined {
-            place,
-            joined_s: 1,
-        }
+        RoomEvent::Joined { place, joined_s: 1 }
     }
 
     #[test]
@@ -384,6 +381,9 @@ mod tests {
         assert!(!compaction_due(COMPACT_EVENTS_MIN, 10));
         assert!(compaction_due(COMPACT_EVENTS_MIN + 1, 10));
         assert!(!compaction_due(COMPACT_EVENTS_MIN * 2, COMPACT_EVENTS_MIN));
-        assert!(compaction_due(COMPACT_EVENTS_MIN * 4 + 1, COMPACT_EVENTS_MIN));
+        assert!(compaction_due(
+            COMPACT_EVENTS_MIN * 4 + 1,
+            COMPACT_EVENTS_MIN
+        ));
     }
 }

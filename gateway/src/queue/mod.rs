@@ -225,7 +225,11 @@ impl Rooms {
         secret: [u8; 32],
         durable: Option<Durable>,
     ) -> Result<Self, String> {
-        let kid = if durable.is_some() { "local" } else { "ephemeral" };
+        let kid = if durable.is_some() {
+            "local"
+        } else {
+            "ephemeral"
+        };
         let ephemeral = Arc::new(
             Keyring::new(vec![KeySpec {
                 kid: kid.into(),

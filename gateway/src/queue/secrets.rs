@@ -96,7 +96,10 @@ mod tests {
         let path = dir.path().join(TICKET_ID_KEY_FILE);
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert_eq!(load_or_create(dir.path(), TICKET_ID_KEY_FILE).unwrap(), first);
+        assert_eq!(
+            load_or_create(dir.path(), TICKET_ID_KEY_FILE).unwrap(),
+            first
+        );
         assert_ne!(
             load_or_create(dir.path(), SIGNING_KEY_FILE).unwrap(),
             first,
