@@ -44,8 +44,8 @@ pub mod tokens;
 pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
-    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, Status, Stop,
-    Wait, WaitingRoom,
+    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, RoomState,
+    Status, Stop, Wait, WaitingRoom, Watermark,
 };
 pub use stats::RoomStats;
 pub use stock::{InMemoryStock, StockAuthority};

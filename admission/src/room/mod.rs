@@ -8,6 +8,10 @@
 //!   it walks the line from the front, lets the next live people in while the
 //!   rate limit and `max_active` allow, and passes over the people who left
 //!   without spending any capacity on them.
+//! - [`WaitingRoom::watermark`] gives the numbers shared by every ticket,
+//!   from which a client works out its own place.
+//! - [`WaitingRoom::restore`] rebuilds a room from its events, and
+//!   [`WaitingRoom::snapshot`] sums it up in as few (see [`crate::journal`]).
 //! - [`WaitingRoom::may_start`] says whether a pass still holds its active
 //!   slot (and so may start a checkout); [`WaitingRoom::give_back_if_spent`]
 //!   frees the slot once the pass can start no more.
@@ -22,6 +26,7 @@ mod pre_queue;
 mod release;
 mod restore;
 mod status;
+mod watermark;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };
 pub use restore::RestoreError;
+pub use watermark::{RoomState, Watermark};
 
 use crate::bucket::TokenBucket;
 use crate::fair_start::FairStartInfo;

@@ -1,6 +1,7 @@
 //! The waiting room over HTTP: `/queue/{room}` (the page),
-//! `/queue/{room}/join`, `/queue/{room}/status`, the pass check of protected
-//! paths, and the release worker.
+//! `/queue/{room}/join`, `/queue/{room}/status`, `/queue/{room}/watermark`
+//! (public, cacheable), the pass check of protected paths, and the release
+//! worker.
 //!
 //! The rooms themselves (`sluice-admission`) are pure logic over injected
 //! time; this module owns them, feeds them the wall clock, signs and checks
@@ -19,6 +20,7 @@ pub mod page;
 mod release;
 mod respond;
 pub mod secrets;
+mod watermark;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -538,11 +540,21 @@ impl Rooms {
             (&Method::GET | &Method::HEAD, "") => respond::page(headers),
             (&Method::POST, "join") => self.join(name, &entry, headers, client, now),
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics),
-            (_, "" | "join" | "status") => respond::method_not_allowed(if action == "join" {
-                "POST"
-            } else {
-                "GET, HEAD"
-            }),
+            (&Method::GET | &Method::HEAD, "watermark") => {
+                let mark = entry
+                    .line
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .watermark();
+                watermark::answer(name, &mark)
+            }
+            (_, "" | "join" | "status" | "watermark") => {
+                respond::method_not_allowed(if action == "join" {
+                    "POST"
+                } else {
+                    "GET, HEAD"
+                })
+            }
             _ => LocalResponse::error(&ApiError::new(
                 ErrorCode::NotFound,
                 "Nothing is served at this path.",
