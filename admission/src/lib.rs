@@ -1,6 +1,7 @@
 //! Sluice admission: the waiting room.
 //!
-//! Pure logic, no I/O: every function that depends on time takes `now` as an
+//! Pure logic, no I/O (a room's changes leave it as events, see
+//! [`journal`]): every function that depends on time takes `now` as an
 //! argument, and every random choice comes from an RNG the caller seeds. The
 //! gateway wires it to HTTP.
 //!
@@ -14,6 +15,8 @@
 //! - [`stock`]: the stock authority the room asks whether anything is left.
 //! - [`fair_start`]: the verifiable draw of the pre-queue at the opening.
 //! - [`ticket_id`]: ticket ids derived from places, so none are stored.
+//! - [`journal`]: the room's changes as events for a durable store to keep,
+//!   and the room rebuilt from them after a restart.
 //! - [`poll`]: when to ask again, and the estimated wait.
 //! - [`join_limiter`]: joins per client address.
 //! - [`stats`]: the room's numbers for metrics.
@@ -26,6 +29,7 @@ pub mod bucket;
 pub mod clock;
 pub mod fair_start;
 pub mod join_limiter;
+pub mod journal;
 pub mod pass_orders;
 pub mod policy;
 pub mod poll;
@@ -40,8 +44,8 @@ pub mod tokens;
 pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
-    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
-    WaitingRoom,
+    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, RoomState,
+    Status, Stop, Wait, WaitingRoom, Watermark,
 };
 pub use stats::RoomStats;
 pub use stock::{InMemoryStock, StockAuthority};

@@ -38,6 +38,8 @@ pub struct JoinCounts {
     pub queue_full: u64,
     pub paused: u64,
     pub sold_out: u64,
+    /// Refused because the room's store could not keep the join.
+    pub store_unavailable: u64,
 }
 
 /// A snapshot of one room.

@@ -4,8 +4,10 @@
 //! written as 32 lowercase hex digits. Without the key the ids are
 //! indistinguishable from random 128-bit values, which is all the contract
 //! asks of them; with it the room can check an id against its `seq` without
-//! remembering either. A fresh key per room instance also means tickets from
-//! before a restart (whose places are gone) no longer match.
+//! remembering either. A gateway keeps one key in its `data_dir` (made once),
+//! so tickets from before a restart match the places it restored; a room
+//! that lives in memory only draws a fresh key, and tickets of an earlier
+//! process (whose places are gone) no longer match.
 
 use std::fmt;
 
@@ -19,6 +21,19 @@ pub struct TicketIdKey([u8; 32]);
 impl TicketIdKey {
     pub fn new(bytes: [u8; 32]) -> Self {
         Self(bytes)
+    }
+
+    /// The fair-start seed of `room` opening at `opens_at_ms`: secret
+    /// while the key is, and the same after a restart, so the draw a
+    /// restarted gateway makes is the one it committed to.
+    pub fn fair_start_seed(&self, room: &str, opens_at_ms: u64) -> [u8; 32] {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(b"fair-start\0");
+        mac.update(room.as_bytes());
+        mac.update(&[0]);
+        mac.update(&opens_at_ms.to_be_bytes());
+        mac.finalize().into_bytes().into()
     }
 
     /// The id of place `seq` in `room`.

@@ -397,3 +397,36 @@ fn policy_from_the_shipped_demo_config_is_valid_and_faithful() {
     )
     .is_ok());
 }
+
+#[test]
+fn the_watermark_says_how_far_the_release_went_and_whether_the_room_is_open() {
+    let stock = Arc::new(InMemoryStock::new());
+    let mut r = room_with(
+        sluice_admission::Policy {
+            max_active: nz(1),
+            ..policy()
+        },
+        stock.clone(),
+        7,
+    );
+    let a = join(&mut r, T0_MS);
+    for _ in 0..2 {
+        join(&mut r, T0_MS);
+    }
+    let mark = r.watermark();
+    assert_eq!((mark.serving, mark.waiting), (0, 3));
+    assert_eq!(mark.state.as_str(), "open");
+    assert_eq!(mark.poll_after_s, 2, "poll_min");
+    r.release_once(T0_MS, 10);
+    let mark = r.watermark();
+    assert_eq!((mark.serving, mark.waiting), (1, 2));
+    assert!(
+        a.seq < mark.serving,
+        "the first ticket may collect its pass"
+    );
+    r.set_paused(true);
+    assert_eq!(r.watermark().state.as_str(), "paused");
+    r.set_paused(false);
+    stock.set_sold_out("drop", true);
+    assert_eq!(r.watermark().state.as_str(), "sold_out");
+}

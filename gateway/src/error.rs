@@ -29,6 +29,7 @@ pub enum ErrorCode {
     QueueFull,
     AdmissionsPaused,
     Unavailable,
+    StoreUnavailable,
     GatewayTimeout,
     Overloaded,
 }
@@ -56,6 +57,7 @@ impl ErrorCode {
             QueueFull => "queue_full",
             AdmissionsPaused => "admissions_paused",
             Unavailable => "unavailable",
+            StoreUnavailable => "store_unavailable",
             GatewayTimeout => "gateway_timeout",
             Overloaded => "overloaded",
         }
@@ -76,7 +78,7 @@ impl ErrorCode {
             RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             BadGateway => StatusCode::BAD_GATEWAY,
-            QueueFull | AdmissionsPaused | Unavailable | Overloaded => {
+            QueueFull | AdmissionsPaused | Unavailable | StoreUnavailable | Overloaded => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,

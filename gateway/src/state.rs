@@ -71,7 +71,7 @@ impl Shared {
         let tls = current.gateway.tls.is_some();
         let metrics = Metrics::new(&current.gateway.region);
         let orders = Arc::new(Orders::open(&current, &metrics)?);
-        let rooms = Arc::new(Rooms::new(&current, tls, orders.stock_authority())?);
+        let rooms = Arc::new(Rooms::open(&current, tls, orders.stock_authority())?);
         metrics
             .registry()
             .register(Box::new(RoomCollector::new(rooms.clone())))

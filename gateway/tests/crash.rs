@@ -46,9 +46,9 @@ async fn sigkill_during_checkouts_loses_nothing_acknowledged() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
 
     for round in 0..KILLS {
-        // A restart ends every pass's right to start checkouts (the room's
-        // slots live in memory): each round shops with fresh passes, and
-        // the old ones keep reading their orders below.
+        // Each round shops with fresh passes (the old ones keep their
+        // slots across the restart too: `durable.rs`), and the old ones
+        // keep reading their orders below.
         let mut passes = Vec::new();
         for _ in 0..SHOPPERS {
             passes.push(admitted_pass(&url, &client, "drop"));

@@ -291,6 +291,12 @@ async fn kill_switch_stops_joins_and_keeps_passes() {
     let admitted = wait_until_decided(&gw, "drop", &ticket).await;
     let pass = admitted["pass"].as_str().unwrap().to_string();
     let second: Value = join(&gw, "drop").await.json().await.unwrap();
+    let mark = watermark(&gw).await;
+    assert_eq!(
+        (&mark["serving"], &mark["waiting"], &mark["state"]),
+        (&1.into(), &1.into(), &"open".into()),
+        "{mark}"
+    );
 
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     assert!(
@@ -325,6 +331,30 @@ async fn kill_switch_stops_joins_and_keeps_passes() {
         .unwrap();
     assert_eq!(v["state"], "paused");
     assert_eq!(v["position"], 1);
+    assert_eq!(watermark(&gw).await["state"], "paused");
+}
+
+/// The public watermark, checked for its caching headers.
+async fn watermark(gw: &Gateway) -> Value {
+    let r = client()
+        .get(gw.url("/queue/drop/watermark"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["cache-control"], "public, max-age=1");
+    assert!(r.headers().get("set-cookie").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["room"], "drop");
+    assert_eq!(v["release_per_second"], 50);
+    assert!(v["poll_after_s"].as_u64().unwrap() >= 1);
+    let post = client()
+        .post(gw.url("/queue/drop/watermark"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+    v
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
 //! Taking a place in line.
 
 use super::{JoinError, Joined, PreQueue, Status, Wait, WaitingRoom};
+use crate::journal::RoomEvent;
 use crate::poll::poll_after_s;
-use crate::store::{QueueStore, Slot};
+use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// A new ticket at the end of the line, or in the pre-queue before a
@@ -10,8 +11,18 @@ impl<S: QueueStore> WaitingRoom<S> {
     ///
     /// Refused while paused, once sold out, and when `queue_capacity` live
     /// tickets are already waiting.
+    ///
+    /// With a sink, the join is kept before it is answered: if the sink
+    /// refuses it the answer is `StoreUnavailable` and the place it would
+    /// have had is written off (nobody holds it).
     pub fn join(&mut self, now_ms: u64) -> Result<Joined, JoinError> {
         self.open_if_due(now_ms);
+        if !self.flush() {
+            self.counters.joins.store_unavailable += 1;
+            return Err(JoinError::StoreUnavailable {
+                retry_after_s: self.retry_after_s(),
+            });
+        }
         if self.paused {
             self.counters.joins.paused += 1;
             return Err(JoinError::Paused {
@@ -40,6 +51,13 @@ impl<S: QueueStore> WaitingRoom<S> {
             self.join_line(now_ms)
         };
         match joined {
+            Some(joined) if !self.flush() => {
+                self.write_off(joined.seq);
+                self.counters.joins.store_unavailable += 1;
+                Err(JoinError::StoreUnavailable {
+                    retry_after_s: self.retry_after_s(),
+                })
+            }
             Some(joined) => {
                 self.counters.joins.queued += 1;
                 Ok(joined)
@@ -61,6 +79,10 @@ impl<S: QueueStore> WaitingRoom<S> {
         let poll = self.poll_for(estimated_wait_s);
         let slot = Slot::waiting(now_s, poll);
         let place = self.store.push(slot)?;
+        self.emit(RoomEvent::Joined {
+            place,
+            joined_s: now_s,
+        });
         // Without a pre-queue, and after one, later places are their seq.
         let seq = place;
         let expires_at_s = self.expires_at_s(&slot);
@@ -88,6 +110,10 @@ impl<S: QueueStore> WaitingRoom<S> {
         let pre = self.pre_queue.as_mut()?;
         let seq = pre.entrants();
         pre.slots.push(Slot::waiting(now_s, poll));
+        self.emit(RoomEvent::PreJoined {
+            seq,
+            joined_s: now_s,
+        });
         let expires_at_s = self.epoch_s + u64::from(opening_s) + ticket_ttl_s;
         Some(Joined {
             seq,
@@ -101,6 +127,25 @@ impl<S: QueueStore> WaitingRoom<S> {
                 expires_at_s,
             }),
         })
+    }
+
+    /// A join the sink did not keep: its place is nobody's. The write-off
+    /// is itself an event, so the record agrees once the sink is back.
+    fn write_off(&mut self, seq: u64) {
+        if self.before_opening() {
+            if let Some(slot) = self
+                .pre_queue
+                .as_mut()
+                .and_then(|p| p.slots.get_mut(seq as usize))
+            {
+                slot.state = SlotState::Abandoned;
+            }
+            self.emit(RoomEvent::PreAbandoned { seq });
+        } else if let Some(slot) = self.store.get(seq) {
+            let state = SlotState::Expired;
+            self.store.set(seq, Slot { state, ..slot });
+            self.emit(RoomEvent::Ended { place: seq, state });
+        }
     }
 
     /// The poll interval for someone `wait_s` from their turn.

@@ -8,6 +8,10 @@
 //!   it walks the line from the front, lets the next live people in while the
 //!   rate limit and `max_active` allow, and passes over the people who left
 //!   without spending any capacity on them.
+//! - [`WaitingRoom::watermark`] gives the numbers shared by every ticket,
+//!   from which a client works out its own place.
+//! - [`WaitingRoom::restore`] rebuilds a room from its events, and
+//!   [`WaitingRoom::snapshot`] sums it up in as few (see [`crate::journal`]).
 //! - [`WaitingRoom::may_start`] says whether a pass still holds its active
 //!   slot (and so may start a checkout); [`WaitingRoom::give_back_if_spent`]
 //!   frees the slot once the pass can start no more.
@@ -20,7 +24,9 @@ mod outcome;
 mod pass;
 mod pre_queue;
 mod release;
+mod restore;
 mod status;
+mod watermark;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,9 +37,12 @@ use rand::RngCore;
 pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };
+pub use restore::RestoreError;
+pub use watermark::{RoomState, Watermark};
 
 use crate::bucket::TokenBucket;
 use crate::fair_start::FairStartInfo;
+use crate::journal::{EventSink, RoomEvent};
 use crate::policy::{Policy, PolicyError};
 use crate::poll::estimated_wait_s;
 use crate::rate_meter::RateMeter;
@@ -106,6 +115,15 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     meter: RateMeter,
     pre_queue: Option<PreQueueState>,
     counters: Counters,
+    /// Where the room's changes are kept, when they are (see
+    /// [`crate::journal`]); `None` for a room that lives in memory only.
+    sink: Option<Box<dyn EventSink>>,
+    /// Changes of the operation under way, or of earlier ones the sink
+    /// refused; given to the sink, in order, before any answer.
+    pending: Vec<RoomEvent>,
+    /// The sink refused the last events: no joins, no releases until it
+    /// takes them.
+    sink_failing: bool,
 }
 
 impl WaitingRoom<MemoryStore> {
@@ -134,18 +152,43 @@ impl<S: QueueStore> WaitingRoom<S> {
         mut rng: StdRng,
         now_ms: u64,
     ) -> Result<Self, PolicyError> {
-        policy.validate()?;
         let mut key = [0u8; 32];
         rng.fill_bytes(&mut key);
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
+        Self::build(
+            name,
+            policy,
+            store,
+            stock,
+            TicketIdKey::new(key),
+            seed,
+            rng,
+            now_ms,
+        )
+    }
+
+    /// A room over an empty `store` with its ticket-id key and fair-start
+    /// seed given.
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        name: &str,
+        policy: Policy,
+        store: S,
+        stock: Arc<dyn StockAuthority>,
+        ids: TicketIdKey,
+        seed: [u8; 32],
+        rng: StdRng,
+        now_ms: u64,
+    ) -> Result<Self, PolicyError> {
+        policy.validate()?;
         let pre_queue = policy.opens_at_ms.map(|at| PreQueueState::new(at, seed));
         let bucket = TokenBucket::new(policy.release_per_second.get(), policy.burst.get(), now_ms);
         Ok(Self {
             name: name.to_owned(),
             store,
             stock,
-            ids: TicketIdKey::new(key),
+            ids,
             rng,
             epoch_s: now_ms / 1000,
             cursor: 0,
@@ -157,7 +200,41 @@ impl<S: QueueStore> WaitingRoom<S> {
             pre_queue,
             counters: Counters::default(),
             policy,
+            sink: None,
+            pending: Vec::new(),
+            sink_failing: false,
         })
+    }
+
+    /// Records a change for the sink (nothing without one).
+    fn emit(&mut self, event: RoomEvent) {
+        if self.sink.is_some() {
+            self.pending.push(event);
+        }
+    }
+
+    /// Gives the pending changes to the sink; `false` if it refused them
+    /// (they stay pending, and are offered again first next time).
+    fn flush(&mut self) -> bool {
+        let Some(sink) = self.sink.as_mut() else {
+            return true;
+        };
+        if self.pending.is_empty() {
+            return true;
+        }
+        match sink.append(&self.pending) {
+            Ok(()) => {
+                self.pending.clear();
+                self.sink_failing = false;
+                true
+            }
+            // The sink says why where it can (it owns the I/O); the room
+            // only stops taking work it could not keep.
+            Err(_) => {
+                self.sink_failing = true;
+                false
+            }
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -264,6 +341,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         if let Some(pre) = self.pre_queue.as_mut() {
             if !pre.opened && now_ms >= pre.opens_at_ms {
                 pre.open(&mut self.store, now_s);
+                self.emit(RoomEvent::Opened { opening_s: now_s });
             }
         }
     }
@@ -309,6 +387,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 SlotState::Waiting | SlotState::Released => {}
             }
             self.store.set(place, Slot { state, ..slot });
+            self.emit(RoomEvent::Ended { place, state });
         }
         state
     }

@@ -120,6 +120,9 @@ pub enum JoinError {
     /// `410 sold_out`.
     #[error("sold out")]
     SoldOut,
+    /// `503 store_unavailable`: the join could not be kept.
+    #[error("the room's store is unavailable")]
+    StoreUnavailable { retry_after_s: u64 },
 }
 
 /// Why a poll was not answered with a status.
@@ -149,6 +152,8 @@ pub enum Stop {
     SoldOut,
     /// Fair start: the room has not opened yet.
     NotOpen,
+    /// The room's changes cannot be kept right now: nobody is released.
+    StoreUnavailable,
 }
 
 /// What one release pass did.

@@ -1,6 +1,7 @@
 //! A pass's right to start checkouts, as the room holds it.
 
 use super::WaitingRoom;
+use crate::journal::RoomEvent;
 use crate::pass_orders::PassOrders;
 use crate::store::QueueStore;
 use crate::ticket_id::TicketId;
@@ -33,9 +34,16 @@ impl<S: QueueStore> WaitingRoom<S> {
         if !orders.spent(self.policy.max_orders_per_pass.get()) {
             return false;
         }
-        match self.place_of(seq) {
-            Some(place) => self.active.remove(&place).is_some(),
-            None => false,
+        let Some(place) = self.place_of(seq) else {
+            return false;
+        };
+        if self.active.remove(&place).is_none() {
+            return false;
         }
+        self.emit(RoomEvent::GaveBack { place });
+        // A slot given back and then restored would only let one person
+        // fewer in until the pass expires: not worth refusing over.
+        self.flush();
+        true
     }
 }

@@ -56,6 +56,19 @@ impl PreQueueState {
         self.opened = true;
     }
 
+    /// After a restart: the draw of `entrants` was made before; only the
+    /// map from arrival to place is needed again (the places themselves
+    /// come back from the snapshot).
+    pub fn restore_drawn(&mut self, entrants: u32) {
+        let order = draw_order(&self.seed, entrants);
+        self.place_of_seq = vec![0; order.len()];
+        for (place, &arrival) in order.iter().enumerate() {
+            self.place_of_seq[arrival as usize] = place as u32;
+        }
+        self.slots = Vec::new();
+        self.opened = true;
+    }
+
     /// The place of a pre-queue `seq` after the draw.
     pub fn place_of(&self, seq: u64) -> Option<u64> {
         let i = usize::try_from(seq).ok()?;

@@ -1,6 +1,7 @@
 //! The release worker's bounded pass.
 
 use super::{ActivePass, ReleaseOutcome, Stop, WaitingRoom, SWEEP_PLACES_PER_PASS};
+use crate::journal::RoomEvent;
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
@@ -11,9 +12,12 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// live person is let in if the rate limit has a token and fewer than
     /// `max_active` passes are valid. Nothing is released while paused, sold
     /// out or before a fair-start opening. Call it often (every 50-100 ms):
-    /// each call does a bounded amount of work.
+    /// each call does a bounded amount of work. With a sink, nobody is
+    /// released while it refuses events, and what a pass released is kept
+    /// before anyone can collect it.
     pub fn release_once(&mut self, now_ms: u64, limit: usize) -> ReleaseOutcome {
         self.open_if_due(now_ms);
+        let cursor_before = self.cursor;
         let expired_passes = self.expire_passes(now_ms);
         let mut out = ReleaseOutcome {
             released: 0,
@@ -22,7 +26,9 @@ impl<S: QueueStore> WaitingRoom<S> {
             stop: Stop::CaughtUp,
         };
         let now_s = self.room_s(now_ms);
-        out.stop = if self.before_opening() {
+        out.stop = if !self.flush() {
+            Stop::StoreUnavailable
+        } else if self.before_opening() {
             Stop::NotOpen
         } else if self.paused {
             Stop::Paused
@@ -32,12 +38,21 @@ impl<S: QueueStore> WaitingRoom<S> {
             self.walk(now_ms, limit, &mut out)
         };
         let busy = matches!(out.stop, Stop::RateLimited | Stop::Full | Stop::StepLimit);
-        if !matches!(out.stop, Stop::Paused | Stop::NotOpen) {
+        if !matches!(
+            out.stop,
+            Stop::Paused | Stop::NotOpen | Stop::StoreUnavailable
+        ) {
             self.meter.record(now_s, out.released, busy);
         }
         let cursor = self.cursor;
+        if cursor != cursor_before {
+            self.emit(RoomEvent::Cursor { cursor });
+        }
         self.store.trim_before(cursor, limit.max(1));
-        self.sweep(now_s);
+        if out.stop != Stop::StoreUnavailable {
+            self.sweep(now_s);
+        }
+        self.flush();
         out
     }
 
@@ -88,6 +103,12 @@ impl<S: QueueStore> WaitingRoom<S> {
             },
         );
         self.active.insert(self.cursor, pass);
+        self.emit(RoomEvent::Released {
+            place: self.cursor,
+            number: pass.number,
+            issued_at_s: pass.issued_at_s,
+            expires_at_s: pass.expires_at_s,
+        });
         self.counters.admitted += 1;
         self.counters
             .wait

@@ -1,6 +1,7 @@
 //! Answering a poll.
 
 use super::{Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, POLL_SLACK_S};
+use crate::journal::RoomEvent;
 use crate::store::{QueueStore, Slot, SlotState};
 use crate::ticket_id::TicketId;
 
@@ -12,12 +13,21 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// same pass every time, until the pass ends. A waiting ticket that asks
     /// sooner than it was told gets `TooEarly`, and the early poll does not
     /// count as a sign of life.
+    ///
+    /// The only changes a poll records are time-outs it finds; they are
+    /// given to the sink on the way out.
     pub fn status(
         &mut self,
         seq: u64,
         ticket_id: &TicketId,
         now_ms: u64,
     ) -> Result<Status, PollError> {
+        let answer = self.poll(seq, ticket_id, now_ms);
+        self.flush();
+        answer
+    }
+
+    fn poll(&mut self, seq: u64, ticket_id: &TicketId, now_ms: u64) -> Result<Status, PollError> {
         self.open_if_due(now_ms);
         if self.ids.derive(&self.name, seq) != *ticket_id {
             return Err(PollError::UnknownTicket);
@@ -108,6 +118,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             if let Some(entry) = self.pre_queue.as_mut().and_then(|p| p.slots.get_mut(i)) {
                 entry.state = SlotState::Abandoned;
             }
+            self.emit(RoomEvent::PreAbandoned { seq });
             self.counters.abandoned += 1;
             return Ok(Status::Expired);
         }

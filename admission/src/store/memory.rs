@@ -34,6 +34,31 @@ impl MemoryStore {
         }
     }
 
+    /// Makes an empty store's first place `place` (a line restored from a
+    /// snapshot whose front was already released); `false` if not empty.
+    pub fn start_at(&mut self, place: u64) -> bool {
+        if !self.slots.is_empty() {
+            return false;
+        }
+        self.start = place;
+        self.blocks.clear();
+        true
+    }
+
+    /// Changes the hard size; places already held stay even above it.
+    pub fn set_slots_max(&mut self, slots_max: usize) {
+        self.slots_max = slots_max;
+    }
+
+    /// Places held, from the front to the end.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     fn end_place(&self) -> u64 {
         self.start + self.slots.len() as u64
     }

@@ -209,6 +209,9 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
                 Err(JoinError::QueueFull { .. }) => log.refused_full += 1,
                 Err(JoinError::Paused { .. }) => log.refused_paused += 1,
                 Err(JoinError::SoldOut) => log.refused_sold_out += 1,
+                Err(e @ JoinError::StoreUnavailable { .. }) => {
+                    panic!("a room without a sink refused a join: {e}")
+                }
             }
         }
         let outcome = room.release_once(now, cfg.release_limit);

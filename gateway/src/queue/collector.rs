@@ -14,7 +14,7 @@ use crate::scrape::{assemble, descs, labels, sample, Family};
 const FAMILIES: [Family; 9] = [
     Family::new(
         "sluice_queue_joins_total",
-        "Joins by result (queued, queue_full, paused, sold_out, rate_limited).",
+        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
         MetricType::COUNTER,
     ),
     Family::new(
@@ -96,6 +96,7 @@ impl Collector for RoomCollector {
                 ("queue_full", s.joins.queue_full),
                 ("paused", s.joins.paused),
                 ("sold_out", s.joins.sold_out),
+                ("store_unavailable", s.joins.store_unavailable),
                 (
                     "rate_limited",
                     entry.rate_limited_joins.load(Ordering::Relaxed),

@@ -1,20 +1,31 @@
 //! The waiting room over HTTP: `/queue/{room}` (the page),
-//! `/queue/{room}/join`, `/queue/{room}/status`, the pass check of protected
-//! paths, and the release worker.
+//! `/queue/{room}/join`, `/queue/{room}/status`, `/queue/{room}/watermark`
+//! (public, cacheable), the pass check of protected paths, and the release
+//! worker.
 //!
 //! The rooms themselves (`sluice-admission`) are pure logic over injected
 //! time; this module owns them, feeds them the wall clock, signs and checks
 //! their tokens, and turns their answers into the contract's JSON.
+//!
+//! Started by `sluice run` ([`Rooms::open`]) the rooms are durable: each
+//! keeps its events in `data_dir/rooms/<room>/` ([`journal`]) and the keys
+//! tickets depend on are made once and kept in `data_dir` ([`secrets`]), so
+//! a restart, even after `kill -9`, keeps every place, ticket and pass.
+//! [`Rooms::new`] keeps everything in memory (unit tests).
 
 pub mod adaptive;
 mod collector;
+pub mod journal;
 pub mod page;
 mod release;
 mod respond;
+pub mod secrets;
+mod watermark;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -57,6 +68,9 @@ pub struct RoomEntry {
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+    /// The room's files, when it is durable: the release worker syncs and
+    /// compacts them.
+    journal: Option<journal::RoomJournal>,
     /// Adaptive release: checkouts measured and the rate decided. Taken
     /// before `line` when both are held.
     pub adaptive: Mutex<adaptive::AdaptiveRelease>,
@@ -152,12 +166,22 @@ struct PlannedRoom {
     config: Room,
 }
 
+/// Where durable rooms keep their state.
+struct Durable {
+    /// `data_dir/rooms`.
+    rooms_dir: PathBuf,
+    /// The gateway's ticket-id key (see [`secrets`]).
+    ticket_id_key: [u8; 32],
+}
+
 /// Every room of the config, kept across reloads.
 pub struct Rooms {
     rooms: ArcSwap<HashMap<String, Arc<RoomEntry>>>,
     keyring: ArcSwap<VerifyingKeyring>,
-    /// The keyring used when the config lists no `[[keys]]`.
+    /// The keyring used when the config lists no `[[keys]]`: kept in
+    /// `data_dir` for durable rooms, made at start otherwise.
     ephemeral: Arc<VerifyingKeyring>,
+    durable: Option<Durable>,
     stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
@@ -171,12 +195,47 @@ pub fn now_ms() -> u64 {
 }
 
 impl Rooms {
+    /// Rooms that live in memory only, with a signing key made now: a
+    /// restart loses them (unit tests).
     pub fn new(config: &Config, tls: bool, stock: Arc<dyn StockAuthority>) -> Result<Self, String> {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        Self::build(config, tls, stock, secret, None)
+    }
+
+    /// Durable rooms in `gateway.data_dir` (`sluice run`): the keys are
+    /// read from there (made the first time) and each room is restored
+    /// from its journal.
+    pub fn open(
+        config: &Config,
+        tls: bool,
+        stock: Arc<dyn StockAuthority>,
+    ) -> Result<Self, String> {
+        let data_dir: &Path = &config.gateway.data_dir;
+        let secret = secrets::load_or_create(data_dir, secrets::SIGNING_KEY_FILE)?;
+        let ticket_id_key = secrets::load_or_create(data_dir, secrets::TICKET_ID_KEY_FILE)?;
+        let durable = Durable {
+            rooms_dir: data_dir.join("rooms"),
+            ticket_id_key,
+        };
+        Self::build(config, tls, stock, secret, Some(durable))
+    }
+
+    fn build(
+        config: &Config,
+        tls: bool,
+        stock: Arc<dyn StockAuthority>,
+        secret: [u8; 32],
+        durable: Option<Durable>,
+    ) -> Result<Self, String> {
+        let kid = if durable.is_some() {
+            "local"
+        } else {
+            "ephemeral"
+        };
         let ephemeral = Arc::new(VerifyingKeyring::new(
             Keyring::new(vec![KeySpec {
-                kid: "ephemeral".into(),
+                kid: kid.into(),
                 material: KeyMaterial::Hs256(secret.to_vec()),
             }])
             .map_err(|e| e.to_string())?,
@@ -185,11 +244,63 @@ impl Rooms {
             rooms: ArcSwap::from_pointee(HashMap::new()),
             keyring: ArcSwap::new(ephemeral.clone()),
             ephemeral,
+            durable,
             stock,
             tls,
         };
         rooms.apply(config, now_ms())?;
         Ok(rooms)
+    }
+
+    /// A room not running yet: restored from its journal when durable,
+    /// else new and empty.
+    fn make_line(
+        &self,
+        room: &Room,
+        policy: Policy,
+        now_ms: u64,
+    ) -> Result<(WaitingRoom, Option<journal::RoomJournal>), String> {
+        let name = &room.name;
+        let Some(durable) = &self.durable else {
+            let line = WaitingRoom::new(
+                name,
+                policy,
+                self.stock.clone(),
+                StdRng::from_os_rng(),
+                now_ms,
+            )
+            .map_err(|e| format!("room {name:?}: {e}"))?;
+            return Ok((line, None));
+        };
+        let opened = journal::RoomJournal::open(&durable.rooms_dir.join(name))?;
+        let restored = opened.events.len();
+        let line = WaitingRoom::restore(
+            name,
+            policy,
+            self.stock.clone(),
+            durable.ticket_id_key,
+            StdRng::from_os_rng(),
+            now_ms,
+            opened.events,
+            opened.journal.sink(),
+        )
+        .map_err(|e| {
+            format!(
+                "room {name:?}: its journal in {} does not make a room: {e}",
+                durable.rooms_dir.join(name).display()
+            )
+        })?;
+        if restored > 0 {
+            let stats = line.stats(now_ms);
+            tracing::info!(
+                room = name.as_str(),
+                waiting = stats.waiting,
+                serving = stats.serving,
+                active = stats.active_passes,
+                "room restored from its journal"
+            );
+        }
+        Ok((line, Some(opened.journal)))
     }
 
     /// Brings the rooms in line with a (re)loaded config: existing rooms
@@ -222,14 +333,7 @@ impl Rooms {
             let entry = match old.get(&room.name) {
                 Some(entry) => entry.clone(),
                 None => {
-                    let line = WaitingRoom::new(
-                        &room.name,
-                        policy.clone(),
-                        self.stock.clone(),
-                        StdRng::from_os_rng(),
-                        now_ms,
-                    )
-                    .map_err(|e| format!("room {:?}: {e}", room.name))?;
+                    let (line, journal) = self.make_line(room, policy.clone(), now_ms)?;
                     let mut adaptive = adaptive::AdaptiveRelease::default();
                     // A new room runs at its configured (start) rate.
                     let _ = adaptive.configure(room, now_ms);
@@ -240,6 +344,7 @@ impl Rooms {
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
+                        journal,
                         adaptive: Mutex::new(adaptive),
                     })
                 }
@@ -438,11 +543,21 @@ impl Rooms {
             (&Method::GET | &Method::HEAD, "") => respond::page(headers),
             (&Method::POST, "join") => self.join(name, &entry, headers, client, now),
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics),
-            (_, "" | "join" | "status") => respond::method_not_allowed(if action == "join" {
-                "POST"
-            } else {
-                "GET, HEAD"
-            }),
+            (&Method::GET | &Method::HEAD, "watermark") => {
+                let mark = entry
+                    .line
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .watermark();
+                watermark::answer(name, &mark)
+            }
+            (_, "" | "join" | "status" | "watermark") => {
+                respond::method_not_allowed(if action == "join" {
+                    "POST"
+                } else {
+                    "GET, HEAD"
+                })
+            }
             _ => LocalResponse::error(&ApiError::new(
                 ErrorCode::NotFound,
                 "Nothing is served at this path.",
@@ -537,6 +652,13 @@ impl Rooms {
                 ErrorCode::SoldOut,
                 "Everything in this drop has been sold.",
             )),
+            Err(JoinError::StoreUnavailable { retry_after_s }) => LocalResponse::error(
+                &ApiError::new(
+                    ErrorCode::StoreUnavailable,
+                    "The line cannot take new places right now; please try again shortly.",
+                )
+                .retry_after(retry_after_s as u32),
+            ),
         }
     }
 

@@ -1,7 +1,10 @@
 //! The release worker: a loop of bounded `release_once` passes over every
 //! room, until shutdown; once a second it also runs the adaptive release
 //! controller of each adaptive room (`adapt_once`) and lets the join
-//! limiters forget idle clients.
+//! limiters forget idle clients. For durable rooms it also compacts a
+//! journal grown well past its room (`release_once`, under the room's lock)
+//! and syncs the journals every [`journal::SYNC_EVERY`] on a blocking
+//! thread (`sync_once`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::{now_ms, Rooms};
+use super::{journal, now_ms, RoomEntry, Rooms};
 
 /// How often each room is given a release pass. Short enough that a rate
 /// of thousands per second is spread over the second, not released in one
@@ -38,8 +41,34 @@ impl Releaser {
         for entry in self.rooms.all().values() {
             let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
             released += line.release_once(now_ms, PLACES_PER_PASS_MAX).released;
+            compact_if_due(entry, &line);
         }
         released
+    }
+
+    /// Syncs every durable room's journal (and writes a pending snapshot).
+    /// Blocking I/O: runs on a blocking thread, one room after another.
+    pub async fn sync_once(&self) {
+        let journals: Vec<journal::RoomJournal> = self
+            .rooms
+            .all()
+            .values()
+            .filter_map(|e| e.journal.clone())
+            .collect();
+        if journals.is_empty() {
+            return;
+        }
+        let synced = tokio::task::spawn_blocking(move || {
+            for j in &journals {
+                if let Err(e) = j.sync() {
+                    tracing::error!("room journal sync failed: {e}");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = synced {
+            tracing::error!("room journal sync task failed: {e}");
+        }
     }
 
     /// One adaptive-release step for every adaptive room: the controller
@@ -60,6 +89,23 @@ impl Releaser {
     }
 }
 
+/// Starts a new journal generation from the room's snapshot when the
+/// current one has grown well past it. Called with the room's lock held.
+fn compact_if_due(entry: &RoomEntry, line: &sluice_admission::WaitingRoom) {
+    let Some(journal) = &entry.journal else {
+        return;
+    };
+    let records = line.snapshot_records();
+    if !journal::compaction_due(journal.appended(), records) {
+        return;
+    }
+    let mut snapshot = Vec::with_capacity(records as usize * journal::RECORD_BYTES);
+    line.snapshot(&mut |event| snapshot.extend_from_slice(&event.encode()));
+    if let Err(e) = journal.rebase(snapshot) {
+        tracing::error!(room = line.name(), "room journal compaction failed: {e}");
+    }
+}
+
 #[async_trait]
 impl BackgroundService for Releaser {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -67,15 +113,23 @@ impl BackgroundService for Releaser {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retain = tokio::time::interval(JOIN_RETAIN_EVERY);
         retain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sync = tokio::time::interval(journal::SYNC_EVERY);
+        sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {
+                    self.sync_once().await;
+                    return;
+                }
                 _ = tick.tick() => {
                     self.release_once(now_ms());
                 }
                 _ = retain.tick() => {
                     self.adapt_once(now_ms());
                     self.rooms.retain_recent_joins();
+                }
+                _ = sync.tick() => {
+                    self.sync_once().await;
                 }
             }
         }

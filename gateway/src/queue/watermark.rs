@@ -1,0 +1,42 @@
+//! `GET /queue/{room}/watermark`: the room's shared numbers, public and
+//! cacheable for a second, so a CDN in front of the gateways answers most
+//! of a waiting line's polls.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, StatusCode};
+use serde_json::json;
+use sluice_admission::Watermark;
+
+use crate::route::LocalResponse;
+
+/// Seconds a cache may serve the watermark: the same second everyone
+/// polls at is one request to the gateway.
+pub const MAX_AGE_S: u32 = 1;
+
+pub fn answer(room: &str, w: &Watermark) -> LocalResponse {
+    let body = json!({
+        "room": room,
+        "serving": w.serving,
+        "waiting": w.waiting,
+        "release_per_second": w.release_per_second,
+        "state": w.state.as_str(),
+        "poll_after_s": w.poll_after_s.max(MAX_AGE_S),
+    });
+    let mut bytes = serde_json::to_vec(&body).expect("JSON values serialize");
+    bytes.push(b'\n');
+    LocalResponse {
+        status: StatusCode::OK,
+        headers: vec![
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=1"),
+            ),
+        ],
+        body: Bytes::from(bytes),
+        source: "queue",
+    }
+}
