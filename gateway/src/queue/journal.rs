@@ -68,10 +68,18 @@ struct Files {
     appended: u64,
     /// Written since the last sync.
     dirty: bool,
-    /// A snapshot taken and not yet on disk: its generation and records.
-    snapshot: Option<(u64, Vec<u8>)>,
+    /// A snapshot taken and not yet on disk.
+    snapshot: Option<Pending>,
     /// The last append failed (logged once until one succeeds).
     failing: bool,
+}
+
+/// A snapshot taken and not yet on disk: its generation, its records, and
+/// the journal it replaces (synced before the snapshot is relied on).
+struct Pending {
+    generation: u64,
+    records: Vec<u8>,
+    replaced: File,
 }
 
 /// What a room's directory held at start.
@@ -198,16 +206,14 @@ impl RoomJournal {
             .write(true)
             .open(&path)
             .map_err(|e| format!("opening {}: {e}", path.display()))?;
-        // What went to the old generation is synced before the new one is
-        // relied on.
-        files
-            .journal
-            .sync_data()
-            .map_err(|e| format!("syncing a journal in {}: {e}", files.dir.display()))?;
-        files.journal = journal;
+        let replaced = std::mem::replace(&mut files.journal, journal);
         files.generation = next;
         files.appended = 0;
-        files.snapshot = Some((next, snapshot));
+        files.snapshot = Some(Pending {
+            generation: next,
+            records: snapshot,
+            replaced,
+        });
         Ok(())
     }
 
@@ -235,13 +241,20 @@ impl RoomJournal {
                 .sync_data()
                 .map_err(|e| format!("syncing a journal in {}: {e}", dir.display()))?;
         }
-        if let Some((g, records)) = snapshot {
-            let written = write_snapshot(&dir, g, &records);
+        if let Some(pending) = snapshot {
+            let g = pending.generation;
+            // The replaced journal is synced first: until the snapshot is
+            // on disk, it and the new journal together are the record.
+            let written = pending
+                .replaced
+                .sync_data()
+                .map_err(|e| format!("syncing a journal in {}: {e}", dir.display()))
+                .and_then(|()| write_snapshot(&dir, g, &pending.records));
             if let Err(e) = written {
                 // Keep it for the next sync; the journals still hold it all.
                 let mut files = self.lock();
                 if files.generation == generation && files.snapshot.is_none() {
-                    files.snapshot = Some((g, records));
+                    files.snapshot = Some(pending);
                 }
                 return Err(e);
             }
@@ -364,7 +377,7 @@ mod tests {
         assert!(err.contains("in use by another process"), "{err}");
         // Restarted before the snapshot reached the disk: generation 0 and
         // 1 together hold everything.
-        let pending = opened.journal.lock().snapshot.clone();
+        let pending = opened.journal.lock().snapshot.take();
         drop((sink, opened));
         let again = RoomJournal::open(&room).unwrap();
         assert_eq!(
