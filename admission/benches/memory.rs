@@ -3,7 +3,10 @@
 //! `cargo bench -p sluice-admission --bench memory` prints heap bytes per
 //! ticket (counting allocator), resident memory growth (`/proc/self/statm`)
 //! and the cost of a join and a poll. Exits non-zero above the contract's
-//! 64 MiB per million.
+//! 64 MiB per million. Then, in alternating rounds, a million joins into a
+//! room that lives in memory against one whose events go to a file (one
+//! `write` per join, as the gateway's journal does), and the time to
+//! rebuild the room from that file.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
@@ -13,7 +16,62 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use sluice_admission::journal::{EventSink, RoomEvent, SinkError, RECORD_BYTES};
 use sluice_admission::{InMemoryStock, Policy, Status, WaitingRoom};
+
+/// Appends every event to a file with one `write` per operation, as the
+/// gateway's journal does (without its fsync timer).
+struct FileSink(std::fs::File);
+
+impl EventSink for FileSink {
+    fn append(&mut self, events: &[RoomEvent]) -> Result<(), SinkError> {
+        use std::io::Write;
+        let mut buf = Vec::with_capacity(events.len() * RECORD_BYTES);
+        for e in events {
+            buf.extend_from_slice(&e.encode());
+        }
+        self.0.write_all(&buf).map_err(|e| SinkError(e.to_string()))
+    }
+}
+
+/// Nanoseconds per join of `TICKETS` joins, into memory only or through a
+/// file (whose path is returned).
+fn join_round(policy: &Policy, durable: bool, round: u32) -> (u128, Option<std::path::PathBuf>) {
+    let stock = Arc::new(InMemoryStock::new());
+    let path = std::env::temp_dir().join(format!(
+        "sluice-bench-journal-{}-{round}",
+        std::process::id()
+    ));
+    let mut room = if durable {
+        let file = std::fs::File::create(&path).expect("temp file");
+        WaitingRoom::restore(
+            "drop",
+            policy.clone(),
+            stock,
+            [7; 32],
+            StdRng::seed_from_u64(1),
+            T0_MS,
+            Vec::new(),
+            Box::new(FileSink(file)),
+        )
+        .expect("room")
+    } else {
+        WaitingRoom::new(
+            "drop",
+            policy.clone(),
+            stock,
+            StdRng::seed_from_u64(1),
+            T0_MS,
+        )
+        .expect("policy")
+    };
+    let started = Instant::now();
+    for i in 0..u64::from(TICKETS) {
+        room.join(T0_MS + i / 10_000).expect("room for everyone");
+    }
+    let ns = started.elapsed().as_nanos() / u128::from(TICKETS);
+    (ns, durable.then_some(path))
+}
 
 struct Counting;
 
@@ -45,6 +103,14 @@ static ALLOCATOR: Counting = Counting;
 const TICKETS: u32 = 1_000_000;
 const LIMIT_BYTES: usize = 64 * 1024 * 1024;
 const T0_MS: u64 = 1_767_225_600_000;
+
+/// A sink for a restored room that is dropped at once.
+fn tempfile_sink() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("sluice-bench-sink-{}", std::process::id()));
+    let file = std::fs::File::create(&path).expect("temp file");
+    let _ = std::fs::remove_file(&path);
+    file
+}
 
 fn resident_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -137,6 +203,57 @@ fn main() {
     println!(
         "opening draw (1M):     {} ms",
         started.elapsed().as_millis()
+    );
+
+    let mut memory_ns = Vec::new();
+    let mut durable_ns = Vec::new();
+    let mut restore_ms = Vec::new();
+    let mut journal_bytes = 0;
+    for round in 0..3 {
+        memory_ns.push(join_round(&policy, false, round).0);
+        let (ns, path) = join_round(&policy, true, round);
+        durable_ns.push(ns);
+        let path = path.expect("a file");
+        let started = Instant::now();
+        let bytes = std::fs::read(&path).expect("journal");
+        journal_bytes = bytes.len();
+        let events = bytes
+            .chunks_exact(RECORD_BYTES)
+            .map(|c| RoomEvent::decode(c.try_into().expect("whole")).expect("intact"));
+        let room = WaitingRoom::restore(
+            "drop",
+            policy.clone(),
+            Arc::new(InMemoryStock::new()),
+            [7; 32],
+            StdRng::seed_from_u64(1),
+            T0_MS + 200_000,
+            events,
+            Box::new(FileSink(tempfile_sink())),
+        )
+        .expect("restored");
+        restore_ms.push(started.elapsed().as_millis());
+        assert_eq!(room.stats(T0_MS + 200_000).waiting, u64::from(TICKETS));
+        let _ = std::fs::remove_file(&path);
+    }
+    let median = |v: &mut Vec<u128>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    println!(
+        "join, memory only:     {} ns (median of 3 rounds)",
+        median(&mut memory_ns)
+    );
+    println!(
+        "join, journaled:       {} ns (median of 3 rounds, alternating)",
+        median(&mut durable_ns)
+    );
+    println!(
+        "journal for 1M joins:  {journal_bytes} bytes ({} B/ticket)",
+        journal_bytes / TICKETS as usize
+    );
+    println!(
+        "restore 1M from it:    {} ms (median; read, decode, replay)",
+        median(&mut restore_ms)
     );
 
     if heap > LIMIT_BYTES {

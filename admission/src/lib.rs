@@ -17,7 +17,9 @@
 //! - [`ticket_id`]: ticket ids derived from places, so none are stored.
 //! - [`journal`]: the room's changes as events for a durable store to keep,
 //!   and the room rebuilt from them after a restart.
-//! - [`poll`]: when to ask again, and the estimated wait.
+//! - [`poll`]: when to ask again.
+//! - [`wait_estimate`]: the estimated wait, whether the rate or the
+//!   `max_active` slots hold people back.
 //! - [`join_limiter`]: joins per client address.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
@@ -40,6 +42,7 @@ pub mod stock;
 pub mod store;
 pub mod ticket_id;
 pub mod tokens;
+pub mod wait_estimate;
 
 pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};

@@ -1,4 +1,5 @@
-//! When a waiting person should ask again.
+//! When a waiting person should ask again (the estimated wait it grows
+//! with is [`crate::wait_estimate`]).
 //!
 //! Far from the front nothing will change for a while, so asking often is
 //! only load: the interval grows with the expected wait (a quarter of it),
@@ -13,15 +14,6 @@ pub fn poll_after_s(wait_s: u64, min_s: u8, max_s: u8, rng: &mut impl Rng) -> u8
     let base = (wait_s / 4).clamp(u64::from(min_s), u64::from(max_s)) as u8;
     let jitter = rng.random_range(0..=base / 5);
     base.saturating_sub(jitter).max(min_s)
-}
-
-/// Seconds until the expected turn of someone with `ahead` live people in
-/// front, at `rate_per_s` admissions per second.
-pub fn estimated_wait_s(ahead: u64, rate_per_s: f64) -> u64 {
-    if rate_per_s <= 0.0 {
-        return u64::MAX;
-    }
-    (ahead as f64 / rate_per_s).ceil() as u64
 }
 
 #[cfg(test)]
@@ -43,12 +35,5 @@ mod tests {
         assert!(far.iter().any(|&p| p != far[0]));
         let mid = poll_after_s(100, 2, 60, &mut rng);
         assert!((20..=25).contains(&mid), "{mid}");
-    }
-
-    #[test]
-    fn estimate_rounds_up_and_survives_zero_rate() {
-        assert_eq!(estimated_wait_s(101, 10.0), 11);
-        assert_eq!(estimated_wait_s(0, 10.0), 0);
-        assert_eq!(estimated_wait_s(5, 0.0), u64::MAX);
     }
 }

@@ -53,3 +53,81 @@ fn estimated_wait_stays_within_20_percent_with_some_leaving() {
     let worst = errors.iter().cloned().fold(0.0, f64::max);
     assert!(worst <= 0.20, "worst relative error {worst:.3}");
 }
+
+/// Estimated against real waits of those who waited at least `min_wait_s`.
+fn slot_bound_errors(cfg: &SimConfig, min_wait_s: f64) -> Vec<f64> {
+    let log = simulate(cfg);
+    common::assert_invariants(cfg, &log);
+    let errors: Vec<f64> = log
+        .shoppers
+        .iter()
+        .filter_map(|s| {
+            let pass = s.pass?;
+            let actual_s = pass.issued_at_s as f64 - s.joined_ms as f64 / 1000.0;
+            (actual_s >= min_wait_s)
+                .then(|| (s.estimated_wait_s as f64 - actual_s).abs() / actual_s)
+        })
+        .collect();
+    let worst = errors.iter().cloned().fold(0.0, f64::max);
+    eprintln!("{} samples, worst {worst:.3}", errors.len());
+    errors
+}
+
+#[test]
+fn when_slots_bind_the_estimate_follows_the_slots_within_20_percent() {
+    // The case, larger: 10 slots, passes holding them for their
+    // whole 30 s (checkouts never reported ended), a release rate of 20/s
+    // that is never the limit; 120 people join in the first second.
+    let mut p = policy();
+    p.release_per_second = nz(20);
+    p.burst = nz(20);
+    p.max_active = nz(10);
+    p.pass_ttl = std::time::Duration::from_secs(30);
+    p.idle_timeout = std::time::Duration::from_secs(120);
+    p.poll_max = std::time::Duration::from_secs(30);
+    let mut cfg = SimConfig::new(5, p);
+    cfg.arrivals = vec![(0, 1_000, 120)];
+    cfg.finish_reported_fraction = 0.0;
+    cfg.another_order_fraction = 0.0;
+    cfg.duration_ms = 400_000;
+    let errors = slot_bound_errors(&cfg, 20.0);
+    assert!(errors.len() >= 100, "enough waited: {}", errors.len());
+    let worst = errors.iter().cloned().fold(0.0, f64::max);
+    assert!(worst <= 0.20, "worst relative error {worst:.3}");
+}
+
+#[test]
+fn when_slots_bind_and_passes_give_them_back_early_the_measured_hold_sets_the_wait() {
+    // Checkouts of 5-20 s whose ends are reported: a slot comes back after
+    // about 14 s, not after the 600 s a pass lives; a standing line, then
+    // arrivals a little above what the slots let through.
+    let mut p = policy();
+    p.release_per_second = nz(20);
+    p.burst = nz(20);
+    p.max_active = nz(10);
+    p.pass_ttl = std::time::Duration::from_secs(600);
+    p.idle_timeout = std::time::Duration::from_secs(120);
+    p.poll_max = std::time::Duration::from_secs(30);
+    let mut cfg = SimConfig::new(6, p);
+    cfg.arrivals = vec![(0, 2_000, 50), (2_000, 200_000, 1)];
+    cfg.finish_reported_fraction = 1.0;
+    cfg.another_order_fraction = 0.0;
+    cfg.duration_ms = 700_000;
+    let log = simulate(&cfg);
+    common::assert_invariants(&cfg, &log);
+    let errors: Vec<f64> = log
+        .shoppers
+        .iter()
+        .filter(|s| s.joined_ms >= T0_MS + 60_000 && s.joined_ms < T0_MS + 150_000)
+        .filter_map(|s| {
+            let pass = s.pass?;
+            let actual_s = pass.issued_at_s as f64 - s.joined_ms as f64 / 1000.0;
+            Some((s.estimated_wait_s as f64 - actual_s).abs() / actual_s)
+        })
+        .collect();
+    let worst = errors.iter().cloned().fold(0.0, f64::max);
+    let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
+    eprintln!("{} samples, mean {mean:.3}, worst {worst:.3}", errors.len());
+    assert!(errors.len() >= 50, "enough samples: {}", errors.len());
+    assert!(worst <= 0.20, "worst relative error {worst:.3}");
+}

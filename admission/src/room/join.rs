@@ -17,6 +17,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// have had is written off (nobody holds it).
     pub fn join(&mut self, now_ms: u64) -> Result<Joined, JoinError> {
         self.open_if_due(now_ms);
+        self.saw(now_ms);
         if !self.flush() {
             self.counters.joins.store_unavailable += 1;
             return Err(JoinError::StoreUnavailable {

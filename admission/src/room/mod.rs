@@ -44,12 +44,12 @@ use crate::bucket::TokenBucket;
 use crate::fair_start::FairStartInfo;
 use crate::journal::{EventSink, RoomEvent};
 use crate::policy::{Policy, PolicyError};
-use crate::poll::estimated_wait_s;
 use crate::rate_meter::RateMeter;
 use crate::stats::{JoinCounts, RoomStats, WaitHistogram};
 use crate::stock::StockAuthority;
 use crate::store::{MemoryStore, QueueStore, Slot, SlotState};
 use crate::ticket_id::TicketIdKey;
+use crate::wait_estimate::{estimated_wait_s, SlotOutlook};
 use pre_queue::PreQueueState;
 
 /// Places looked at, per release pass, to notice people who left (beyond
@@ -61,6 +61,11 @@ const OLDEST_SCAN_PLACES: u64 = 1024;
 const ESTIMATE_WINDOW_S: u32 = 30;
 /// Seconds of history behind the `release_rate` gauge.
 const RATE_GAUGE_WINDOW_S: u32 = 10;
+/// Weight of the newest pass in the mean time a pass holds its slot.
+const HOLD_EWMA_WEIGHT: f64 = 1.0 / 32.0;
+/// Passes holding a slot looked at one by one for the estimate; beyond,
+/// their ends are taken as evenly spread.
+const ENDS_EXACT_MAX: u64 = 4096;
 /// A poll up to this much sooner than told still counts as on time: clients
 /// round, and requests take time to arrive.
 const POLL_SLACK_S: u32 = 1;
@@ -78,6 +83,43 @@ struct ActivePass {
     number: u64,
     issued_at_s: u64,
     expires_at_s: u64,
+}
+
+/// The room's slots as the estimate sees them.
+struct RoomSlots<'a> {
+    active: &'a BTreeMap<u64, ActivePass>,
+    max_active: u64,
+    now_unix_s: u64,
+    hold_s: f64,
+}
+
+impl SlotOutlook for RoomSlots<'_> {
+    fn slots(&self) -> u64 {
+        self.max_active
+    }
+
+    fn free(&self) -> u64 {
+        self.max_active.saturating_sub(self.active.len() as u64)
+    }
+
+    fn end_in_s(&self, n: u64) -> Option<f64> {
+        let held = self.active.len() as u64;
+        if n >= held {
+            return None;
+        }
+        if n >= ENDS_EXACT_MAX {
+            return Some(self.hold_s * (n + 1) as f64 / held as f64);
+        }
+        // Release order is place order; a pass is expected to end after
+        // the mean hold, and surely at its expiry.
+        let pass = self.active.values().nth(n as usize)?;
+        let expected = (pass.issued_at_s as f64 + self.hold_s).min(pass.expires_at_s as f64);
+        Some(expected - self.now_unix_s as f64)
+    }
+
+    fn hold_s(&self) -> f64 {
+        self.hold_s
+    }
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +166,12 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     /// The sink refused the last events: no joins, no releases until it
     /// takes them.
     sink_failing: bool,
+    /// Mean seconds a pass held its slot (expired or given back); `None`
+    /// until one has, when `pass_ttl` stands in.
+    hold_s_mean: Option<f64>,
+    /// The latest `now` an operation was given (unix seconds): when a slot
+    /// given back ([`Self::give_back_if_spent`] takes no time) was freed.
+    now_s_seen: u64,
 }
 
 impl WaitingRoom<MemoryStore> {
@@ -203,6 +251,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             sink: None,
             pending: Vec::new(),
             sink_failing: false,
+            hold_s_mean: None,
+            now_s_seen: now_ms / 1000,
         })
     }
 
@@ -401,7 +451,31 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     fn estimate_s(&self, ahead: u64, now_s: u32) -> u64 {
-        estimated_wait_s(ahead, self.planning_rate(now_s))
+        let slots = RoomSlots {
+            active: &self.active,
+            max_active: u64::from(self.policy.max_active.get()),
+            now_unix_s: self.epoch_s + u64::from(now_s),
+            hold_s: self.hold_s(),
+        };
+        estimated_wait_s(ahead, self.planning_rate(now_s), &slots)
+    }
+
+    fn hold_s(&self) -> f64 {
+        self.hold_s_mean
+            .unwrap_or(self.policy.pass_ttl.as_secs_f64())
+    }
+
+    /// A pass gave its slot back after holding it `held_s`.
+    fn observe_hold(&mut self, held_s: u64) {
+        let held = held_s as f64;
+        self.hold_s_mean = Some(match self.hold_s_mean {
+            Some(mean) => mean + HOLD_EWMA_WEIGHT * (held - mean),
+            None => held,
+        });
+    }
+
+    fn saw(&mut self, now_ms: u64) {
+        self.now_s_seen = self.now_s_seen.max(Self::unix_s(now_ms));
     }
 
     /// `Retry-After` for a full queue or a paused room: long enough for the

@@ -37,9 +37,10 @@ impl<S: QueueStore> WaitingRoom<S> {
         let Some(place) = self.place_of(seq) else {
             return false;
         };
-        if self.active.remove(&place).is_none() {
+        let Some(pass) = self.active.remove(&place) else {
             return false;
-        }
+        };
+        self.observe_hold(self.now_s_seen.saturating_sub(pass.issued_at_s));
         self.emit(RoomEvent::GaveBack { place });
         // A slot given back and then restored would only let one person
         // fewer in until the pass expires: not worth refusing over.

@@ -17,6 +17,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// before anyone can collect it.
     pub fn release_once(&mut self, now_ms: u64, limit: usize) -> ReleaseOutcome {
         self.open_if_due(now_ms);
+        self.saw(now_ms);
         let cursor_before = self.cursor;
         let expired_passes = self.expire_passes(now_ms);
         let mut out = ReleaseOutcome {
@@ -37,7 +38,10 @@ impl<S: QueueStore> WaitingRoom<S> {
         } else {
             self.walk(now_ms, limit, &mut out)
         };
-        let busy = matches!(out.stop, Stop::RateLimited | Stop::Full | Stop::StepLimit);
+        // Busy: the rate was what held people back. Seconds in which the
+        // slots did measure the slots, which the estimate counts apart
+        // (see `crate::wait_estimate`).
+        let busy = matches!(out.stop, Stop::RateLimited | Stop::StepLimit);
         if !matches!(
             out.stop,
             Stop::Paused | Stop::NotOpen | Stop::StoreUnavailable
@@ -120,7 +124,17 @@ impl<S: QueueStore> WaitingRoom<S> {
     fn expire_passes(&mut self, now_ms: u64) -> u32 {
         let now_unix_s = Self::unix_s(now_ms);
         let before = self.active.len();
-        self.active.retain(|_, pass| now_unix_s < pass.expires_at_s);
+        let mut held = Vec::new();
+        self.active.retain(|_, pass| {
+            let keep = now_unix_s < pass.expires_at_s;
+            if !keep {
+                held.push(pass.expires_at_s - pass.issued_at_s);
+            }
+            keep
+        });
+        for held_s in held {
+            self.observe_hold(held_s);
+        }
         (before - self.active.len()) as u32
     }
 

@@ -29,6 +29,7 @@ impl<S: QueueStore> WaitingRoom<S> {
 
     fn poll(&mut self, seq: u64, ticket_id: &TicketId, now_ms: u64) -> Result<Status, PollError> {
         self.open_if_due(now_ms);
+        self.saw(now_ms);
         if self.ids.derive(&self.name, seq) != *ticket_id {
             return Err(PollError::UnknownTicket);
         }

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::fcntl::{Flock, FlockArg};
 pub use sluice_admission::journal::RECORD_BYTES;
 use sluice_admission::journal::{EventSink, RoomEvent, SinkError};
 
@@ -57,6 +58,9 @@ pub struct RoomJournal {
 }
 
 struct Files {
+    /// Held for the journal's life: a second process on the same
+    /// `data_dir` is refused instead of interleaving its writes.
+    _lock: Flock<File>,
     dir: PathBuf,
     generation: u64,
     journal: File,
@@ -64,10 +68,18 @@ struct Files {
     appended: u64,
     /// Written since the last sync.
     dirty: bool,
-    /// A snapshot taken and not yet on disk: its generation and records.
-    snapshot: Option<(u64, Vec<u8>)>,
+    /// A snapshot taken and not yet on disk.
+    snapshot: Option<Pending>,
     /// The last append failed (logged once until one succeeds).
     failing: bool,
+}
+
+/// A snapshot taken and not yet on disk: its generation, its records, and
+/// the journal it replaces (synced before the snapshot is relied on).
+struct Pending {
+    generation: u64,
+    records: Vec<u8>,
+    replaced: File,
 }
 
 /// What a room's directory held at start.
@@ -82,6 +94,18 @@ impl RoomJournal {
     pub fn open(dir: &Path) -> Result<Opened, String> {
         let shown = dir.display();
         fs::create_dir_all(dir).map_err(|e| format!("creating {shown}: {e}"))?;
+        let lock_path = dir.join("lock");
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
+        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            format!(
+                "{shown} is in use by another process ({e}): two gateways cannot share a data_dir"
+            )
+        })?;
         let mut journals = Vec::new();
         let mut snapshots = Vec::new();
         for entry in fs::read_dir(dir).map_err(|e| format!("reading {shown}: {e}"))? {
@@ -138,6 +162,7 @@ impl RoomJournal {
             events,
             journal: RoomJournal {
                 files: Arc::new(Mutex::new(Files {
+                    _lock: lock,
                     dir: dir.to_owned(),
                     generation,
                     journal,
@@ -181,16 +206,14 @@ impl RoomJournal {
             .write(true)
             .open(&path)
             .map_err(|e| format!("opening {}: {e}", path.display()))?;
-        // What went to the old generation is synced before the new one is
-        // relied on.
-        files
-            .journal
-            .sync_data()
-            .map_err(|e| format!("syncing a journal in {}: {e}", files.dir.display()))?;
-        files.journal = journal;
+        let replaced = std::mem::replace(&mut files.journal, journal);
         files.generation = next;
         files.appended = 0;
-        files.snapshot = Some((next, snapshot));
+        files.snapshot = Some(Pending {
+            generation: next,
+            records: snapshot,
+            replaced,
+        });
         Ok(())
     }
 
@@ -218,13 +241,20 @@ impl RoomJournal {
                 .sync_data()
                 .map_err(|e| format!("syncing a journal in {}: {e}", dir.display()))?;
         }
-        if let Some((g, records)) = snapshot {
-            let written = write_snapshot(&dir, g, &records);
+        if let Some(pending) = snapshot {
+            let g = pending.generation;
+            // The replaced journal is synced first: until the snapshot is
+            // on disk, it and the new journal together are the record.
+            let written = pending
+                .replaced
+                .sync_data()
+                .map_err(|e| format!("syncing a journal in {}: {e}", dir.display()))
+                .and_then(|()| write_snapshot(&dir, g, &pending.records));
             if let Err(e) = written {
                 // Keep it for the next sync; the journals still hold it all.
                 let mut files = self.lock();
                 if files.generation == generation && files.snapshot.is_none() {
-                    files.snapshot = Some((g, records));
+                    files.snapshot = Some(pending);
                 }
                 return Err(e);
             }
@@ -343,15 +373,21 @@ mod tests {
             .collect();
         opened.journal.rebase(snapshot).unwrap();
         sink.append(&[joined(1)]).unwrap();
+        let err = RoomJournal::open(&room).err().unwrap();
+        assert!(err.contains("in use by another process"), "{err}");
         // Restarted before the snapshot reached the disk: generation 0 and
         // 1 together hold everything.
+        let pending = opened.journal.lock().snapshot.take();
+        drop((sink, opened));
         let again = RoomJournal::open(&room).unwrap();
         assert_eq!(
             again.events,
             vec![RoomEvent::Created { epoch_s: 5 }, joined(0), joined(1)]
         );
+        // The snapshot written, generation 0 goes.
+        again.journal.lock().snapshot = pending;
+        again.journal.sync().unwrap();
         drop(again);
-        opened.journal.sync().unwrap();
         assert!(!room.join("journal.0").exists(), "the snapshot replaced it");
         // A crash mid-write leaves part of a record at the end.
         let mut f = OpenOptions::new()
@@ -368,6 +404,7 @@ mod tests {
             fs::metadata(room.join("journal.1")).unwrap().len(),
             RECORD_BYTES as u64
         );
+        drop(reopened);
         // Damage with records after it is not a torn write.
         let mut bytes = fs::read(room.join("snapshot.1")).unwrap();
         bytes[10] ^= 0xff;

@@ -211,6 +211,15 @@ impl Rooms {
         tls: bool,
         stock: Arc<dyn StockAuthority>,
     ) -> Result<Self, String> {
+        if config.cluster.redis_url.is_some() {
+            // Running each gateway's own line while the operator counts on
+            // one shared line would let the fleet walk around every limit.
+            return Err(
+                "[cluster] redis_url: waiting rooms on Redis are not built yet; \
+                 leave it out to run the rooms in data_dir (one gateway per line)"
+                    .into(),
+            );
+        }
         let data_dir: &Path = &config.gateway.data_dir;
         let secret = secrets::load_or_create(data_dir, secrets::SIGNING_KEY_FILE)?;
         let ticket_id_key = secrets::load_or_create(data_dir, secrets::TICKET_ID_KEY_FILE)?;
@@ -793,6 +802,19 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redis_url_is_refused_rather_than_ignored() {
+        let src = "[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
+        let config =
+            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
+                None
+            })
+            .unwrap();
+        let stock = Arc::new(sluice_admission::InMemoryStock::new());
+        let err = Rooms::open(&config, false, stock).err().unwrap();
+        assert!(err.contains("not built yet"), "{err}");
+    }
 
     #[test]
     fn the_claimed_room_is_read_from_the_payload_only() {

@@ -179,4 +179,50 @@ mod tests {
             "the room runs at the controller's rate"
         );
     }
+
+    #[tokio::test]
+    async fn a_grown_journal_is_compacted_and_the_room_comes_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = format!(
+            "[gateway]\ndata_dir = {:?}\n[[rooms]]\nname = \"r\"\nmax_active = 5\nqueue_capacity = 400000\nrelease_per_second = 5\nticket_ttl_s = 1\n",
+            dir.path()
+        );
+        let config = parse_with_env(&src, std::path::Path::new("p.toml"), &|_| None).unwrap();
+        let stock: Arc<dyn sluice_admission::StockAuthority> = Arc::new(InMemoryStock::new());
+        let rooms = Arc::new(Rooms::open(&config, false, stock.clone()).unwrap());
+        let now = now_ms();
+        // Each join and each ending is an event: past the minimum
+        // generation, with a room left nearly empty.
+        let joins = journal::COMPACT_EVENTS_MIN / 2 + 1000;
+        {
+            let entry = rooms.get("r").unwrap();
+            let mut line = entry.line.lock().unwrap();
+            for _ in 0..joins {
+                line.join(now).unwrap();
+            }
+        }
+        let releaser = Releaser::new(rooms.clone());
+        // Every ticket has outlived its 1 s: the release walks past them all.
+        let later = now + 2_000;
+        let passes = joins as usize / PLACES_PER_PASS_MAX + 2;
+        let released: u32 = (0..passes).map(|_| releaser.release_once(later)).sum();
+        assert_eq!(released, 0);
+        releaser.sync_once().await;
+        let room_dir = dir.path().join("rooms").join("r");
+        assert!(room_dir.join("snapshot.1").exists(), "compacted");
+        assert!(
+            !room_dir.join("journal.0").exists(),
+            "the old generation went"
+        );
+        let before = rooms.stats("r", later).unwrap();
+        assert_eq!((before.waiting, before.serving), (0, joins));
+        drop((releaser, rooms));
+        let again = Rooms::open(&config, false, stock).unwrap();
+        let after = again.stats("r", later).unwrap();
+        assert_eq!((after.waiting, after.serving), (0, joins));
+        // The line goes on after the last place.
+        let entry = again.get("r").unwrap();
+        let next = entry.line.lock().unwrap().join(later).unwrap();
+        assert_eq!(next.seq, joins);
+    }
 }
