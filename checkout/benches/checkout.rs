@@ -1,6 +1,6 @@
 //! Confirmed checkouts per second through `CheckoutService::checkout`
 //! (claim, reserve, authorize, capture, confirm against the in-process
-//! simulator with `pm_ok`), with `CLIENTS` shoppers at once on one hot
+//! simulator with `pm_ok`), with CLIENTS shoppers at once on one hot
 //! SKU, the SQLite store durable (WAL, `synchronous=FULL`, group commit).
 //!
 //! Rounds alternate with the baseline, the same flow in four durable
@@ -13,7 +13,7 @@
 //! Prints, per variant, the median over rounds of checkouts/s and of each
 //! round's per-checkout p50/p99 latency (from the call to its answer).
 //!
-//! Run: `cargo bench -p sluice-checkout --bench checkout -- ROUNDS SECONDS`
+//! Run: `cargo bench -p sluice-checkout --bench checkout -- ROUNDS SECONDS CLIENTS`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,9 +25,9 @@ use sluice_checkout::{
 };
 
 const SKU: &str = "hot";
-/// Shoppers checking out at once (the gateway's default
-/// `checkouts_in_flight_max` is of this order).
-const CLIENTS: usize = 64;
+/// Shoppers checking out at once unless the third argument says otherwise
+/// (the gateway's default `checkouts_in_flight_max` is of this order).
+const CLIENTS_DEFAULT: u64 = 64;
 const T0_MS: i64 = 1_800_000_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -56,12 +56,12 @@ fn service(dir: &std::path::Path) -> CheckoutService {
     CheckoutService::new(store, Arc::new(SimulatedProvider::default()))
 }
 
-fn round(variant: Variant, seconds: u64, next: &Arc<AtomicU64>) -> Round {
+fn round(variant: Variant, seconds: u64, clients: u64, next: &Arc<AtomicU64>) -> Round {
     let dir = tempfile::tempdir().expect("temp dir");
     let service = Arc::new(service(dir.path()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
-    let clients: Vec<_> = (0..CLIENTS)
+    let clients: Vec<_> = (0..clients)
         .map(|_| {
             let (service, next) = (Arc::clone(&service), Arc::clone(next));
             std::thread::spawn(move || {
@@ -120,11 +120,16 @@ fn main() {
     let numbers: Vec<u64> = std::env::args().filter_map(|a| a.parse().ok()).collect();
     let rounds = numbers.first().copied().unwrap_or(5).max(1);
     let seconds = numbers.get(1).copied().unwrap_or(5).max(1);
+    let clients = numbers
+        .get(2)
+        .copied()
+        .unwrap_or(CLIENTS_DEFAULT)
+        .clamp(1, 1_024);
     let next = Arc::new(AtomicU64::new(0));
     let mut results: Vec<(Variant, Round)> = Vec::new();
     for r in 0..rounds {
         for variant in [Variant::ThreeWrites, Variant::FourWrites] {
-            let result = round(variant, seconds, &next);
+            let result = round(variant, seconds, clients, &next);
             eprintln!(
                 "round {r} {variant:?}: {:.0} checkouts/s, p50 {} µs, p99 {} µs",
                 result.per_second, result.p50_us, result.p99_us
@@ -151,7 +156,7 @@ fn main() {
     let (three, three_p50, three_p99) = summary(Variant::ThreeWrites);
     let (four, four_p50, four_p99) = summary(Variant::FourWrites);
     println!(
-        "cores {} clients {CLIENTS} rounds {rounds} x {seconds} s",
+        "cores {} clients {clients} rounds {rounds} x {seconds} s",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
