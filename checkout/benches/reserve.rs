@@ -42,6 +42,7 @@ fn sqlite_store(dir: &Path) -> Store {
             total: HOT_UNITS,
             price_cents: 100,
             reservation_ttl_ms: 600_000,
+            partitions: 1,
         }])
         .expect("seed");
     store

@@ -1,4 +1,6 @@
-//! `sluice audit`: checks a data directory through a read-only connection,
+//! `sluice audit`: checks a data directory through a read-only connection
+//! (conservation per SKU and per partition, the SKU as the sum of its
+//! partitions, holds against counts, payments against orders),
 //! so it runs against a stopped store or next to a running one (WAL lets a
 //! reader see the last commit without blocking the writer).
 
@@ -31,6 +33,9 @@ pub enum Violation {
         stock: i64,
         holds: i64,
     },
+    /// The SKU's counts are not the sum of its partitions, or a
+    /// partition's `reserved` / `committed` differ from its holds.
+    PartitionsDisagree { sku: String, detail: String },
     /// More than one capture recorded for one order.
     MultipleCaptures { order_id: String, captures: i64 },
     /// A hold past its expiry (plus grace) still counted as reserved, with
@@ -76,6 +81,9 @@ impl fmt::Display for Violation {
             Violation::HoldsDisagree { sku, column, stock, holds } => {
                 write!(f, "stock {sku}: {column} is {stock} but its holds sum to {holds}")
             }
+            Violation::PartitionsDisagree { sku, detail } => {
+                write!(f, "stock {sku}: {detail}")
+            }
             Violation::MultipleCaptures { order_id, captures } => {
                 write!(f, "order {order_id}: captured {captures} times")
             }
@@ -109,6 +117,18 @@ impl fmt::Display for Violation {
 /// Every violation found in `data_dir` as of `now_ms`.
 pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreError> {
     let conn = open_read_only(&data_dir.join(DB_FILE_NAME))?;
+    let version = crate::schema::version(&conn)?;
+    if version != crate::schema::SCHEMA_VERSION {
+        let hint = if version > crate::schema::SCHEMA_VERSION {
+            "run the newer sluice's audit"
+        } else {
+            "start this sluice once on it to migrate it"
+        };
+        return Err(StoreError::InvalidArgument(format!(
+            "the store's schema is version {version}, this binary's is {}: {hint}",
+            crate::schema::SCHEMA_VERSION
+        )));
+    }
     // One read transaction: every check sees the same commit.
     conn.execute_batch("BEGIN")?;
     let mut violations = Vec::new();
@@ -142,6 +162,8 @@ pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreErr
             }
         }
     }
+
+    partition_checks(&conn, &mut violations)?;
 
     let mut stmt = conn.prepare(
         "SELECT order_id, COUNT(*) FROM payment_ops WHERE op = 'capture'
@@ -181,6 +203,58 @@ pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreErr
     payment_checks(&conn, &mut violations)?;
     conn.execute_batch("COMMIT")?;
     Ok(violations)
+}
+
+/// Each SKU against the sum of its partitions, and each partition against
+/// its own holds.
+fn partition_checks(conn: &Connection, violations: &mut Vec<Violation>) -> Result<(), StoreError> {
+    for level in stock::load_all(conn)? {
+        let parts = crate::partition::load(conn, &level.sku)?;
+        let sum = |f: fn(&crate::partition::Partition) -> i64| parts.iter().map(f).sum::<i64>();
+        let summed = (
+            sum(|p| p.share),
+            sum(|p| p.available),
+            sum(|p| p.reserved),
+            sum(|p| p.committed),
+        );
+        let stored = (
+            level.total,
+            level.available,
+            level.reserved,
+            level.committed,
+        );
+        if summed != stored {
+            violations.push(Violation::PartitionsDisagree {
+                sku: level.sku.clone(),
+                detail: format!(
+                    "total/available/reserved/committed are {stored:?} but its partitions sum to {summed:?}"
+                ),
+            });
+        }
+        for p in &parts {
+            for (column, value, hold_state) in [
+                ("reserved", p.reserved, "held"),
+                ("committed", p.committed, "committed"),
+            ] {
+                let holds: i64 = conn.query_row(
+                    "SELECT COALESCE(SUM(quantity), 0) FROM reservations
+                     WHERE sku = ?1 AND part = ?2 AND state = ?3",
+                    rusqlite::params![level.sku, p.part, hold_state],
+                    |row| row.get(0),
+                )?;
+                if holds != value {
+                    violations.push(Violation::PartitionsDisagree {
+                        sku: level.sku.clone(),
+                        detail: format!(
+                            "partition {} {column} is {value} but its holds sum to {holds}",
+                            p.part
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The payment attempts against the orders and holds.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
 use crate::clock::{Clock, SystemClock, UnixMs};
 use crate::error::StoreError;
+use crate::idempotency::ClaimedKey;
 use crate::limits::PAYMENT_STEPS_MAX;
 use crate::metrics::Metrics;
 use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
@@ -92,26 +93,45 @@ impl Driver {
     /// `fresh`: the attempt was stored by this call and not yet sent;
     /// otherwise it may have been sent (a crash, a lost answer) and is
     /// looked up first.
-    pub(crate) fn drive(&self, key: String, now_ms: UnixMs, fresh: bool) -> Result<(), StoreError> {
+    ///
+    /// Each answer is recorded with everything it decides in one durable
+    /// write. `finish`: the checkout's claimed key, marked complete inside
+    /// the write that ends the drive (the last answer, or the lost one the
+    /// reconciler takes over), so the end costs no write of its own.
+    /// Returns whether it did; when not (nothing was left to drive), the
+    /// caller completes the key itself.
+    pub(crate) fn drive(
+        &self,
+        key: String,
+        now_ms: UnixMs,
+        fresh: bool,
+        finish: Option<&ClaimedKey>,
+    ) -> Result<bool, StoreError> {
         let started = self.clock.now_ms();
         let mut key = key;
         let mut fresh = fresh;
         for _ in 0..PAYMENT_STEPS_MAX {
             let Some(attempt) = self.store.read(|conn| attempt::load(conn, &key))? else {
-                return Ok(());
+                return Ok(false);
             };
             if attempt.outcome != AttemptOutcome::Unknown {
-                return Ok(());
+                return Ok(false);
             }
             let (learned, tries) = self.learn(&attempt, fresh);
             // Follow-ups are stored by the settle below, never sent yet.
             fresh = true;
             let at_ms = now_ms.saturating_add(self.clock.now_ms().saturating_sub(started).max(0));
+            let ends_key = finish.cloned();
             let next = match learned {
                 Learned::Definite(outcome) => {
                     let k = key.clone();
                     self.store.write(move |tx, metrics| {
-                        settle::settle(tx, metrics, &k, &outcome, tries, at_ms, FollowUp::Driven)
+                        let follow = FollowUp::Driven;
+                        let next = settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?;
+                        if let (None, Some(claimed)) = (&next, &ends_key) {
+                            claimed.complete(tx, at_ms)?;
+                        }
+                        Ok::<_, StoreError>(next)
                     })?
                 }
                 Learned::Unresolved { error } => {
@@ -119,17 +139,21 @@ impl Driver {
                     let next_at = at_ms.saturating_add(i64::try_from(pause).unwrap_or(i64::MAX));
                     let k = key.clone();
                     self.store.write(move |tx, metrics| {
-                        attempt::record_unresolved(tx, metrics, &k, tries, &error, next_at, at_ms)
+                        attempt::record_unresolved(tx, metrics, &k, tries, &error, next_at, at_ms)?;
+                        match &ends_key {
+                            Some(claimed) => claimed.complete(tx, at_ms),
+                            None => Ok(()),
+                        }
                     })?;
                     None
                 }
             };
             match next {
                 Some(next_key) => key = next_key,
-                None => return Ok(()),
+                None => return Ok(finish.is_some()),
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Tries to learn the attempt's outcome: one send for a fresh attempt,

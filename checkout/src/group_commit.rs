@@ -26,6 +26,7 @@ use crate::limits::{
     GROUP_COMMIT_WAIT_MAX_US, ORDER_QUANTITY_MAX,
 };
 use crate::metrics::Metrics;
+use crate::partition;
 use crate::stock::{self, ReserveOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,19 +322,31 @@ fn reserve_all(
     for (request, _) in holds.iter() {
         *demand.entry(request.sku.as_str()).or_default() += i64::from(request.quantity);
     }
-    let mut taken_whole = BTreeSet::new();
+    // SKU → the partition that took the run's whole demand.
+    let mut taken_whole: BTreeMap<String, u32> = BTreeMap::new();
     for (sku, units) in demand {
-        if stock::try_take(tx, sku, units)? {
-            taken_whole.insert(sku.to_owned());
+        let start = holds
+            .iter()
+            .find(|(r, _)| r.sku == sku)
+            .map_or(0, |(r, _)| partition::start_of(&r.order_id));
+        if let Some(part) = partition::try_take(tx, sku, units, start)? {
+            taken_whole.insert(sku.to_owned(), part);
         }
     }
     for (request, reply) in holds.drain(..) {
-        let taken = taken_whole.contains(&request.sku)
-            || stock::try_take(tx, &request.sku, i64::from(request.quantity))?;
-        let outcome = if taken {
-            record_hold(tx, &request, metrics)?
-        } else {
-            refusal(tx, &request, metrics)?
+        let part = match taken_whole.get(&request.sku) {
+            Some(part) => Some(*part),
+            None => partition::take(
+                tx,
+                &request.sku,
+                i64::from(request.quantity),
+                partition::start_of(&request.order_id),
+                request.now_ms,
+            )?,
+        };
+        let outcome = match part {
+            Some(part) => record_hold(tx, &request, part, metrics)?,
+            None => refusal(tx, &request, metrics)?,
         };
         if matches!(outcome, Ok(ReserveOutcome::Reserved { .. })) {
             touched.insert(request.sku);
@@ -373,20 +386,30 @@ fn run_in_savepoint(
 fn record_hold(
     tx: &Transaction<'_>,
     r: &ReserveRequest,
+    part: u32,
     metrics: &Metrics,
 ) -> Result<Reply, StoreError> {
     let inserted = tx
         .prepare_cached(
-            "INSERT INTO reservations (order_id, sku, quantity, state, created_at_ms, expires_at_ms)
-             VALUES (?1, ?2, ?3, 'held', ?4, ?5) ON CONFLICT (order_id) DO NOTHING",
+            "INSERT INTO reservations
+                (order_id, sku, quantity, state, created_at_ms, expires_at_ms, part)
+             VALUES (?1, ?2, ?3, 'held', ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
         )?
-        .execute(params![r.order_id, r.sku, r.quantity, r.now_ms, r.expires_at_ms])?;
+        .execute(params![
+            r.order_id,
+            r.sku,
+            r.quantity,
+            r.now_ms,
+            r.expires_at_ms,
+            part
+        ])?;
     if inserted == 0 {
         // A second hold for the same order: give the units back.
         tx.prepare_cached(
-            "UPDATE stock SET available = available + ?2, reserved = reserved - ?2 WHERE sku = ?1",
+            "UPDATE stock_partitions SET available = available + ?2, reserved = reserved - ?2
+             WHERE sku = ?1 AND part = ?3",
         )?
-        .execute(params![r.sku, r.quantity])?;
+        .execute(params![r.sku, r.quantity, part])?;
         return Ok(Err(WriterError::Invalid(format!(
             "order {} already holds stock",
             r.order_id

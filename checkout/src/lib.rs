@@ -5,10 +5,12 @@
 //! `spawn_blocking`; the hot-path [`Store::try_submit_reservation`] answers
 //! through a future ([`Pending::recv`]) instead.
 //!
-//! A checkout, as durable steps (see [`service`]): claim the idempotency key
-//! → create the order and hold its stock (or `rejected`) → `authorizing` →
-//! provider answer → `confirmed` (stock committed) or `declined` / `voided`
-//! (stock released). Every provider operation is a durable attempt stored
+//! A checkout waits for three durable writes (see [`service`]): claim the
+//! idempotency key, create the order holding its stock (or `rejected`) and
+//! store its authorize attempt as `authorizing`, in one; each provider
+//! answer with everything it decides (`confirmed` with stock committed, or
+//! `declined` / `voided` with stock released, and the key completed), one
+//! each. Every provider operation is a durable attempt stored
 //! before it is sent; an ambiguous answer is looked up and retried with the
 //! same key, never read as a decline. Every order change writes its outbox
 //! event in the same transaction; [`relay_once`] publishes them; [`reconcile_once`] expires
@@ -18,9 +20,12 @@
 //!
 //! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
 //!   seeding products, inventory adjustments, the write path.
-//! - `schema`: the tables and their CHECK constraints.
+//! - `schema`: the tables and their CHECK constraints, as numbered
+//!   migrations stamped in `PRAGMA user_version`.
 //! - [`stock`]: the atomic conditional reservation and the hold transitions
 //!   (commit once, release once, return on refund), conservation checks.
+//! - [`partition`]: a SKU's stock split over K rows: which one a hold
+//!   takes from, gathering, logged rebalances, retiring partitions.
 //! - [`state`]: order and payment states, and the one transition table.
 //! - [`order`]: the durable order row and its transitions, each writing its
 //!   outbox event in the same transaction.
@@ -45,6 +50,8 @@
 //! - [`service`]: the idempotent checkout, order lookup and cancel.
 //! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
 //! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
+//! - [`retention`]: `prune_once`: what the store forgets and when, in
+//!   bounded passes.
 //! - [`mod@audit`]: read-only offline checks of a data directory.
 //! - [`books`]: stock and order counts in memory, published after each
 //!   commit, for scrapes and `/admin/state`.
@@ -69,9 +76,11 @@ pub mod limits;
 pub mod metrics;
 pub mod order;
 pub mod outbox;
+pub mod partition;
 pub mod payment;
 pub mod payment_reconciler;
 pub mod reconciler;
+pub mod retention;
 pub mod retry;
 mod schema;
 pub mod service;
@@ -96,11 +105,13 @@ pub use order::{Order, OrderView, PaymentView};
 pub use outbox::{
     relay_once, JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError,
 };
+pub use partition::{Partition, PARTITIONS_MAX};
 pub use payment::{
     AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider, ProviderEvent,
 };
 pub use payment_reconciler::PaymentsReconcileOutcome;
 pub use reconciler::{reconcile_once, ReconcileOutcome};
+pub use retention::{prune_once, PruneOutcome};
 pub use retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
 pub use service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 pub use simulator::{

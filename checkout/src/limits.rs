@@ -9,6 +9,14 @@ pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 /// retry at exactly 24 h still replays.
 pub const IDEMPOTENCY_RETENTION_MS: i64 = 25 * 60 * 60 * 1000;
 
+/// Published outbox events are kept this long after publication.
+pub const OUTBOX_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+/// Provider event ids are kept this long after receipt: longer than any
+/// provider redelivers (Stripe: 3 days), so a late duplicate still dedupes.
+pub const WEBHOOK_EVENT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+/// Released and returned holds are kept this long after they settled.
+pub const ENDED_HOLD_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
 /// A key whose request has been in flight this long is presumed abandoned
 /// (the process died mid-request); the next retry takes it over instead of
 /// getting `409` forever.

@@ -20,6 +20,9 @@ pub struct Metrics {
     pub invariant_violations: AtomicU64,
     /// Group-commit batches committed (one fsync each).
     pub batches_committed: AtomicU64,
+    /// Service transactions a caller waited on until durable (each
+    /// `Store::write`): what `docs/orders.md` counts per checkout.
+    pub durable_writes: AtomicU64,
     /// Outbox events handed to a sink and acknowledged.
     pub outbox_published: AtomicU64,
     /// `sluice_payment_ambiguous_total`: provider answers that were lost

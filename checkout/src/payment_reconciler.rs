@@ -61,7 +61,7 @@ impl CheckoutService {
             let key = attempt.idempotency_key.clone();
             let k = key.clone();
             store.write(move |tx, _| attempt::mark_sent(tx, &k, now_ms))?;
-            self.driver.drive(key.clone(), now_ms, false)?;
+            self.driver.drive(key.clone(), now_ms, false, None)?;
             outcome.attempts_driven += 1;
             let after = store.read(|conn| attempt::load(conn, &key))?;
             if after.is_some_and(|a| a.outcome != AttemptOutcome::Unknown) {

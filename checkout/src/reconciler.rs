@@ -2,8 +2,11 @@
 //! runs in a loop and tests call directly.
 //!
 //! It expires overdue holds (never one whose payment may hold money),
-//! reports orders stuck in one state too long, rechecks stock conservation
-//! against the holds, and forgets idempotency keys past their retention.
+//! reports orders stuck in one state too long, rebalances partitioned
+//! stock whose free units sit badly, rechecks stock conservation
+//! against the holds, and forgets what is past its retention (keys,
+//! published events, provider event ids, ended holds: see
+//! [`crate::retention`]).
 //! Payments (ambiguous attempts, missed provider events, orphan charges,
 //! stuck compensations) need the provider: see
 //! [`crate::CheckoutService::reconcile_payments_once`].
@@ -12,8 +15,10 @@ use rusqlite::params;
 
 use crate::clock::UnixMs;
 use crate::error::StoreError;
-use crate::limits::{IDEMPOTENCY_RETENTION_MS, PASS_ROWS_MAX};
+use crate::limits::PASS_ROWS_MAX;
 use crate::order;
+use crate::partition;
+use crate::retention::{prune_once, PruneOutcome};
 use crate::state::OrderState;
 use crate::stock;
 use crate::store::Store;
@@ -34,9 +39,15 @@ pub struct ReconcileOutcome {
     pub kept_for_payment: usize,
     /// Orders resting too long, per state (`sluice_stuck_orders{state}`).
     pub stuck: Vec<(OrderState, usize)>,
-    /// SKUs whose counts do not add up or disagree with their holds.
+    /// Partitioned SKUs whose free units were evened out (logged moves).
+    pub rebalanced: usize,
+    /// SKUs and partitions whose counts do not add up or disagree with
+    /// their holds.
     pub conservation_violations: usize,
+    /// Idempotency keys forgotten (also in `pruned`).
     pub keys_purged: usize,
+    /// Everything this pass forgot, per kind.
+    pub pruned: PruneOutcome,
 }
 
 /// One pass over at most `limit` rows of each kind.
@@ -57,18 +68,14 @@ pub fn reconcile_once(
             outcome.stuck.push((state, stuck.len()));
         }
     }
+    outcome.rebalanced = rebalance_partitions(store, now_ms, limit)?;
     outcome.conservation_violations = store.read(count_conservation_violations)?;
     store.metrics().invariant_violations.fetch_add(
         outcome.conservation_violations as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    outcome.keys_purged = store.write(move |tx, _| {
-        Ok::<_, StoreError>(tx.execute(
-            "DELETE FROM idempotency WHERE rowid IN (
-                SELECT rowid FROM idempotency WHERE created_at_ms < ?1 LIMIT ?2)",
-            params![now_ms - IDEMPOTENCY_RETENTION_MS, limit as i64],
-        )?)
-    })?;
+    outcome.pruned = prune_once(store, now_ms, limit)?;
+    outcome.keys_purged = outcome.pruned.idempotency_keys;
     Ok(outcome)
 }
 
@@ -122,16 +129,64 @@ fn expire_holds(
 pub(crate) fn count_conservation_violations(
     conn: &rusqlite::Connection,
 ) -> Result<usize, StoreError> {
-    let count: i64 = conn.query_row(
+    let skus: i64 = conn.query_row(
         "SELECT COUNT(*) FROM stock s WHERE
             s.available < 0 OR s.reserved < 0 OR s.committed < 0
             OR s.available + s.reserved + s.committed != s.total
             OR s.reserved != (SELECT COALESCE(SUM(quantity), 0) FROM reservations r
                               WHERE r.sku = s.sku AND r.state = 'held')
             OR s.committed != (SELECT COALESCE(SUM(quantity), 0) FROM reservations r
-                               WHERE r.sku = s.sku AND r.state = 'committed')",
+                               WHERE r.sku = s.sku AND r.state = 'committed')
+            OR (s.total, s.available, s.reserved, s.committed) IS NOT (
+                SELECT COALESCE(SUM(share), 0), COALESCE(SUM(available), 0),
+                       COALESCE(SUM(reserved), 0), COALESCE(SUM(committed), 0)
+                FROM stock_partitions p WHERE p.sku = s.sku)",
         [],
         |row| row.get(0),
     )?;
-    Ok(usize::try_from(count).unwrap_or(0))
+    let parts: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM stock_partitions p WHERE
+            p.reserved != (SELECT COALESCE(SUM(quantity), 0) FROM reservations r
+                           WHERE r.sku = p.sku AND r.part = p.part AND r.state = 'held')
+            OR p.committed != (SELECT COALESCE(SUM(quantity), 0) FROM reservations r
+                               WHERE r.sku = p.sku AND r.part = p.part AND r.state = 'committed')",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(usize::try_from(skus + parts).unwrap_or(0))
+}
+
+/// Rebalances, in one transaction, up to `limit` SKUs whose free units sit
+/// badly (an empty live partition next to a full one, or free units in a
+/// retired one). Returns the SKUs rebalanced.
+fn rebalance_partitions(store: &Store, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError> {
+    let skus: Vec<String> = store.read(|conn| {
+        let mut stmt = conn.prepare_cached(
+            "SELECT s.sku FROM stock s WHERE s.partitions > 1
+                OR EXISTS (SELECT 1 FROM stock_partitions p
+                           WHERE p.sku = s.sku AND p.part >= s.partitions AND p.available > 0)
+             ORDER BY s.sku",
+        )?;
+        let mut due = Vec::new();
+        for sku in stmt.query_map([], |row| row.get::<_, String>(0))? {
+            let sku = sku?;
+            if partition::needs_rebalance(conn, &sku)? {
+                due.push(sku);
+            }
+            if due.len() >= limit {
+                break;
+            }
+        }
+        Ok(due)
+    })?;
+    if skus.is_empty() {
+        return Ok(0);
+    }
+    store.write(move |tx, metrics| {
+        for sku in &skus {
+            partition::rebalance(tx, sku, "rebalance", now_ms)?;
+            stock::verify(tx, sku, metrics)?;
+        }
+        Ok::<_, StoreError>(skus.len())
+    })
 }

@@ -1,8 +1,62 @@
-//! The tables. Conservation is a CHECK constraint, so SQLite itself refuses a
+//! The tables, as numbered migrations applied in order when the store
+//! opens; `PRAGMA user_version` records how many have been applied, each in
+//! the same transaction as its own statements, so a crash mid-migration
+//! leaves the previous version whole. A database from a newer binary (a
+//! version above [`MIGRATIONS`]'s length) is refused, never downgraded.
+//!
+//! Conservation is a CHECK constraint, so SQLite itself refuses a
 //! statement that would break `available + reserved + committed = total`;
 //! the code checks it again after each change (see `stock::verify`).
+//!
+//! Migration 1 is the schema as it stood before versions were kept; it
+//! uses `IF NOT EXISTS` throughout, so a database created then (version 0,
+//! every table present) takes it as a no-op and is stamped version 1.
 
-pub(crate) const SCHEMA_SQL: &str = r#"
+use rusqlite::Connection;
+
+use crate::error::StoreError;
+
+/// Every migration, oldest first: index `i` brings the schema from version
+/// `i` to `i + 1`. Append only; never edit one that has shipped.
+pub(crate) const MIGRATIONS: [&str; 3] = [V1_TABLES, V2_RETENTION_INDEXES, V3_PARTITIONS];
+
+/// The version this binary writes.
+pub(crate) const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+/// The schema's version as stored in the database.
+pub(crate) fn version(conn: &Connection) -> Result<usize, StoreError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    usize::try_from(version).map_err(|_| StoreError::Corrupt {
+        table: "user_version",
+        detail: format!("negative schema version {version}"),
+    })
+}
+
+/// Applies the migrations the database has not seen yet, each in its own
+/// transaction together with its version stamp. Returns the versions
+/// applied.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<usize>, StoreError> {
+    let current = version(conn)?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::InvalidArgument(format!(
+            "the store's schema is version {current}, newer than this binary's \
+             {SCHEMA_VERSION}; run the newer sluice"
+        )));
+    }
+    let mut applied = Vec::new();
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let to = index + 1;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(sql)?;
+        // PRAGMA takes no bound parameters; `to` is a small integer.
+        tx.execute_batch(&format!("PRAGMA user_version = {to}"))?;
+        tx.commit()?;
+        applied.push(to);
+    }
+    Ok(applied)
+}
+
+const V1_TABLES: &str = r#"
 CREATE TABLE IF NOT EXISTS stock (
     sku TEXT PRIMARY KEY,
     total INTEGER NOT NULL,
@@ -158,3 +212,146 @@ CREATE TABLE IF NOT EXISTS write_probe (
     at_ms INTEGER NOT NULL
 ) STRICT;
 "#;
+
+/// Indexes the retention passes delete by, so each bounded pass finds its
+/// oldest rows without a scan (see `retention`).
+const V2_RETENTION_INDEXES: &str = r#"
+CREATE INDEX IF NOT EXISTS outbox_published_by_age
+    ON outbox (published_at_ms) WHERE published_at_ms IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_events_by_age ON webhook_events (received_at_ms);
+CREATE INDEX IF NOT EXISTS reservations_ended_by_age
+    ON reservations (settled_at_ms) WHERE state IN ('released', 'returned');
+"#;
+
+/// Partitioned stock: each SKU's units live in `stock.partitions` rows of
+/// `stock_partitions` (existing SKUs get one, holding what the SKU held),
+/// each with its own `share` of the total and its own CHECK. The `stock`
+/// row's counts become the sum of its partitions, kept by the triggers in
+/// the same statement that moves a partition, so the `stock` CHECK still
+/// holds at every statement. Holds remember their partition; rebalances
+/// are logged.
+const V3_PARTITIONS: &str = r#"
+ALTER TABLE stock ADD COLUMN partitions INTEGER NOT NULL DEFAULT 1
+    CHECK (partitions >= 1 AND partitions <= 1024);
+
+CREATE TABLE stock_partitions (
+    sku TEXT NOT NULL REFERENCES stock(sku),
+    part INTEGER NOT NULL CHECK (part >= 0),
+    share INTEGER NOT NULL,
+    available INTEGER NOT NULL,
+    reserved INTEGER NOT NULL,
+    committed INTEGER NOT NULL,
+    PRIMARY KEY (sku, part),
+    CHECK (available >= 0 AND reserved >= 0 AND committed >= 0
+           AND available + reserved + committed = share)
+) STRICT;
+INSERT INTO stock_partitions (sku, part, share, available, reserved, committed)
+    SELECT sku, 0, total, available, reserved, committed FROM stock;
+
+CREATE TRIGGER stock_partitions_insert AFTER INSERT ON stock_partitions BEGIN
+    UPDATE stock SET total = total + NEW.share, available = available + NEW.available,
+                     reserved = reserved + NEW.reserved, committed = committed + NEW.committed
+     WHERE sku = NEW.sku;
+END;
+CREATE TRIGGER stock_partitions_update AFTER UPDATE ON stock_partitions BEGIN
+    UPDATE stock SET total = total + NEW.share - OLD.share,
+                     available = available + NEW.available - OLD.available,
+                     reserved = reserved + NEW.reserved - OLD.reserved,
+                     committed = committed + NEW.committed - OLD.committed
+     WHERE sku = NEW.sku;
+END;
+
+ALTER TABLE reservations ADD COLUMN part INTEGER NOT NULL DEFAULT 0 CHECK (part >= 0);
+
+-- Every move of units between two partitions of a SKU, with why.
+CREATE TABLE rebalances (
+    id INTEGER PRIMARY KEY,
+    sku TEXT NOT NULL REFERENCES stock(sku),
+    from_part INTEGER NOT NULL,
+    to_part INTEGER NOT NULL,
+    units INTEGER NOT NULL CHECK (units > 0),
+    reason TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+) STRICT;
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables(conn: &Connection) -> Vec<String> {
+        let mut stmt = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'index') ORDER BY name",
+            )
+            .unwrap();
+        stmt.query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_new_database_gets_every_migration_once() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), vec![1, 2, 3]);
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        assert!(tables(&conn).contains(&"webhook_events_by_age".to_owned()));
+        assert!(
+            migrate(&mut conn).unwrap().is_empty(),
+            "nothing left to apply"
+        );
+    }
+
+    /// A store created before versions were kept (every v1 table, version
+    /// 0) upgrades in place and keeps its rows.
+    #[test]
+    fn an_unversioned_store_is_stamped_and_upgraded() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(V1_TABLES).unwrap();
+        conn.execute(
+            "INSERT INTO stock (sku, total, available, reserved, committed, price_cents, reservation_ttl_ms)
+             VALUES ('a', 3, 3, 0, 0, 100, 1000)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(version(&conn).unwrap(), 0);
+        assert_eq!(migrate(&mut conn).unwrap(), vec![1, 2, 3]);
+        let total: i64 = conn
+            .query_row("SELECT total FROM stock WHERE sku = 'a'", [], |row| {
+                row.get(0)
+            })
+            .unwrap();
+        assert_eq!(total, 3, "the partition's insert did not count twice");
+        let share: i64 = conn
+            .query_row(
+                "SELECT share FROM stock_partitions WHERE sku = 'a' AND part = 0",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(share, 3, "an existing SKU becomes one partition");
+    }
+
+    #[test]
+    fn a_store_from_a_newer_binary_is_refused_untouched() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA user_version = 99").unwrap();
+        let err = migrate(&mut conn).unwrap_err().to_string();
+        assert!(err.contains("version 99"), "{err}");
+        assert!(tables(&conn).is_empty(), "nothing was created");
+    }
+
+    /// A migration that fails leaves the version where it was, so the next
+    /// start tries it again from a whole state.
+    #[test]
+    fn a_failed_migration_keeps_the_previous_version() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(V1_TABLES).unwrap();
+        conn.execute_batch("PRAGMA user_version = 1; DROP TABLE webhook_events;")
+            .unwrap();
+        assert!(migrate(&mut conn).is_err(), "v2 indexes a missing table");
+        assert_eq!(version(&conn).unwrap(), 1);
+        assert!(!tables(&conn).contains(&"outbox_published_by_age".to_owned()));
+    }
+}

@@ -1,20 +1,24 @@
 //! The idempotent checkout: create the order and hold its stock, then drive
 //! the payment, with `Idempotency-Key` semantics like the best payment APIs.
 //!
-//! Order of durable steps, each its own transaction:
+//! Durable waits of one checkout (each one transaction, committed before
+//! anything depends on it):
 //! 1. claim the key, count the subject's orders against its limit, create
-//!    the order and hold stock (or create it `rejected`), all in one
-//!    transaction: the `(subject, key)` primary key makes exactly one
-//!    request the owner, however many race, and the single writer makes
-//!    the count exact, however many keys race;
-//! 2. (merged into 1)
-//! 3. `reserved → authorizing` (payment `pending`) before calling out;
-//! 4. record the provider's answer: `confirmed` (stock committed) or
-//!    `declined` / `voided` (stock released);
-//! 5. mark the key complete.
+//!    the order holding its stock, move it to `authorizing` (payment
+//!    `pending`) and store the authorize attempt — all before anything is
+//!    sent. The `(subject, key)` primary key makes exactly one request the
+//!    owner, however many race, and the single writer makes the count
+//!    exact, however many keys race. Out of stock, the order is `rejected`
+//!    and the key completed here: one write in all;
+//! 2. the authorization's answer and what it decides: a capture attempt
+//!    (stored before it is sent), or `declined` with the stock released and
+//!    the key completed;
+//! 3. the capture's answer: stock committed, `confirmed`, key completed.
 //!
-//! A crash between any two steps leaves a state the reconciler or a retry
-//! with the same key picks up.
+//! So an authorised and captured order costs 3 durable waits and 2
+//! provider calls. A crash between any two leaves a state the reconciler or
+//! a retry with the same key picks up: the stored attempt is looked up
+//! before it is sent again.
 
 use std::sync::Arc;
 
@@ -24,7 +28,7 @@ use crate::attempt::{self, NewAttempt, Operation};
 use crate::clock::UnixMs;
 use crate::driver::{Driver, PaymentsConfig};
 use crate::error::{CheckoutError, StoreError};
-use crate::idempotency::{request_hash, IdempotencyKey};
+use crate::idempotency::{request_hash, ClaimedKey, IdempotencyKey};
 use crate::limits::{
     IDEMPOTENCY_LOCK_STALE_MS, ORDER_QUANTITY_MAX, PAYMENT_METHOD_LEN_MAX, SUBJECT_LEN_MAX,
 };
@@ -110,6 +114,18 @@ pub struct SubjectOrders {
     pub open: u32,
 }
 
+/// What step 1 did.
+enum Begun {
+    /// The key already named an order: it, as it is now.
+    Replay(Order),
+    /// This request created `order`; `attempt_key` is its authorize
+    /// attempt when the payment was started in the same transaction.
+    Created {
+        order: Order,
+        attempt_key: Option<String>,
+    },
+}
+
 /// What claiming a key decided.
 enum Claim {
     /// This request owns the key and must create the order.
@@ -167,16 +183,32 @@ impl CheckoutService {
         limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
-        let (order, created) = self.begin_within(subject, key, request, limits, now_ms)?;
-        if created == Created::Replay {
-            return Ok((order, created));
+        let begun = self.claim_and_create(subject, key, request, limits, true, now_ms)?;
+        let (order, attempt_key) = match begun {
+            Begun::Replay(order) => return Ok((order, Created::Replay)),
+            Begun::Created { order, attempt_key } => (order, attempt_key),
+        };
+        let Some(attempt_key) = attempt_key else {
+            // Rejected: the key was completed in the same write.
+            return Ok((order, Created::Created));
+        };
+        let claimed = ClaimedKey {
+            subject: subject.to_owned(),
+            key: key.clone(),
+        };
+        if !self
+            .driver
+            .drive(attempt_key, now_ms, true, Some(&claimed))?
+        {
+            // Someone else settled the attempt first (a webhook): the key
+            // still has to be completed.
+            let done = claimed.clone();
+            self.store.write(move |tx, _| done.complete(tx, now_ms))?;
         }
-        let order = self.pay(&order.order_id, now_ms)?;
-        self.complete_key(subject, key, now_ms)?;
-        Ok((order, created))
+        Ok((self.load(&order.order_id)?, Created::Created))
     }
 
-    /// Steps 1–2 with no bound on orders per subject.
+    /// Step 1 without the payment, with no bound on orders per subject.
     pub fn begin(
         &self,
         subject: &str,
@@ -187,11 +219,12 @@ impl CheckoutService {
         self.begin_within(subject, key, request, OrderLimits::UNLIMITED, now_ms)
     }
 
-    /// Steps 1–2, one transaction: claims the key, checks the subject's
-    /// order count against `limits`, and creates the order with its hold
-    /// (`reserved`) or without (`rejected`, out of stock). A replay returns
-    /// the current order and touches nothing. Refused at the limit, the key
-    /// is not kept (the savepoint undoes the claim), so it is not burnt.
+    /// Claims the key, checks the subject's order count against `limits`,
+    /// and creates the order with its hold (`reserved`) or without
+    /// (`rejected`, out of stock), in one transaction; the payment is left
+    /// for [`CheckoutService::pay`]. A replay returns the current order and
+    /// touches nothing. Refused at the limit, the key is not kept (the
+    /// savepoint undoes the claim), so it is not burnt.
     pub fn begin_within(
         &self,
         subject: &str,
@@ -200,32 +233,63 @@ impl CheckoutService {
         limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
+        match self.claim_and_create(subject, key, request, limits, false, now_ms)? {
+            Begun::Replay(order) => Ok((order, Created::Replay)),
+            Begun::Created { order, .. } => Ok((order, Created::Created)),
+        }
+    }
+
+    /// Step 1: one transaction. With `start_payment`, a `reserved` order
+    /// moves on to `authorizing` with its authorize attempt stored, and a
+    /// `rejected` one completes the key, in the same transaction.
+    fn claim_and_create(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        start_payment: bool,
+        now_ms: UnixMs,
+    ) -> Result<Begun, CheckoutError> {
         validate_subject(subject)?;
         request.validate()?;
         // An unknown SKU is refused before the key is claimed, so the key
         // is not burnt by a request that could never succeed.
         self.store
             .read(|conn| Store::product_terms(conn, &request.sku))?;
-        let (subject, key, request) = (subject.to_owned(), key.clone(), request.clone());
+        let claimed = ClaimedKey {
+            subject: subject.to_owned(),
+            key: key.clone(),
+        };
+        let request = request.clone();
         let begun = self.store.write(move |tx, metrics| {
+            let (subject, key) = (&claimed.subject, &claimed.key);
             let hash = request.hash();
-            if let Claim::Replay(order_id) = claim_key(tx, &subject, &key, &hash, now_ms)? {
+            if let Claim::Replay(order_id) = claim_key(tx, subject, key, &hash, now_ms)? {
                 return Ok::<_, CheckoutError>(Err(order_id));
             }
-            let started = subject_orders(tx, &subject)?.started;
+            let started = subject_orders(tx, subject)?.started;
             if started >= limits.orders_per_subject_max {
                 return Err(CheckoutError::PurchaseLimit);
             }
-            let order = create_order(tx, metrics, &subject, &request, now_ms)?;
+            let order = create_order(tx, metrics, subject, &request, now_ms)?;
             tx.prepare_cached(
                 "UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2",
             )?
             .execute(params![subject, key.as_str(), order.order_id])?;
-            Ok(Ok(order))
+            if !start_payment {
+                return Ok(Ok((order, None)));
+            }
+            if order.state != OrderState::Reserved {
+                claimed.complete(tx, now_ms)?;
+                return Ok(Ok((order, None)));
+            }
+            let (order, attempt_key) = start_authorize(tx, metrics, &order.order_id, now_ms)?;
+            Ok(Ok((order, Some(attempt_key))))
         })?;
         match begun {
-            Ok(order) => Ok((order, Created::Created)),
-            Err(order_id) => Ok((self.load(&order_id)?, Created::Replay)),
+            Ok((order, attempt_key)) => Ok(Begun::Created { order, attempt_key }),
+            Err(order_id) => Ok(Begun::Replay(self.load(&order_id)?)),
         }
     }
 
@@ -234,7 +298,8 @@ impl CheckoutService {
         Ok(self.store.read(|conn| subject_orders(conn, subject))?)
     }
 
-    /// Steps 3–4: drives the payment of a `reserved` order. Any other state
+    /// The payment of an order made by [`CheckoutService::begin`] (a
+    /// separate write; `checkout` folds it into step 1). Any other state
     /// is returned as it is (someone else moved it: cancel, expiry, a
     /// concurrent pay), so calling it twice is harmless.
     ///
@@ -249,20 +314,10 @@ impl CheckoutService {
             if current.state != OrderState::Reserved {
                 return Ok::<_, StoreError>(None);
             }
-            order::set_payment(tx, &id, PaymentState::Pending, None, now_ms)?;
-            let to = OrderState::Authorizing;
-            let order = order::transition(tx, metrics, &id, OrderState::Reserved, to, now_ms)?;
-            let new = NewAttempt {
-                order_id: &id,
-                operation: Operation::Authorize,
-                amount_cents: order.amount_cents,
-                payment_method: Some(&order.payment_method),
-                payment_id: None,
-            };
-            attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
+            start_authorize(tx, metrics, &id, now_ms).map(|(_, key)| Some(key))
         })?;
         if let Some(key) = started {
-            self.driver.drive(key, now_ms, true)?;
+            self.driver.drive(key, now_ms, true, None)?;
         }
         self.load(order_id)
     }
@@ -379,26 +434,9 @@ impl CheckoutService {
             attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
         })?;
         if let Some(key) = key {
-            self.driver.drive(key, now_ms, true)?;
+            self.driver.drive(key, now_ms, true, None)?;
         }
         self.load(order_id)
-    }
-
-    /// Step 5: the request is over; a retry now replays instead of `409`.
-    fn complete_key(
-        &self,
-        subject: &str,
-        key: &IdempotencyKey,
-        now_ms: UnixMs,
-    ) -> Result<(), CheckoutError> {
-        let (subject, key) = (subject.to_owned(), key.clone());
-        self.store.write(move |tx, _| {
-            tx.prepare_cached(
-                "UPDATE idempotency SET completed_at_ms = ?3 WHERE subject = ?1 AND key = ?2",
-            )?
-            .execute(params![subject, key.as_str(), now_ms])?;
-            Ok::<_, CheckoutError>(())
-        })
     }
 
     fn load(&self, order_id: &str) -> Result<Order, CheckoutError> {
@@ -484,7 +522,30 @@ fn claim_key(
     }
 }
 
-/// Step 2: the order row, its hold (if stock allows) and its birth event.
+/// `reserved → authorizing` (payment `pending`) together with the
+/// authorize attempt, before anything is sent. Returns the order and the
+/// attempt's key.
+fn start_authorize(
+    tx: &Transaction<'_>,
+    metrics: &Metrics,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<(Order, String), StoreError> {
+    order::set_payment(tx, order_id, PaymentState::Pending, None, now_ms)?;
+    let (from, to) = (OrderState::Reserved, OrderState::Authorizing);
+    let order = order::transition(tx, metrics, order_id, from, to, now_ms)?;
+    let new = NewAttempt {
+        order_id,
+        operation: Operation::Authorize,
+        amount_cents: order.amount_cents,
+        payment_method: Some(&order.payment_method),
+        payment_id: None,
+    };
+    let attempt = attempt::insert(tx, &new, now_ms)?;
+    Ok((order, attempt.idempotency_key))
+}
+
+/// Step 1's order row, its hold (if stock allows) and its birth event.
 fn create_order(
     tx: &Transaction<'_>,
     metrics: &Metrics,
@@ -495,15 +556,14 @@ fn create_order(
     let (price_cents, ttl_ms) = Store::product_terms(tx, &request.sku)?;
     let order_id = format!("ord_{}", uuid::Uuid::new_v4().simple());
     let expires_at_ms = now_ms.saturating_add(ttl_ms);
-    let outcome = stock::reserve(
-        tx,
-        metrics,
-        &order_id,
-        &request.sku,
-        request.quantity,
+    let hold = stock::Hold {
+        order_id: &order_id,
+        sku: &request.sku,
+        quantity: request.quantity,
         now_ms,
         expires_at_ms,
-    )?;
+    };
+    let outcome = stock::reserve(tx, metrics, &hold)?;
     let (state, reservation_expires_at_ms) = match outcome {
         ReserveOutcome::Reserved { expires_at_ms } => (OrderState::Reserved, Some(expires_at_ms)),
         ReserveOutcome::SoldOut => (OrderState::Rejected, None),

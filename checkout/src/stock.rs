@@ -6,6 +6,8 @@
 //! hold then moves exactly once (`held` → `committed` | `released`; a
 //! committed hold may be `returned` by a refund): each move is a conditional
 //! UPDATE on the hold's own state, so a second attempt changes nothing.
+//! The units sit in one of the SKU's partitions (see [`crate::partition`]);
+//! the `stock` row is their sum.
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::Serialize;
@@ -13,6 +15,7 @@ use serde::Serialize;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::metrics::Metrics;
+use crate::partition;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StockLevel {
@@ -87,55 +90,58 @@ pub(crate) fn verify(
     Ok(level)
 }
 
-/// Moves `units` from available to reserved if, and only if, that many are
-/// available. Returns whether it did.
-pub(crate) fn try_take(tx: &Transaction<'_>, sku: &str, units: i64) -> Result<bool, StoreError> {
-    let changed = tx
-        .prepare_cached(
-            "UPDATE stock SET available = available - ?2, reserved = reserved + ?2
-             WHERE sku = ?1 AND available >= ?2",
-        )?
-        .execute(params![sku, units])?;
-    Ok(changed == 1)
-}
-
-/// Records the hold of `order_id` (the units were taken by [`try_take`]).
+/// Records the hold of `order_id` on partition `part` (the units were
+/// taken by `partition::take`).
 pub(crate) fn insert_hold(
     tx: &Transaction<'_>,
-    order_id: &str,
-    sku: &str,
-    quantity: u32,
-    now_ms: UnixMs,
-    expires_at_ms: UnixMs,
+    hold: &Hold<'_>,
+    part: u32,
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO reservations (order_id, sku, quantity, state, created_at_ms, expires_at_ms)
-         VALUES (?1, ?2, ?3, 'held', ?4, ?5)",
+        "INSERT INTO reservations (order_id, sku, quantity, state, created_at_ms, expires_at_ms, part)
+         VALUES (?1, ?2, ?3, 'held', ?4, ?5, ?6)",
     )?
-    .execute(params![order_id, sku, quantity, now_ms, expires_at_ms])?;
+    .execute(params![
+        hold.order_id,
+        hold.sku,
+        hold.quantity,
+        hold.now_ms,
+        hold.expires_at_ms,
+        part
+    ])?;
     Ok(())
+}
+
+/// A hold to take: whose, what, and until when.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold<'a> {
+    pub(crate) order_id: &'a str,
+    pub(crate) sku: &'a str,
+    pub(crate) quantity: u32,
+    pub(crate) now_ms: UnixMs,
+    pub(crate) expires_at_ms: UnixMs,
 }
 
 /// Takes and records a hold in one step, checking conservation after it.
 pub(crate) fn reserve(
     tx: &Transaction<'_>,
     metrics: &Metrics,
-    order_id: &str,
-    sku: &str,
-    quantity: u32,
-    now_ms: UnixMs,
-    expires_at_ms: UnixMs,
+    hold: &Hold<'_>,
 ) -> Result<ReserveOutcome, StoreError> {
-    if !try_take(tx, sku, i64::from(quantity))? {
+    let (sku, units) = (hold.sku, i64::from(hold.quantity));
+    let start = partition::start_of(hold.order_id);
+    let Some(part) = partition::take(tx, sku, units, start, hold.now_ms)? else {
         // Distinguish "sold out" from "no such SKU".
         load(tx, sku)?;
         Metrics::inc(&metrics.reservations_sold_out);
         return Ok(ReserveOutcome::SoldOut);
-    }
-    insert_hold(tx, order_id, sku, quantity, now_ms, expires_at_ms)?;
+    };
+    insert_hold(tx, hold, part)?;
     verify(tx, sku, metrics)?;
     Metrics::inc(&metrics.reservations_ok);
-    Ok(ReserveOutcome::Reserved { expires_at_ms })
+    Ok(ReserveOutcome::Reserved {
+        expires_at_ms: hold.expires_at_ms,
+    })
 }
 
 /// One move of a hold: from `from` to `to` on the hold, and the matching
@@ -149,20 +155,20 @@ struct HoldMove {
 const COMMIT: HoldMove = HoldMove {
     from: "held",
     to: "committed",
-    stock_sql: "UPDATE stock SET reserved = reserved - ?2, committed = committed + ?2
-                WHERE sku = ?1 AND reserved >= ?2",
+    stock_sql: "UPDATE stock_partitions SET reserved = reserved - ?2, committed = committed + ?2
+                WHERE sku = ?1 AND part = ?3 AND reserved >= ?2",
 };
 const RELEASE: HoldMove = HoldMove {
     from: "held",
     to: "released",
-    stock_sql: "UPDATE stock SET reserved = reserved - ?2, available = available + ?2
-                WHERE sku = ?1 AND reserved >= ?2",
+    stock_sql: "UPDATE stock_partitions SET reserved = reserved - ?2, available = available + ?2
+                WHERE sku = ?1 AND part = ?3 AND reserved >= ?2",
 };
 const RETURN: HoldMove = HoldMove {
     from: "committed",
     to: "returned",
-    stock_sql: "UPDATE stock SET committed = committed - ?2, available = available + ?2
-                WHERE sku = ?1 AND committed >= ?2",
+    stock_sql: "UPDATE stock_partitions SET committed = committed - ?2, available = available + ?2
+                WHERE sku = ?1 AND part = ?3 AND committed >= ?2",
 };
 
 fn move_hold(
@@ -172,29 +178,29 @@ fn move_hold(
     now_ms: UnixMs,
     step: &HoldMove,
 ) -> Result<bool, StoreError> {
-    let moved: Option<(String, i64)> = tx
+    let moved: Option<(String, i64, u32)> = tx
         .prepare_cached(
             "UPDATE reservations SET state = ?3, settled_at_ms = ?4
              WHERE order_id = ?1 AND state = ?2
-             RETURNING sku, quantity",
+             RETURNING sku, quantity, part",
         )?
         .query_row(params![order_id, step.from, step.to, now_ms], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
-    let Some((sku, quantity)) = moved else {
+    let Some((sku, quantity, part)) = moved else {
         // Already moved (or never held): the idempotent no-op.
         return Ok(false);
     };
     let changed = tx
         .prepare_cached(step.stock_sql)?
-        .execute(params![sku, quantity])?;
+        .execute(params![sku, quantity, part])?;
     if changed != 1 {
         Metrics::inc(&metrics.invariant_violations);
         return Err(StoreError::Corrupt {
             table: "stock",
             detail: format!(
-                "hold of {order_id} ({quantity} of {sku}) is not in stock.{}",
+                "hold of {order_id} ({quantity} of {sku}) is not in partition {part}'s {}",
                 step.from
             ),
         });

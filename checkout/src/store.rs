@@ -15,7 +15,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
 use crate::attempt::{self, Attempt};
-use crate::clock::UnixMs;
+use crate::clock::{Clock, UnixMs};
 use crate::error::StoreError;
 use crate::group_commit::{
     Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
@@ -25,7 +25,7 @@ use crate::limits::{
     STOCK_UNITS_MAX,
 };
 use crate::metrics::Metrics;
-use crate::schema::SCHEMA_SQL;
+use crate::partition::{self, Partition, PARTITIONS_MAX};
 use crate::state::OrderState;
 use crate::stock::{self, ReserveOutcome, StockLevel};
 
@@ -38,6 +38,9 @@ pub struct ProductSeed {
     pub price_cents: u64,
     /// The room's `reservation_ttl_s`, in milliseconds.
     pub reservation_ttl_ms: i64,
+    /// Rows the stock is split into (the product's `partitions`); follows
+    /// the config on every seed, moving free units by a logged rebalance.
+    pub partitions: u32,
 }
 
 pub struct Store {
@@ -101,8 +104,8 @@ impl Store {
     pub fn open_with(data_dir: &Path, group_commit: GroupCommitConfig) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir)?;
         let db_path = data_dir.join(DB_FILE_NAME);
-        let write_conn = open_connection(&db_path)?;
-        write_conn.execute_batch(SCHEMA_SQL)?;
+        let mut write_conn = open_connection(&db_path)?;
+        crate::schema::migrate(&mut write_conn)?;
         crate::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());
@@ -145,6 +148,7 @@ impl Store {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
+        Metrics::inc(&self.metrics.durable_writes);
         let (reply, answer) = mpsc::sync_channel::<Result<T, E>>(1);
         let job: RunJob = Box::new(move |tx, metrics| {
             let result = f(tx, metrics);
@@ -196,24 +200,47 @@ impl Store {
     /// stored keeps its counts (only `adjust` changes them) but takes the
     /// config's price and TTL.
     pub fn seed_products(&self, products: &[ProductSeed]) -> Result<usize, StoreError> {
+        self.seed_products_at(products, crate::clock::SystemClock.now_ms())
+    }
+
+    /// [`Store::seed_products`] at `now_ms` (the time its rebalances are
+    /// logged with).
+    pub fn seed_products_at(
+        &self,
+        products: &[ProductSeed],
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError> {
         Self::check_seeds(products)?;
         let products = products.to_vec();
-        self.write(move |tx, _| {
+        self.write(move |tx, metrics| {
             let mut seeded = 0;
             for product in &products {
                 let price_cents = i64::try_from(product.price_cents).map_err(|_| {
                     StoreError::InvalidArgument(format!("price of {} too large", product.sku))
                 })?;
-                seeded += tx.execute(
+                // A new SKU starts empty with one empty partition; its
+                // units arrive through the partition (whose trigger keeps
+                // the `stock` row the sum) and are then spread.
+                let new = tx.execute(
                     "INSERT INTO stock (sku, total, available, reserved, committed, price_cents, reservation_ttl_ms)
-                     VALUES (?1, ?2, ?2, 0, 0, ?3, ?4)
+                     VALUES (?1, 0, 0, 0, 0, ?2, ?3)
                      ON CONFLICT (sku) DO NOTHING",
-                    params![product.sku, product.total, price_cents, product.reservation_ttl_ms],
+                    params![product.sku, price_cents, product.reservation_ttl_ms],
                 )?;
+                if new == 1 {
+                    tx.execute(
+                        "INSERT INTO stock_partitions (sku, part, share, available, reserved, committed)
+                         VALUES (?1, 0, ?2, ?2, 0, 0)",
+                        params![product.sku, product.total],
+                    )?;
+                }
+                seeded += new;
                 tx.execute(
                     "UPDATE stock SET price_cents = ?2, reservation_ttl_ms = ?3 WHERE sku = ?1",
                     params![product.sku, price_cents, product.reservation_ttl_ms],
                 )?;
+                partition::set_count(tx, &product.sku, product.partitions, now_ms)?;
+                stock::verify(tx, &product.sku, metrics)?;
             }
             Ok(seeded)
         })
@@ -228,6 +255,12 @@ impl Store {
             if product.reservation_ttl_ms <= 0 {
                 return Err(StoreError::InvalidArgument(format!(
                     "reservation ttl of {} must be positive",
+                    product.sku
+                )));
+            }
+            if !(1..=PARTITIONS_MAX).contains(&product.partitions) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "partitions of {} must be 1 to {PARTITIONS_MAX}",
                     product.sku
                 )));
             }
@@ -270,12 +303,7 @@ impl Store {
                     "total of {sku} would exceed {STOCK_UNITS_MAX} units"
                 )));
             }
-            let changed = tx.execute(
-                "UPDATE stock SET total = total + ?2, available = available + ?2
-                 WHERE sku = ?1 AND available + ?2 >= 0",
-                params![sku, delta],
-            )?;
-            if changed == 0 {
+            if !partition::adjust(tx, sku, delta, now_ms)? {
                 return Err(StoreError::InvalidArgument(format!(
                     "cannot remove {} units from {sku}: only {} available",
                     -delta, before.available
@@ -300,6 +328,26 @@ impl Store {
             )?
             .execute(params![now_ms])?;
             Ok(())
+        })
+    }
+
+    /// Every partition of `sku`, live and retired, read from the database.
+    pub fn partitions(&self, sku: &str) -> Result<Vec<Partition>, StoreError> {
+        self.read(|conn| {
+            partition::live_count(conn, sku)?;
+            partition::load(conn, sku)
+        })
+    }
+
+    /// Evens out `sku`'s free units over its partitions (an operator's or
+    /// the reconciler's explicit rebalance), each move logged. Returns the
+    /// units moved.
+    pub fn rebalance(&self, sku: &str, now_ms: UnixMs) -> Result<i64, StoreError> {
+        let sku = sku.to_owned();
+        self.write(move |tx, metrics| {
+            let moved = partition::rebalance(tx, &sku, "rebalance", now_ms)?;
+            stock::verify(tx, &sku, metrics)?;
+            Ok(moved)
         })
     }
 

@@ -428,7 +428,7 @@ fn the_audit_flags_a_hold_released_while_paid_and_changed_attempt_parameters() {
     // A broken release: the units go back while money may be held.
     conn.execute_batch(&format!(
         "UPDATE reservations SET state = 'released' WHERE order_id = '{id}';
-         UPDATE stock SET reserved = reserved - 1, available = available + 1;
+         UPDATE stock_partitions SET reserved = reserved - 1, available = available + 1;
          UPDATE payment_attempts SET amount_cents = 1 WHERE order_id = '{id}';",
         id = order.order_id
     ))

@@ -116,31 +116,38 @@ fn conservation_is_rechecked_and_violations_counted() {
             .conservation_violations,
         0
     );
-    // Sum still adds up (the CHECK allows it) but no hold backs the unit.
+    // Sum still adds up (the CHECKs allow it) but no hold backs the unit:
+    // wrong for the SKU and for its partition.
     raw(&h)
         .execute(
-            "UPDATE stock SET available = available - 1, reserved = reserved + 1",
+            "UPDATE stock_partitions SET available = available - 1, reserved = reserved + 1",
             [],
         )
         .unwrap();
     let outcome = reconcile_once(&h.store, T0_MS, STUCK_AFTER_MS, 100).unwrap();
-    assert_eq!(outcome.conservation_violations, 1);
+    assert_eq!(outcome.conservation_violations, 2);
     assert_eq!(
         h.store
             .metrics()
             .invariant_violations
             .load(Ordering::Relaxed),
-        1
+        2
     );
     let violations = audit(h.dir.path(), T0_MS).unwrap();
     assert_eq!(
         violations,
-        vec![Violation::HoldsDisagree {
-            sku: "sku-a".into(),
-            column: "reserved",
-            stock: 1,
-            holds: 0
-        }]
+        vec![
+            Violation::HoldsDisagree {
+                sku: "sku-a".into(),
+                column: "reserved",
+                stock: 1,
+                holds: 0
+            },
+            Violation::PartitionsDisagree {
+                sku: "sku-a".into(),
+                detail: "partition 0 reserved is 1 but its holds sum to 0".into(),
+            }
+        ]
     );
 }
 
@@ -149,6 +156,9 @@ fn the_check_constraint_refuses_a_broken_sum() {
     let h = Harness::new(&[("sku-a", 10)]);
     let err = raw(&h).execute("UPDATE stock SET available = available - 1", []);
     assert!(err.is_err());
+    assert_eq!(h.store.stock("sku-a").unwrap().available, 10);
+    let err = raw(&h).execute("UPDATE stock_partitions SET available = available - 1", []);
+    assert!(err.is_err(), "each partition has its own CHECK");
     assert_eq!(h.store.stock("sku-a").unwrap().available, 10);
 }
 

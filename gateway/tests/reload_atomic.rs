@@ -119,3 +119,61 @@ fn a_reload_refused_after_its_first_steps_leaves_no_side_effect() {
     assert_eq!(rows(&gw), rows_before, "no price or TTL was written");
     assert_eq!(state(&gw), state_before, "rooms and admissions unchanged");
 }
+
+/// (live partitions, rows, free units per row) of `sku` as stored.
+fn partitions(gw: &Gateway, sku: &str) -> (i64, Vec<i64>) {
+    let db = gw.dir.path().join("var").join("checkout.db");
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let live = conn
+        .query_row("SELECT partitions FROM stock WHERE sku = ?1", [sku], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT available FROM stock_partitions WHERE sku = ?1 ORDER BY part")
+        .unwrap();
+    let free = stmt
+        .query_map([sku], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (live, free)
+}
+
+#[test]
+fn partitions_follow_the_config_and_move_by_a_logged_rebalance() {
+    let gw = Gateway::start(GatewayOptions {
+        rest: CONFIG.replace(
+            "sku = \"a\"\nstock = 5\n",
+            "sku = \"a\"\nstock = 5\npartitions = 4\n",
+        ),
+        ..Default::default()
+    });
+    assert_eq!(partitions(&gw, "a"), (4, vec![2, 1, 1, 1]));
+    assert_eq!(partitions(&gw, "b"), (1, vec![5]));
+    gw.edit_config(|t| t.replace("partitions = 4", "partitions = 2"));
+    let moved = eventually(Duration::from_secs(5), || partitions(&gw, "a").0 == 2);
+    assert!(
+        moved.is_some(),
+        "the reload did not apply; log:\n{}",
+        gw.log()
+    );
+    // Rows 2 and 3 are retired: their free units went to the live ones.
+    assert_eq!(partitions(&gw, "a"), (2, vec![3, 2, 0, 0]));
+    assert!(
+        gw.log().contains("stock moved between partitions"),
+        "each move is logged; log:\n{}",
+        gw.log()
+    );
+    let total: i64 = gw.admin_json("/admin/state")["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["sku"] == "a")
+        .unwrap()["available"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(total, 5);
+}

@@ -193,4 +193,5 @@ pub struct ProductFile {
     pub price_cents: Spanned<i64>,
     pub room: Spanned<String>,
     pub max_per_order: Option<Spanned<i64>>,
+    pub partitions: Option<Spanned<i64>>,
 }

@@ -305,6 +305,9 @@ pub struct Product {
     pub room: String,
     /// Units of this product in one order, at most.
     pub max_per_order: NonZeroU32,
+    /// Rows its stock is split into, so concurrent writers do not all
+    /// wait on one row (`docs/orders.md`, partitions).
+    pub partitions: NonZeroU32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,6 +30,8 @@ const MAX_CONNECTIONS_MAX: i64 = 10_000_000;
 pub const ORDERS_PER_PASS_MAX: i64 = 1_000;
 /// `max_per_order`, at most: the checkout core's bound on one order line.
 pub const UNITS_PER_ORDER_MAX: i64 = 100;
+/// `partitions`, at most: the checkout store's bound on rows per SKU.
+pub const PARTITIONS_MAX: i64 = 1_024;
 
 /// Reads and validates a config file.
 pub fn load_file(path: &Path) -> Result<Config, Diagnostics> {
@@ -815,12 +817,14 @@ impl Validator<'_> {
                 1..=UNITS_PER_ORDER_MAX,
                 10,
             );
+            let partitions = self.int(p.partitions, "partitions", 1..=PARTITIONS_MAX, 1);
             out.push(Product {
                 sku,
                 stock: stock as u32,
                 price_cents: price as u64,
                 room: p.room.into_inner(),
                 max_per_order: nz32(per_order),
+                partitions: nz32(partitions),
             });
         }
         out

@@ -519,3 +519,17 @@ fn cluster_refuses_bad_store_urls_without_echoing_them() {
         "unknown field `redis`",
     );
 }
+
+#[test]
+fn partitions_default_to_one_and_are_bounded() {
+    let product = |extra: &str| {
+        format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = 10\nprice_cents = 1\nroom = \"drop\"\n{extra}")
+    };
+    let c = parse(&product("")).unwrap();
+    assert_eq!(c.products[0].partitions.get(), 1);
+    let c = parse(&product("partitions = 8\n")).unwrap();
+    assert_eq!(c.products[0].partitions.get(), 8);
+    // ROOM has 7 lines after its leading newline; the product's keys follow.
+    refused_at(&product("partitions = 0\n"), 14, 14, "partitions");
+    refused_at(&product("partitions = 1025\n"), 14, 14, "partitions");
+}

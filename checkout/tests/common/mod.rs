@@ -127,6 +127,7 @@ pub fn seeds(products: &[(&str, u32)]) -> Vec<ProductSeed> {
             total: *total,
             price_cents: PRICE_CENTS,
             reservation_ttl_ms: TTL_MS,
+            partitions: 1,
         })
         .collect()
 }

@@ -169,6 +169,7 @@ impl Orders {
                 reservation_ttl_ms: config
                     .room(&p.room)
                     .map_or(600_000, |r| r.reservation_ttl.as_millis() as i64),
+                partitions: p.partitions.get(),
             })
             .collect();
         Store::check_seeds(&seeds).map_err(|e| format!("products: {e}"))?;
