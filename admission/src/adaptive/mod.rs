@@ -17,7 +17,7 @@
 //! base      = rate                    when gradient ≥ 1
 //!             min(rate, served/s)     when gradient < 1
 //! rate'     = (1 − α) × rate + α × base × gradient,   α = 0.25
-//! growing:  rate' ≤ max(rate, (1 + 0.15 × (gradient − 1)) × served/s)
+//! growing:  rate' ≤ max(rate + 1, (1 + 0.15 × (gradient − 1)) × served/s)
 //! cutting:  not again within 3 s of the last cut
 //! rate'     clamped to [min_per_second, max_per_second]
 //! ```
@@ -44,6 +44,9 @@ pub const GRADIENT_MAX: f64 = 2.0;
 /// delivery-rate bound, narrowing as the p99 nears the target): at most
 /// 1.15 × served with the p99 at half the target, 1.0 × at the target.
 pub const SERVED_HEADROOM: f64 = 0.15;
+/// While growing, the served-rate bound still lets the rate grow by this
+/// much per step (AIMD's additive increase, in releases per second).
+pub const ADDITIVE_MIN: f64 = 1.0;
 /// After a cut, the next waits this long: the window still holds the
 /// checkouts released before it.
 pub const COOLDOWN_MS: u64 = 3000;
@@ -219,8 +222,11 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     };
     let mut next = (1.0 - SMOOTHING) * rate + SMOOTHING * base * gradient;
     if gradient > 1.0 {
+        // At least one release per second more: a rate near its floor,
+        // rounded to whole releases, would otherwise never get past what
+        // it served.
         let headroom = 1.0 + SERVED_HEADROOM * (gradient - 1.0);
-        next = next.min(rate.max(m.served_per_second * headroom));
+        next = next.min((rate + ADDITIVE_MIN).max(m.served_per_second * headroom));
     }
     if next > hi || next < lo {
         return decide(next.clamp(lo, hi), Reason::Bound);

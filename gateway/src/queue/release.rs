@@ -134,7 +134,10 @@ mod tests {
             );
         }
         rooms.apply(&config("open"), now + 6000).unwrap();
-        assert!(releaser.release_once(now + 6000) > 0, "reopened: releases resume");
+        assert!(
+            releaser.release_once(now + 6000) > 0,
+            "reopened: releases resume"
+        );
     }
 
     #[test]
@@ -151,7 +154,10 @@ mod tests {
         }
         assert_eq!(rate(&rooms), 20, "no checkouts: the rate holds");
         stock.set_sold_out("r", false);
-        assert!(releaser.release_once(now + 6000) > 0, "stock back: releases resume");
+        assert!(
+            releaser.release_once(now + 6000) > 0,
+            "stock back: releases resume"
+        );
     }
 
     #[test]

@@ -125,9 +125,9 @@ pub fn check(scenario: &Scenario, phases: &[Phase]) -> Option<Check> {
             ));
         }
         match p.checkout_p99_ms {
-            Some(ms) if f64::from(ms) > p99_max => violations.push(format!(
-                "{at}: checkout p99 {ms} ms above {p99_max:.0} ms"
-            )),
+            Some(ms) if f64::from(ms) > p99_max => {
+                violations.push(format!("{at}: checkout p99 {ms} ms above {p99_max:.0} ms"))
+            }
             _ => {}
         }
         if p.failed_ratio >= a.max_error_ratio {
@@ -142,7 +142,10 @@ pub fn check(scenario: &Scenario, phases: &[Phase]) -> Option<Check> {
     }
     // Followed: the rate moved with each change of the backend.
     for (n, w) in phases.windows(2).enumerate() {
-        if w[0].rate_mean > 0.0 && w[1].rate_mean > 0.0 && (w[1].rate_mean - w[0].rate_mean).abs() < 0.1 * w[0].rate_mean {
+        if w[0].rate_mean > 0.0
+            && w[1].rate_mean > 0.0
+            && (w[1].rate_mean - w[0].rate_mean).abs() < 0.1 * w[0].rate_mean
+        {
             violations.push(format!(
                 "phases {n}→{}: the rate did not follow the backend ({:.1}/s, then {:.1}/s)",
                 n + 1,
@@ -244,7 +247,13 @@ settle_s = 10
         // ±30 % every other sample, the same in both phases, p99 above
         // 1.5 × 500 ms, 5 % failed.
         let rec = run(
-            |t| if (t * 2.0) as u32 % 2 == 0 { 130.0 } else { 70.0 },
+            |t| {
+                if ((t * 2.0) as u32).is_multiple_of(2) {
+                    130.0
+                } else {
+                    70.0
+                }
+            },
             900,
             20,
         );
@@ -257,12 +266,18 @@ settle_s = 10
         // Out of bounds.
         let rec = run(|t| if t < 30.0 { 300.0 } else { 30.0 }, 400, 1000);
         let c = check(&s, &phases(&s, &rec, 60.0)).unwrap();
-        assert!(c.violations.iter().any(|v| v.contains("bounds")), "{:?}", c.violations);
+        assert!(
+            c.violations.iter().any(|v| v.contains("bounds")),
+            "{:?}",
+            c.violations
+        );
     }
 
     #[test]
     fn a_fixed_room_has_figures_but_no_bar() {
-        let s = Scenario::parse(SCENARIO, "t.toml").unwrap().with_fixed_rate();
+        let s = Scenario::parse(SCENARIO, "t.toml")
+            .unwrap()
+            .with_fixed_rate();
         let rec = run(|_| 50.0, 400, 1000);
         let p = phases(&s, &rec, 60.0);
         assert_eq!(p.len(), 2);

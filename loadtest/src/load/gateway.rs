@@ -298,7 +298,8 @@ impl Target {
             .await
             .context("GET paysim /admin/faults")?;
         let mut faults: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(&r.bytes().await?).context("paysim /admin/faults is not JSON")?;
+            serde_json::from_slice(&r.bytes().await?)
+                .context("paysim /admin/faults is not JSON")?;
         for (k, v) in knobs {
             faults.insert(k.clone(), serde_json::to_value(v)?);
         }
@@ -312,7 +313,10 @@ impl Target {
             .context("PUT paysim /admin/faults")?;
         if !r.status().is_success() {
             let status = r.status();
-            bail!("paysim refused the knobs ({status}): {}", r.text().await.unwrap_or_default());
+            bail!(
+                "paysim refused the knobs ({status}): {}",
+                r.text().await.unwrap_or_default()
+            );
         }
         Ok(())
     }

@@ -87,7 +87,10 @@ pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
             "releases / s",
             &[series("release rate", 0, pts(&|x| x.release_per_second))],
         ),
-        ("checkout p99, ms", &[series("checkout p99", 1, p99.clone())]),
+        (
+            "checkout p99, ms",
+            &[series("checkout p99", 1, p99.clone())],
+        ),
     ));
     out.push(line_chart(
         "Checkout latency",
