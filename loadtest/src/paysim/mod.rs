@@ -40,8 +40,10 @@
 //! Other answers: `400 bad_request` (missing or invalid key, bad JSON,
 //! unknown payment method, amount not in `1..=authorized`), `503
 //! ledger_full` past a [`Limits`] value, `503 unavailable` (injected).
-//! Network faults and latency apply to `/v1` only; the harness routes are
-//! always answered at once.
+//! Network faults, latency and the `workers` capacity (requests beyond
+//! it wait in line, first come first served; `503 unavailable` past
+//! [`workers::WAITING_MAX`] waiting) apply to `/v1` only; the harness routes
+//! are always answered at once.
 //!
 //! Test cards: `pm_ok` authorizes, `pm_decline` declines,
 //! `pm_lost_response` authorizes and never answers the first request
