@@ -13,7 +13,8 @@
 //!
 //! ```text
 //! gradient  = clamp(target_p99 / p99, 0.5, 2.0)
-//!             (and, above max_error_ratio, at most max_error_ratio / error_ratio)
+//!             (and, above max_error_ratio with at least 2 failures, at most
+//!             max_error_ratio / error_ratio)
 //! base      = rate                    when gradient ≥ 1
 //!             min(rate, served/s)     when gradient < 1
 //! rate'     = (1 − α) × rate + α × base × gradient,   α = 0.25
@@ -50,6 +51,9 @@ pub const ADDITIVE_MIN: f64 = 1.0;
 /// After a cut, the next waits this long: the window still holds the
 /// checkouts released before it.
 pub const COOLDOWN_MS: u64 = 3000;
+/// Fewer backend failures than this in the window are not a ratio to act
+/// on: at 2 checkouts a second one failure is 17 % of a 3 s window.
+pub const FAILURES_MIN: u32 = 2;
 /// Fewer checkouts than this in the window say nothing: the rate holds.
 pub const SAMPLES_MIN: u32 = 5;
 /// A relative change below this is reported as `steady`.
@@ -199,7 +203,7 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     let latency = (f64::from(bounds.target_p99_ms) / p99).clamp(GRADIENT_MIN, GRADIENT_MAX);
     let ratio = m.error_ratio();
     let (mut gradient, mut reason) = (latency, Reason::Latency);
-    if ratio > bounds.max_error_ratio {
+    if ratio > bounds.max_error_ratio && m.backend_failures >= FAILURES_MIN {
         let errors = (bounds.max_error_ratio / ratio).clamp(GRADIENT_MIN, 1.0);
         if errors < gradient {
             (gradient, reason) = (errors, Reason::Errors);

@@ -139,3 +139,13 @@ fn a_rate_at_its_floor_grows_by_at_least_one_per_second_while_fast() {
     }
     assert!(d.per_second() >= 10, "{}", d.rate);
 }
+
+#[test]
+fn one_failure_among_few_checkouts_is_not_an_error_ratio() {
+    // 1 of 6 failed: 17 %, but one failure says little; the p99 decides.
+    let d = step(&B, &at(5.0), &m(200, 6, 1, 5.0, 100), 1000);
+    assert_eq!(d.reason, Reason::Latency);
+    assert!(d.rate > 5.0, "{}", d.rate);
+    let d = step(&B, &at(20.0), &m(200, 6, 2, 4.0, 100), 1000);
+    assert_eq!(d.reason, Reason::Errors);
+}
