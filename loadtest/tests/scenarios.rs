@@ -433,6 +433,7 @@ fn every_shipped_scenario_file_is_valid() {
     assert_eq!(
         names,
         [
+            "backend-degrades",
             "backlog",
             "flash-crowd",
             "hot-item",
