@@ -13,11 +13,12 @@
 //!
 //! ```text
 //! gradient  = clamp(target_p99 / p99, 0.5, 2.0)
-//!             (and, above max_error_ratio, at most max_error_ratio / error_ratio)
+//!             (and, above max_error_ratio with at least 2 failures, at most
+//!             max_error_ratio / error_ratio)
 //! base      = rate                    when gradient ≥ 1
 //!             min(rate, served/s)     when gradient < 1
 //! rate'     = (1 − α) × rate + α × base × gradient,   α = 0.25
-//! growing:  rate' ≤ max(rate, (1 + 0.15 × (gradient − 1)) × served/s)
+//! growing:  rate' ≤ max(rate + 1, (1 + 0.15 × (gradient − 1)) × served/s)
 //! cutting:  not again within 3 s of the last cut
 //! rate'     clamped to [min_per_second, max_per_second]
 //! ```
@@ -44,9 +45,15 @@ pub const GRADIENT_MAX: f64 = 2.0;
 /// delivery-rate bound, narrowing as the p99 nears the target): at most
 /// 1.15 × served with the p99 at half the target, 1.0 × at the target.
 pub const SERVED_HEADROOM: f64 = 0.15;
+/// While growing, the served-rate bound still lets the rate grow by this
+/// much per step (AIMD's additive increase, in releases per second).
+pub const ADDITIVE_MIN: f64 = 1.0;
 /// After a cut, the next waits this long: the window still holds the
 /// checkouts released before it.
 pub const COOLDOWN_MS: u64 = 3000;
+/// Fewer backend failures than this in the window are not a ratio to act
+/// on: at 2 checkouts a second one failure is 17 % of a 3 s window.
+pub const FAILURES_MIN: u32 = 2;
 /// Fewer checkouts than this in the window say nothing: the rate holds.
 pub const SAMPLES_MIN: u32 = 5;
 /// A relative change below this is reported as `steady`.
@@ -196,7 +203,7 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     let latency = (f64::from(bounds.target_p99_ms) / p99).clamp(GRADIENT_MIN, GRADIENT_MAX);
     let ratio = m.error_ratio();
     let (mut gradient, mut reason) = (latency, Reason::Latency);
-    if ratio > bounds.max_error_ratio {
+    if ratio > bounds.max_error_ratio && m.backend_failures >= FAILURES_MIN {
         let errors = (bounds.max_error_ratio / ratio).clamp(GRADIENT_MIN, 1.0);
         if errors < gradient {
             (gradient, reason) = (errors, Reason::Errors);
@@ -219,8 +226,11 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     };
     let mut next = (1.0 - SMOOTHING) * rate + SMOOTHING * base * gradient;
     if gradient > 1.0 {
+        // At least one release per second more: a rate near its floor,
+        // rounded to whole releases, would otherwise never get past what
+        // it served.
         let headroom = 1.0 + SERVED_HEADROOM * (gradient - 1.0);
-        next = next.min(rate.max(m.served_per_second * headroom));
+        next = next.min((rate + ADDITIVE_MIN).max(m.served_per_second * headroom));
     }
     if next > hi || next < lo {
         return decide(next.clamp(lo, hi), Reason::Bound);

@@ -127,3 +127,25 @@ fn on_target_it_does_not_move() {
         assert_eq!(d.rate, 80.0);
     }
 }
+
+#[test]
+fn a_rate_at_its_floor_grows_by_at_least_one_per_second_while_fast() {
+    // 2/s released, 2/s served, p99 far below the target: the served-rate
+    // bound alone would keep it at 2.3, which rounds back to 2.
+    let mut d = at(5.0);
+    for s in 1..=10u64 {
+        let served = d.rate.round();
+        d = step(&B, &d, &m(200, 30, 0, served, 100), s * 1000);
+    }
+    assert!(d.per_second() >= 10, "{}", d.rate);
+}
+
+#[test]
+fn one_failure_among_few_checkouts_is_not_an_error_ratio() {
+    // 1 of 6 failed: 17 %, but one failure says little; the p99 decides.
+    let d = step(&B, &at(5.0), &m(200, 6, 1, 5.0, 100), 1000);
+    assert_eq!(d.reason, Reason::Latency);
+    assert!(d.rate > 5.0, "{}", d.rate);
+    let d = step(&B, &at(20.0), &m(200, 6, 2, 4.0, 100), 1000);
+    assert_eq!(d.reason, Reason::Errors);
+}

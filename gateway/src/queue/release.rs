@@ -160,6 +160,60 @@ mod tests {
         line.policy().release_per_second.get()
     }
 
+    /// `n` people waiting in room `r` (joined while open).
+    fn waiting(rooms: &Rooms, n: usize, now_ms: u64) {
+        let entry = rooms.get("r").unwrap();
+        let mut line = entry.line.lock().unwrap();
+        for _ in 0..n {
+            line.join(now_ms).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_kill_switch_stops_releases_at_once_whatever_the_controller_says() {
+        let stock = Arc::new(InMemoryStock::new());
+        let rooms = Arc::new(Rooms::new(&config("open"), false, stock).unwrap());
+        let releaser = Releaser::new(rooms.clone());
+        let now = now_ms();
+        waiting(&rooms, 10, now);
+        // The controller's rate is well above zero (20/s, a burst of 20).
+        assert_eq!(rate(&rooms), 20);
+        rooms.apply(&config("paused"), now).unwrap();
+        for step in 1..=5u64 {
+            releaser.adapt_once(now + step * 1000);
+            assert_eq!(
+                releaser.release_once(now + step * 1000),
+                0,
+                "paused: nobody is let in"
+            );
+        }
+        rooms.apply(&config("open"), now + 6000).unwrap();
+        assert!(
+            releaser.release_once(now + 6000) > 0,
+            "reopened: releases resume"
+        );
+    }
+
+    #[test]
+    fn sold_out_stops_releases_at_once_and_holds_the_controller() {
+        let stock = Arc::new(InMemoryStock::new());
+        let rooms = Arc::new(Rooms::new(&config("open"), false, stock.clone()).unwrap());
+        let releaser = Releaser::new(rooms.clone());
+        let now = now_ms();
+        waiting(&rooms, 10, now);
+        stock.set_sold_out("r", true);
+        for step in 1..=5u64 {
+            releaser.adapt_once(now + step * 1000);
+            assert_eq!(releaser.release_once(now + step * 1000), 0, "sold out");
+        }
+        assert_eq!(rate(&rooms), 20, "no checkouts: the rate holds");
+        stock.set_sold_out("r", false);
+        assert!(
+            releaser.release_once(now + 6000) > 0,
+            "stock back: releases resume"
+        );
+    }
+
     #[test]
     fn the_kill_switch_holds_the_controller_and_reopening_lets_it_act() {
         let rooms =

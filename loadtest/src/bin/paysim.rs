@@ -42,6 +42,9 @@ struct Cli {
     reset_ratio: Option<f64>,
     #[arg(long)]
     latency_ms: Option<u64>,
+    /// Requests served at once (0: no limit); the rest wait in line.
+    #[arg(long)]
+    workers: Option<u32>,
     #[arg(long)]
     slow_ms: Option<u64>,
     #[arg(long)]
@@ -106,6 +109,9 @@ impl Cli {
             }
         };
         set_ms(&mut faults.latency_ms, self.latency_ms);
+        if let Some(workers) = self.workers {
+            faults.workers = workers;
+        }
         set_ms(&mut faults.slow_ms, self.slow_ms);
         set_ms(&mut faults.timeout_hold_ms, self.timeout_hold_ms);
         set_ms(&mut faults.webhook_delay_ms, self.webhook_delay_ms);

@@ -37,6 +37,10 @@ enum Command {
         /// Run this many shoppers instead of the file's number (rates scale).
         #[arg(long)]
         shoppers: Option<u32>,
+        /// Release at the file's fixed `release_per_second` even where the
+        /// file asks for adaptive release (the baseline to compare with).
+        #[arg(long)]
+        fixed_rate: bool,
         /// Public URL of a running gateway (loopback only); needs --admin.
         #[arg(long, requires = "admin")]
         target: Option<String>,
@@ -117,6 +121,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             sluice,
             out,
             shoppers,
+            fixed_rate,
             target,
             admin,
             admin_token,
@@ -128,6 +133,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let mut sc = Scenario::load(&scenario)?;
             if let Some(n) = shoppers {
                 sc = sc.with_shoppers(n);
+            }
+            if fixed_rate {
+                sc = sc.with_fixed_rate();
             }
             let remote = match (target, admin) {
                 (Some(public), Some(admin)) => Some(Remote {

@@ -32,7 +32,7 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(name: &str, violations: Vec<String>, detail: String) -> Check {
+    pub(crate) fn new(name: &str, violations: Vec<String>, detail: String) -> Check {
         let total = violations.len();
         let mut listed: Vec<String> = violations.into_iter().take(VIOLATIONS_LISTED_MAX).collect();
         if total > listed.len() {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::gateway::{find_sluice, Target};
-use super::http::send;
+use super::http::{send, send_at};
 use super::record::{quantile, Recorder};
 use super::scenario::Scenario;
 
@@ -225,7 +225,8 @@ async fn step(
     let mut refused = 0u64;
     let body = json!({"sku": "capacity-sku", "quantity": 1, "payment_method": "pm_ok"}).to_string();
     for i in 0..total {
-        tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate)).into()).await;
+        let due = start + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(due.into()).await;
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             refused += 1;
             continue;
@@ -238,7 +239,9 @@ async fn step(
             .body(body.clone());
         let rec = rec.clone();
         tasks.spawn(async move {
-            let r = send(&rec, "checkout", req).await;
+            // Timed from its place in the schedule, not from when the loop
+            // got round to it.
+            let r = send_at(&rec, "checkout", req, due).await;
             drop(permit);
             (
                 r.status == 201 || r.status == 200,

@@ -1,5 +1,6 @@
 //! The scenario's faults, played at their second while the shoppers run:
-//! the kill switch through the watched config file, SIGKILL and restart.
+//! the kill switch through the watched config file, SIGKILL and restart,
+//! paysim's knobs (a provider that slows down).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,10 @@ pub async fn play(scenario: Scenario, target: Arc<Target>, rec: Arc<Recorder>, s
                     r,
                 )
             }
+            FaultAction::PaysimFaults { knobs } => (
+                format!("paysim knobs set: {knobs}").replace('\n', ", "),
+                target.set_paysim_faults(&knobs).await,
+            ),
         };
         match result {
             Ok(()) => rec.fault(what),

@@ -284,6 +284,43 @@ impl Target {
         )
     }
 
+    /// Changes the paysim knobs named in `knobs` (`PUT /admin/faults` with
+    /// the others as they are).
+    pub async fn set_paysim_faults(&self, knobs: &toml::Table) -> Result<()> {
+        let url = self
+            .paysim_url
+            .as_ref()
+            .context("paysim knobs need paysim (a [paysim] table or --paysim-url)")?;
+        let r = self
+            .http
+            .get(format!("{url}/admin/faults"))
+            .send()
+            .await
+            .context("GET paysim /admin/faults")?;
+        let mut faults: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&r.bytes().await?)
+                .context("paysim /admin/faults is not JSON")?;
+        for (k, v) in knobs {
+            faults.insert(k.clone(), serde_json::to_value(v)?);
+        }
+        let r = self
+            .http
+            .put(format!("{url}/admin/faults"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&faults)?)
+            .send()
+            .await
+            .context("PUT paysim /admin/faults")?;
+        if !r.status().is_success() {
+            let status = r.status();
+            bail!(
+                "paysim refused the knobs ({status}): {}",
+                r.text().await.unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
     /// Sets `gateway.admissions` in the watched config file.
     pub fn set_admissions(&self, open: bool) -> Result<()> {
         let path = self
@@ -455,9 +492,13 @@ pub fn gateway_config(
         out.push_str(&g.extra);
         out.push('\n');
     }
+    let release = match g.adaptive {
+        Some(_) => "\"adaptive\"".to_string(),
+        None => g.release_per_second.to_string(),
+    };
     out.push_str(&format!(
         "\n[[rooms]]\nname = \"{}\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = {}\nmax_active = {}\nqueue_capacity = {}\npoll_min_s = {}\npoll_max_s = {}\npass_ttl_s = {}\nreservation_ttl_s = {}\njoins_per_minute_per_client = {JOINS_PER_MINUTE_PER_CLIENT}\n",
-        g.room, g.release_per_second, g.max_active, g.queue_capacity, g.poll_min_s, g.poll_max_s, g.pass_ttl_s, g.reservation_ttl_s,
+        g.room, release, g.max_active, g.queue_capacity, g.poll_min_s, g.poll_max_s, g.pass_ttl_s, g.reservation_ttl_s,
     ));
     if let Some(b) = g.burst {
         out.push_str(&format!("burst = {b}\n"));
@@ -467,6 +508,13 @@ pub fn gateway_config(
     }
     if let Some(n) = g.max_orders_per_pass {
         out.push_str(&format!("max_orders_per_pass = {n}\n"));
+    }
+    // Last of the room: keys after it would belong to this table.
+    if let Some(a) = &g.adaptive {
+        out.push_str(&format!(
+            "[rooms.adaptive]\ntarget_p99_ms = {}\nmax_error_ratio = {}\nmin_per_second = {}\nmax_per_second = {}\n",
+            a.target_p99_ms, a.max_error_ratio, a.min_per_second, a.max_per_second
+        ));
     }
     for p in &scenario.products {
         out.push_str(&format!(

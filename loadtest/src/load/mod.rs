@@ -6,7 +6,8 @@
 //! line, check out and follow their order, while faults are injected
 //! (kill switch, SIGKILL and restart) and `/admin/state` is sampled
 //! ([`sampler`]). Everything seen goes into the [`record`]. At the end the
-//! [`books`] are checked with the system's own records, and the [`summary`]
+//! [`books`] are checked with the system's own records (and, for a backend
+//! that changes mid-run, whether the release rate [`follow`]ed it), and the [`summary`]
 //! and an HTML [`report`] (with [`svg`] charts) are written. [`capacity`]
 //! finds the release rate to configure.
 //!
@@ -21,9 +22,10 @@
 //! | `record.rs` | what happened, shared by every task |
 //! | `sampler.rs` | `/admin/state` every 500 ms |
 //! | `books.rs` | the end-of-run checks, the verdict |
+//! | `follow.rs` | the phases of a changing backend; the adaptive-release bar |
 //! | `summary.rs`, `report.rs`, `svg.rs` | `summary.json`, `report.html` |
 //! | `progress.rs` | the status line on stderr |
-//! | `faults.rs` | the kill switch, SIGKILL and restart, at their second |
+//! | `faults.rs` | the kill switch, SIGKILL and restart, paysim's knobs, at their second |
 //! | `run.rs` | a whole run |
 //! | `capacity.rs` | step the offered checkout rate up to the limit |
 
@@ -31,6 +33,7 @@ pub mod arrivals;
 pub mod books;
 pub mod capacity;
 pub mod faults;
+pub mod follow;
 pub mod gateway;
 pub mod http;
 pub mod ports;

@@ -80,6 +80,8 @@ pub struct Sample {
     pub reserved: i64,
     pub committed: i64,
     pub paused: bool,
+    /// The room's release rate in force (`release_per_second`).
+    pub release_per_second: f64,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +90,10 @@ pub struct Inner {
     pub responses: BTreeMap<(String, u16), u64>,
     /// Checkout latency in ms, by second of the run (when the call ended).
     pub checkout_ms: Vec<Vec<u32>>,
+    /// Checkout calls by second of the run (when the call ended), and of
+    /// them those that failed for the backend's sake (timed out, no
+    /// connection, or a 5xx).
+    pub checkout_calls: Vec<(u32, u32)>,
     /// Seconds from the first join to admission, per admitted shopper.
     pub waits_s: Vec<f64>,
     pub outcomes: BTreeMap<Outcome, u64>,
@@ -147,6 +153,21 @@ impl Recorder {
             let bucket = &mut i.checkout_ms[second];
             if bucket.len() < LATENCIES_PER_SECOND_MAX {
                 bucket.push(ms.round().clamp(0.0, u32::MAX as f64) as u32);
+            }
+        });
+    }
+
+    /// A checkout call answered `status` (0: timeout or connection error).
+    pub fn checkout_call(&self, status: u16) {
+        let second = self.now_s() as usize;
+        self.with(|i| {
+            if i.checkout_calls.len() <= second {
+                i.checkout_calls.resize(second + 1, (0, 0));
+            }
+            let c = &mut i.checkout_calls[second];
+            c.0 += 1;
+            if status == 0 || status >= 500 {
+                c.1 += 1;
             }
         });
     }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::record::{quantile, Inner};
 use super::summary::{cumulative_admitted, Summary};
-use super::svg::{bar_chart, line_chart, Series, COLORS};
+use super::svg::{bar_chart, line_chart, line_chart_two_axes, Series, COLORS};
 
 /// Bars of the wait-time histogram.
 pub const WAIT_BINS: usize = 20;
@@ -78,6 +78,20 @@ pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
         }
     }
     let [p50, p95, p99] = p;
+    // The release rate in force against what it does to checkout: a rate
+    // that follows the backend falls when p99 climbs and comes back after.
+    out.push(line_chart_two_axes(
+        "Release rate against checkout p99",
+        "seconds",
+        (
+            "releases / s",
+            &[series("release rate", 0, pts(&|x| x.release_per_second))],
+        ),
+        (
+            "checkout p99, ms",
+            &[series("checkout p99", 1, p99.clone())],
+        ),
+    ));
     out.push(line_chart(
         "Checkout latency",
         "seconds",

@@ -15,7 +15,7 @@ use super::report;
 use super::scenario::Scenario;
 use super::shopper::{self, Shared};
 use super::summary::{self, Configured, Summary, TargetInfo};
-use super::{arrivals, faults, progress, sampler};
+use super::{arrivals, faults, follow, progress, sampler};
 
 /// Idle keep-alive connections kept to the gateway.
 pub const POOL_IDLE_MAX: usize = 512;
@@ -184,6 +184,8 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     let (checks, inventory_end) = books::check(&target, &rec, &http, &before, settle).await;
     let mut checks = checks;
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
+    let phases = rec.with(|i| follow::phases(scenario, i, duration_s));
+    checks.extend(follow::check(scenario, &phases));
     let run_info = summary::RunInfo {
         scenario,
         started_unix_s: started_unix.as_secs(),
@@ -196,7 +198,7 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         },
         configured,
     };
-    let summary = rec.with(|i| Summary::assemble(run_info, i, checks, inventory_end));
+    let summary = rec.with(|i| Summary::assemble(run_info, i, checks, phases, inventory_end));
     let out = opts
         .out
         .clone()

@@ -41,6 +41,7 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
         reserved: sum("reserved"),
         committed: sum("committed"),
         paused: state["admissions"] == "paused",
+        release_per_second: r["release_per_second"].as_f64().unwrap_or(0.0),
     }
 }
 

@@ -35,6 +35,46 @@ pub struct Scenario {
     /// Run the gateway against `paysim` (`payments.provider = "http"`).
     #[serde(default)]
     pub paysim: Option<PaysimSetup>,
+    /// The bar adaptive release must meet through the scenario's phases.
+    #[serde(default)]
+    pub adaptive_bar: AdaptiveBar,
+}
+
+/// `release_per_second = "adaptive"` for the room, with its
+/// `[rooms.adaptive]` keys (the scenario's `release_per_second` stays the
+/// reference: the rate a fixed run would use).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveSetup {
+    pub target_p99_ms: u32,
+    #[serde(default = "default_max_error_ratio")]
+    pub max_error_ratio: f64,
+    pub min_per_second: u32,
+    pub max_per_second: u32,
+}
+
+/// What "the rate followed the backend" means for this scenario: the run
+/// is cut into phases at each `paysim_faults` fault; from `settle_s` into
+/// each phase on, the release rate stays within `swing_max` of the phase's
+/// mean and inside its bounds, admitted shoppers' checkout p99 within
+/// `p99_factor_max` × `target_p99_ms`, failed checkouts under
+/// `max_error_ratio`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveBar {
+    pub settle_s: f64,
+    pub swing_max: f64,
+    pub p99_factor_max: f64,
+}
+
+impl Default for AdaptiveBar {
+    fn default() -> Self {
+        Self {
+            settle_s: 30.0,
+            swing_max: 0.15,
+            p99_factor_max: 1.5,
+        }
+    }
 }
 
 /// The payment provider simulator the harness starts next to the gateway.
@@ -88,6 +128,9 @@ pub struct GatewaySetup {
     pub reservation_ttl_s: u32,
     /// Test knob of the gateway: every store commit is this much slower.
     pub test_store_commit_delay_ms: Option<u32>,
+    /// Adaptive release instead of the fixed `release_per_second`.
+    #[serde(default)]
+    pub adaptive: Option<AdaptiveSetup>,
     /// Extra TOML appended to `[gateway]` verbatim (e.g. payments keys).
     #[serde(default)]
     pub extra: String,
@@ -177,6 +220,9 @@ pub enum FaultAction {
     OpenAdmissions,
     /// SIGKILL the gateway, wait `down_s`, start it on the same ports and data.
     KillRestart { down_s: f64 },
+    /// Turn paysim's knobs (`GET /admin/faults` keys, e.g. `latency_ms`,
+    /// `workers`): the ones given change, the others stay.
+    PaysimFaults { knobs: toml::Table },
 }
 
 /// The file form of a fault: one table per fault, tagged by `action`.
@@ -186,6 +232,7 @@ enum FaultFile {
     PauseAdmissions { at_s: f64 },
     OpenAdmissions { at_s: f64 },
     KillRestart { at_s: f64, down_s: f64 },
+    PaysimFaults { at_s: f64, knobs: toml::Table },
 }
 
 impl From<FaultFile> for Fault {
@@ -202,6 +249,10 @@ impl From<FaultFile> for Fault {
             FaultFile::KillRestart { at_s, down_s } => Fault {
                 at_s,
                 action: FaultAction::KillRestart { down_s },
+            },
+            FaultFile::PaysimFaults { at_s, knobs } => Fault {
+                at_s,
+                action: FaultAction::PaysimFaults { knobs },
             },
         }
     }
@@ -238,6 +289,9 @@ fn default_pass_ttl_s() -> u32 {
 }
 fn default_reservation_ttl_s() -> u32 {
     600
+}
+fn default_max_error_ratio() -> f64 {
+    0.02
 }
 fn default_provider_timeout_ms() -> u64 {
     2_000
@@ -380,10 +434,38 @@ impl Scenario {
                 f.at_s.is_finite() && f.at_s >= 0.0,
                 "a fault's `at_s` must be ≥ 0",
             )?;
-            if let FaultAction::KillRestart { down_s } = f.action {
-                check((0.0..=600.0).contains(&down_s), "`down_s` must be 0 to 600")?;
+            match &f.action {
+                FaultAction::KillRestart { down_s } => {
+                    check((0.0..=600.0).contains(down_s), "`down_s` must be 0 to 600")?;
+                }
+                FaultAction::PaysimFaults { knobs } => {
+                    check(
+                        self.paysim.is_some(),
+                        "a `paysim_faults` fault needs a [paysim] table",
+                    )?;
+                    check(!knobs.is_empty(), "`paysim_faults` needs `knobs`")?;
+                }
+                FaultAction::PauseAdmissions | FaultAction::OpenAdmissions => {}
             }
         }
+        if let Some(a) = &g.adaptive {
+            check(
+                (1..=a.max_per_second).contains(&a.min_per_second),
+                "`gateway.adaptive`: `min_per_second` must be 1 to `max_per_second`",
+            )?;
+            check(
+                a.target_p99_ms >= 1 && (0.0..1.0).contains(&a.max_error_ratio),
+                "`gateway.adaptive`: `target_p99_ms` ≥ 1, `max_error_ratio` in [0, 1)",
+            )?;
+        }
+        let bar = &self.adaptive_bar;
+        check(
+            bar.settle_s.is_finite()
+                && bar.settle_s >= 0.0
+                && bar.swing_max > 0.0
+                && bar.p99_factor_max > 0.0,
+            "`adaptive_bar` values must be positive",
+        )?;
         check(
             self.books.settle_s_max <= 3600,
             "`books.settle_s_max` must be at most 3600",
@@ -414,6 +496,25 @@ impl Scenario {
         };
         self.limits.max_shoppers = shoppers;
         self
+    }
+
+    /// The same scenario at its fixed `release_per_second`: the baseline an
+    /// adaptive run is compared with.
+    pub fn with_fixed_rate(mut self) -> Scenario {
+        self.gateway.adaptive = None;
+        self
+    }
+
+    /// The seconds where the backend changes: each `paysim_faults` fault.
+    pub fn phase_starts_s(&self) -> Vec<f64> {
+        let mut at: Vec<f64> = self
+            .faults
+            .iter()
+            .filter(|f| matches!(f.action, FaultAction::PaysimFaults { .. }))
+            .map(|f| f.at_s)
+            .collect();
+        at.sort_by(f64::total_cmp);
+        at
     }
 
     /// Is this a scenario that needs the `paysim` payment simulator?

@@ -305,6 +305,7 @@ async fn checkout(s: &Shared, plan: &Plan, pass: &str) -> Result<(String, String
         if r.status != 0 {
             s.rec.checkout_latency(r.elapsed.as_secs_f64() * 1000.0);
         }
+        s.rec.checkout_call(r.status);
         match r.status {
             200 | 201 => {
                 let (Some(id), Some(state)) = (r.str("order_id"), r.str("state")) else {

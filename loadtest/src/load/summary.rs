@@ -33,6 +33,9 @@ pub struct Summary {
     /// Stock per SKU at the end, from `/admin/state`.
     pub inventory_end: BTreeMap<String, Level>,
     pub books: Vec<Check>,
+    /// The phases of a backend that changed mid-run (one phase otherwise):
+    /// release rate, checkout p99 and failures once settled.
+    pub phases: Vec<super::follow::Phase>,
     /// `pass` or `fail`.
     pub verdict: String,
     pub violations: Vec<String>,
@@ -118,6 +121,7 @@ impl Summary {
         run: RunInfo<'_>,
         i: &Inner,
         books: Vec<Check>,
+        phases: Vec<super::follow::Phase>,
         inventory_end: BTreeMap<String, Level>,
     ) -> Summary {
         let (admitted, wait_s, checkout_ms, mut shoppers) = numbers(i);
@@ -179,6 +183,7 @@ impl Summary {
             .into(),
             violations,
             books,
+            phases,
             inventory_end,
         }
     }

@@ -7,6 +7,8 @@ pub const WIDTH: f64 = 560.0;
 pub const HEIGHT: f64 = 260.0;
 const LEFT: f64 = 56.0;
 const RIGHT: f64 = 12.0;
+/// The right margin when a second axis is drawn there.
+const RIGHT_AXIS: f64 = 52.0;
 const TOP: f64 = 28.0;
 const BOTTOM: f64 = 40.0;
 /// Points drawn per series at most (longer series are thinned).
@@ -78,17 +80,52 @@ fn frame(out: &mut String, title: &str, x_label: &str, y_label: &str) {
 
 /// A line chart; an empty chart says "no data".
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    chart(title, x_label, (y_label, series), None)
+}
+
+/// A line chart of two quantities over the same time: `left` on the left
+/// axis, `right` on its own axis on the right (e.g. a rate against a
+/// latency).
+pub fn line_chart_two_axes(
+    title: &str,
+    x_label: &str,
+    left: (&str, &[Series]),
+    right: (&str, &[Series]),
+) -> String {
+    chart(title, x_label, left, Some(right))
+}
+
+/// The top of an axis showing values up to `max`, and its tick step.
+fn axis(max: f64) -> (f64, f64) {
+    let step = nice_step(max);
+    ((max / step).ceil().max(1.0) * step, step)
+}
+
+fn chart(
+    title: &str,
+    x_label: &str,
+    (y_label, series): (&str, &[Series]),
+    right: Option<(&str, &[Series])>,
+) -> String {
     let mut out = String::new();
     frame(&mut out, title, x_label, y_label);
-    let all = series.iter().flat_map(|s| s.points.iter());
-    let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(1.0);
-    let y_max = all.map(|p| p.1).fold(0.0, f64::max);
-    let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
-    let y_step = nice_step(y_max);
-    let y_top = (y_max / y_step).ceil().max(1.0) * y_step;
+    let right_margin = if right.is_some() { RIGHT_AXIS } else { RIGHT };
+    let everything = series
+        .iter()
+        .chain(right.iter().flat_map(|r| r.1.iter()))
+        .flat_map(|s| s.points.iter());
+    let x_max = everything.map(|p| p.0).fold(0.0, f64::max).max(1.0);
+    let y_max = |ss: &[Series]| {
+        ss.iter()
+            .flat_map(|s| s.points.iter())
+            .map(|p| p.1)
+            .fold(0.0, f64::max)
+    };
+    let (pw, ph) = (WIDTH - LEFT - right_margin, HEIGHT - TOP - BOTTOM);
+    let (y_top, y_step) = axis(y_max(series));
     let x_step = nice_step(x_max);
     let x = |v: f64| LEFT + v / x_max * pw;
-    let y = |v: f64| TOP + ph - v / y_top * ph;
+    let y_at = |v: f64, top: f64| TOP + ph - v / top * ph;
     let mut t = 0.0;
     while t <= y_top + 1e-9 {
         let _ = write!(
@@ -96,12 +133,34 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
             "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y0:.1}\" y2=\"{y0:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
             LEFT + pw,
             LEFT - 4.0,
-            y(t) + 4.0,
+            y_at(t, y_top) + 4.0,
             fmt_num(t),
-            y0 = y(t),
+            y0 = y_at(t, y_top),
         );
         t += y_step;
     }
+    let right_top = right.map(|(label, rs)| {
+        let (top, step) = axis(y_max(rs));
+        let mut t = 0.0;
+        while t <= top + 1e-9 {
+            let _ = write!(
+                out,
+                "<text x=\"{}\" y=\"{:.1}\">{}</text>",
+                LEFT + pw + 4.0,
+                y_at(t, top) + 4.0,
+                fmt_num(t),
+            );
+            t += step;
+        }
+        let _ = write!(
+            out,
+            "<text transform=\"translate({} {}) rotate(90)\" text-anchor=\"middle\">{}</text>",
+            WIDTH - 8.0,
+            TOP + ph / 2.0,
+            esc(label)
+        );
+        top
+    });
     let mut t = 0.0;
     while t <= x_max + 1e-9 {
         let _ = write!(
@@ -117,7 +176,17 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         out,
         "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>"
     );
-    if series.iter().all(|s| s.points.is_empty()) {
+    let drawn: Vec<(&Series, f64)> = series
+        .iter()
+        .map(|s| (s, y_top))
+        .chain(
+            right
+                .iter()
+                .flat_map(|r| r.1.iter())
+                .map(|s| (s, right_top.unwrap_or(1.0))),
+        )
+        .collect();
+    if drawn.iter().all(|(s, _)| s.points.is_empty()) {
         let _ = write!(
             out,
             "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data</text>",
@@ -125,13 +194,13 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
             TOP + ph / 2.0
         );
     }
-    for (i, s) in series.iter().enumerate() {
+    for (i, (s, top)) in drawn.iter().enumerate() {
         let stride = s.points.len().div_ceil(POINTS_MAX).max(1);
         let path: Vec<String> = s
             .points
             .iter()
             .step_by(stride)
-            .map(|(a, b)| format!("{:.1},{:.1}", x(*a), y(*b)))
+            .map(|(a, b)| format!("{:.1},{:.1}", x(*a), y_at(*b, *top)))
             .collect();
         let dash = if s.dashed {
             " stroke-dasharray=\"5 4\""

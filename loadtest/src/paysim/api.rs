@@ -68,6 +68,11 @@ async fn network_faults(State(sim): State<Arc<Sim>>, request: Request, next: Nex
     let kill = request.extensions().get::<ConnectionKill>().cloned();
     let is_capture = request.uri().path().ends_with("/capture");
     let faults = sim.faults();
+    // The request waits for a worker first: a busy provider is slow for
+    // every request, faulty or not.
+    let Some(worker) = sim.worker().await else {
+        return unavailable(&faults).await;
+    };
     let fault = sim.draw_network_fault(&faults);
     match fault {
         NetworkFault::Unavailable => return unavailable(&faults).await,
@@ -81,17 +86,25 @@ async fn network_faults(State(sim): State<Arc<Sim>>, request: Request, next: Nex
         sim.hold_capture().await;
     }
     match fault {
-        NetworkFault::Timeout => return hold_then_close(kill, &faults).await,
+        NetworkFault::Timeout => {
+            // Processed: the worker is free while the answer is lost.
+            drop(worker);
+            return hold_then_close(kill, &faults).await;
+        }
         NetworkFault::Reset { .. } => return cut(kill, true, &faults).await,
         NetworkFault::UnavailableAfterProcessing => return unavailable(&faults).await,
         NetworkFault::Unavailable | NetworkFault::None => {}
     }
     match response.extensions().get::<Delivery>() {
-        Some(Delivery::Lost) => return hold_then_close(kill, &faults).await,
+        Some(Delivery::Lost) => {
+            drop(worker);
+            return hold_then_close(kill, &faults).await;
+        }
         Some(Delivery::Slow) => tokio::time::sleep(Duration::from_millis(faults.slow_ms)).await,
         Some(Delivery::Normal) | None => {}
     }
     tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    drop(worker);
     response
 }
 

@@ -29,8 +29,12 @@ pub struct Faults {
     /// Share of API requests whose connection is reset (TCP RST); half of
     /// them are processed first, half are not.
     pub reset_ratio: f64,
-    /// Added before every API answer.
+    /// Added before every API answer (while a worker is held).
     pub latency_ms: u64,
+    /// API requests served at once; the others wait their turn, first come
+    /// first served (`0`: no limit). With `latency_ms`, the provider's
+    /// capacity is about `workers × 1000 / latency_ms` requests per second.
+    pub workers: u32,
     /// How long `pm_slow` authorizations take to answer.
     pub slow_ms: u64,
     /// How long a timed-out or lost answer holds its connection before
@@ -62,6 +66,7 @@ impl Default for Faults {
             error_5xx_after_processing_ratio: 0.0,
             reset_ratio: 0.0,
             latency_ms: 0,
+            workers: 0,
             slow_ms: 2_000,
             timeout_hold_ms: 60_000,
             webhook_duplicate_ratio: 0.0,

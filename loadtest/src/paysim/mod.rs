@@ -13,6 +13,7 @@
 //! - [`ledger`]: payments, idempotency records, the event log; limits.
 //! - [`faults`]: the knobs and the per-request fault draw.
 //! - [`hold`]: capture answers held while `hold_captures` is on.
+//! - [`workers`]: the provider's capacity (`workers` requests served at once).
 //! - [`webhook`]: signing, the delivery schedule and the sender.
 //! - [`api`]: routes; network faults applied around `/v1`.
 //! - [`conn`]: the accept loop whose connections a handler can cut.
@@ -39,8 +40,10 @@
 //! Other answers: `400 bad_request` (missing or invalid key, bad JSON,
 //! unknown payment method, amount not in `1..=authorized`), `503
 //! ledger_full` past a [`Limits`] value, `503 unavailable` (injected).
-//! Network faults and latency apply to `/v1` only; the harness routes are
-//! always answered at once.
+//! Network faults, latency and the `workers` capacity (requests beyond
+//! it wait in line, first come first served; `503 unavailable` past
+//! [`workers::WAITING_MAX`] waiting) apply to `/v1` only; the harness routes
+//! are always answered at once.
 //!
 //! Test cards: `pm_ok` authorizes, `pm_decline` declines,
 //! `pm_lost_response` authorizes and never answers the first request
@@ -55,6 +58,7 @@ pub mod hold;
 pub mod ledger;
 pub mod payment;
 pub mod webhook;
+pub mod workers;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
@@ -87,6 +91,7 @@ pub struct Sim {
     network_rng: Mutex<StdRng>,
     webhooks: Option<Arc<webhook::Webhooks>>,
     holds: hold::Holds,
+    workers: Arc<workers::Workers>,
 }
 
 /// Streams of the seed, so that turning one knob does not shift the
@@ -112,6 +117,7 @@ impl Sim {
             network_rng: Mutex::new(StdRng::seed_from_u64(config.seed ^ NETWORK_STREAM)),
             webhooks,
             holds: hold::Holds::default(),
+            workers: Arc::default(),
         })
     }
 
@@ -131,6 +137,7 @@ impl Sim {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = faults;
         self.holds.knobs_changed();
+        self.workers.knobs_changed();
         Ok(())
     }
 
@@ -139,6 +146,12 @@ impl Sim {
         self.holds
             .hold_capture(|| self.faults().hold_captures)
             .await;
+    }
+
+    /// Waits for one of the `workers` (the knob as it is while waiting);
+    /// `None` when too many requests wait already.
+    pub async fn worker(&self) -> Option<workers::Worker> {
+        self.workers.enter(|| self.faults().workers).await
     }
 
     pub fn held_stats(&self) -> HeldStats {
