@@ -77,7 +77,7 @@ profile() {
   else
     printf '%-8s %10s requests %14s Ir per request\n' "$name" "$reqs" "$(awk -v i="$ir" -v n="$reqs" 'BEGIN {printf "%.0f", i/n}')"
   fi
-  echo "$name" >> "$out/paths"
+  echo "$name $reqs" >> "$out/paths"
 }
 
 gateway hs hs256 drop "/drop/*" 1
@@ -103,9 +103,12 @@ profile pass ed "$G/p/item.json" -H "Authorization: Bearer $pass"
 profile open ed "$G/item.json"
 
 echo
-for name in $(cat "$out/paths"); do
-  echo "== $name: top $top functions by own instructions"
-  callgrind_annotate --threshold=100 "$out/$name.callgrind" 2>/dev/null \
-    | awk '/^-+$/ {n++} n>=3 && NF' | grep -v '^-' | sed -n "2,$((top + 1))p" | cut -c1-160
-done
+while read -r name reqs; do
+  [ "$reqs" != 0 ] || continue
+  echo "== $name: top $top functions by own instructions, per request"
+  callgrind_annotate --auto=no --threshold=100 "$out/$name.callgrind" 2>/dev/null \
+    | awk '/^-+$/ {n++; next} n >= 6 && NF' | head -n "$top" \
+    | awk -v n="$reqs" '{ir = $1; gsub(",", "", ir); $1 = ""; $2 = ""; printf "%9.0f %s\n", ir / n, substr($0, 3)}' \
+    | cut -c1-200
+done < "$out/paths"
 echo "callgrind files: $out"
