@@ -32,7 +32,7 @@ rounds=${1:-5}; secs=${2:-5}; conns=${3:-64}; scenarios=${4:-"proxy catalog stat
 bench_tools wrk nginx curl
 # SLUICE_BIN / BARE_BIN: measure those binaries instead of building them.
 if [ -z "${SLUICE_BIN:-}" ] || [ -z "${BARE_BIN:-}" ]; then
-  cargo build --release -p sluice-gateway --bin sluice -p bare-pingora >&2
+  cargo build --release -p sluice-gateway -p bare-pingora --bin sluice --bin bare-pingora >&2
 fi
 SLUICE_BIN=${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}
 BARE_BIN=${BARE_BIN:-${CARGO_TARGET_DIR:-target}/release/bare-pingora}
