@@ -248,7 +248,13 @@ mod tests {
             ErrorCode::QueueFull,
         ] {
             let e = ApiError::new(code, "x").retry_after(7);
-            for e in [e.clone(), ApiError { retry_after_s: None, ..e }] {
+            for e in [
+                e.clone(),
+                ApiError {
+                    retry_after_s: None,
+                    ..e
+                },
+            ] {
                 let values: Vec<(String, String)> = e
                     .header_values()
                     .into_iter()

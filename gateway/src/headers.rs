@@ -208,8 +208,17 @@ mod tests {
             &[("host", "shop")],
             &[("connection", "keep-alive"), ("keep-alive", "timeout=5")],
             &[("connection", "close"), ("close", "x")],
-            &[("connection", "X-Hop, , Content-Length, transfer-encoding"), ("x-hop", "1"), ("content-length", "3")],
-            &[("connection", "te"), ("connection", "Upgrade"), ("upgrade", "h2c"), ("te", "trailers")],
+            &[
+                ("connection", "X-Hop, , Content-Length, transfer-encoding"),
+                ("x-hop", "1"),
+                ("content-length", "3"),
+            ],
+            &[
+                ("connection", "te"),
+                ("connection", "Upgrade"),
+                ("upgrade", "h2c"),
+                ("te", "trailers"),
+            ],
             &[("proxy-authorization", "Basic x"), ("accept", "*/*")],
             &[("connection", "bad name, x-a"), ("x-a", "1"), ("x-b", "2")],
         ];

@@ -87,10 +87,19 @@ impl Runtime {
         // Each spelling is matched once: `path` is often `trimmed` or
         // `slashed` itself.
         let path = (path != trimmed && path != slashed).then_some(path);
-        let candidates = [Some(globset::Candidate::new(trimmed)), Some(globset::Candidate::new(&slashed)), path.map(globset::Candidate::new)];
+        let candidates = [
+            Some(globset::Candidate::new(trimmed)),
+            Some(globset::Candidate::new(&slashed)),
+            path.map(globset::Candidate::new),
+        ];
         self.protect
             .iter()
-            .position(|set| candidates.iter().flatten().any(|c| set.is_match_candidate(c)))
+            .position(|set| {
+                candidates
+                    .iter()
+                    .flatten()
+                    .any(|c| set.is_match_candidate(c))
+            })
             .map(|i| &self.config.rooms[i])
     }
 }

@@ -31,9 +31,7 @@ use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
 use lru::LruCache;
-use sluice_admission::tokens::{
-    Claims, Expected, Keyring, TokenError, TokenType, IAT_LEEWAY_S,
-};
+use sluice_admission::tokens::{Claims, Expected, Keyring, TokenError, TokenType, IAT_LEEWAY_S};
 
 /// Most tokens remembered, over all shards.
 pub const VERIFIED_TOKENS_MAX: usize = 16_384;
@@ -241,7 +239,9 @@ mod tests {
     fn a_cached_token_answers_only_for_what_it_was_accepted_as() {
         let keys = VerifyingKeyring::new(keyring("k1", 1));
         let token = keys.sign(&pass("drop", NOW, NOW + 60)).unwrap();
-        assert!(keys.verify(&token, &Expected::pass("drop", 600), NOW).is_ok());
+        assert!(keys
+            .verify(&token, &Expected::pass("drop", 600), NOW)
+            .is_ok());
         assert_eq!(
             keys.verify(&token, &Expected::pass("other", 600), NOW),
             Err(TokenError::WrongAudience)
@@ -255,7 +255,9 @@ mod tests {
             keys.verify(&token, &Expected::pass("drop", 30), NOW),
             Err(TokenError::BadLifetime)
         );
-        assert!(keys.verify(&token, &Expected::pass("drop", 600), NOW).is_ok());
+        assert!(keys
+            .verify(&token, &Expected::pass("drop", 600), NOW)
+            .is_ok());
     }
 
     #[test]
@@ -287,7 +289,10 @@ mod tests {
             keys.verify("a.b.c", &expected, NOW),
             Err(TokenError::Malformed)
         );
-        assert_eq!(keys.verify("nodots", &expected, NOW), Err(TokenError::Malformed));
+        assert_eq!(
+            keys.verify("nodots", &expected, NOW),
+            Err(TokenError::Malformed)
+        );
         assert_eq!(keys.cached(), 0);
         for seq in 0..1000 {
             let mut claims = pass("drop", NOW, NOW + 60);
