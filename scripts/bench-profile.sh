@@ -117,7 +117,7 @@ while read -r name reqs <&3; do
   echo "== $name: top $top functions by own instructions, per request (background threads included;"
   echo "   functions on every thread's stack when the counts were dumped, 50 % and more, left out)"
   callgrind_annotate --auto=no --threshold=100 "$out/$name.callgrind" 2>/dev/null \
-    | awk '/^-+$/ {n++; next} n >= 6 && NF && $2 !~ /^\((100|[5-9][0-9])\./' | head -n "$top" \
+    | awk -v top="$top" '/^-+$/ {n++; next} n >= 6 && NF && $2 !~ /^\((100|[5-9][0-9])\./ && shown++ < top' \
     | awk -v n="$reqs" '{ir = $1; gsub(",", "", ir); $1 = ""; $2 = ""; printf "%9.0f %s\n", ir / n, substr($0, 3)}' \
     | cut -c1-200
 done 3< "$out/paths"
