@@ -41,10 +41,13 @@ pub const SHARDS: usize = 8;
 /// A keyring that remembers the tokens it accepted.
 pub struct VerifyingKeyring {
     keys: Keyring,
-    shards: Box<[Mutex<LruCache<Box<str>, Entry>>]>,
+    shards: Box<[Shard]>,
     /// Picks a token's shard from its signature.
     shard_of: RandomState,
 }
+
+/// Accepted tokens by signature, least recently used first out.
+type Shard = Mutex<LruCache<Box<str>, Entry>>;
 
 /// One accepted token, and what it was accepted as.
 struct Entry {
