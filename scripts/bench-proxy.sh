@@ -23,6 +23,7 @@
 #
 #   usage: scripts/bench-proxy.sh [rounds=5] [seconds=5] [connections=64] [scenarios="proxy catalog status join pass"]
 #   SLUICE_BIN=... BARE_BIN=...: measure those binaries instead of building.
+#   BEFORE_BIN=...: also measure that sluice binary, alternating, as "sluice-before".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}; secs=${2:-5}; conns=${3:-64}; scenarios=${4:-"proxy catalog status join pass"}
@@ -31,7 +32,7 @@ rounds=${1:-5}; secs=${2:-5}; conns=${3:-64}; scenarios=${4:-"proxy catalog stat
 bench_tools wrk nginx curl
 # SLUICE_BIN / BARE_BIN: measure those binaries instead of building them.
 if [ -z "${SLUICE_BIN:-}" ] || [ -z "${BARE_BIN:-}" ]; then
-  cargo build --release -p sluice-gateway --bin sluice -p bare-pingora >&2
+  cargo build --release -p sluice-gateway -p bare-pingora --bin sluice --bin bare-pingora >&2
 fi
 SLUICE_BIN=${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}
 BARE_BIN=${BARE_BIN:-${CARGO_TARGET_DIR:-target}/release/bare-pingora}
@@ -82,30 +83,37 @@ CONF
 room() { # name protect release_per_second max_active
   printf '[[rooms]]\nname = "%s"\nprotect = [%s]\nrelease_per_second = %s\nmax_active = %s\nqueue_capacity = 50000000\npass_ttl_s = 86400\njoins_per_minute_per_client = 100000\n' "$@"
 }
-sluice_config S1 1 "$work/static" "$hs256" "" "$(room drop '"/drop/*"' 1 1)"
-sluice_config S2 2 "$work/static" "$hs256" "" ""
-sluice_config SJ 1 "$work/empty" "$hs256" 'trusted_proxies = ["127.0.0.1"]' "$(room drop '"/drop/*"' 1 1)"
-sluice_config SE 1 "$work/empty" "$eddsa" "" "$(room shop '"/p/*"' 1000 1000)"
-
-nginx -c "$work/nginx1.conf"; nginx -c "$work/nginx2.conf"
-for s in S1 S2 SJ SE; do
-  SLUICE_LOG=warn "$SLUICE_BIN" run --config "$work/$s.toml" 2>"$work/$s.err" &
-  echo $! > "$work/$s.pid"
+# Each gateway: S1 proxy, catalog and status (1 worker); S2 catalog (2
+# workers); SJ joins (trusts 127.0.0.1 as a proxy); SE EdDSA passes. With
+# BEFORE_BIN the same four again (suffix b) run that binary: "sluice-before".
+variants=""; [ -z "${BEFORE_BIN:-}" ] || variants="b"
+up() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1" >&2; exit 1; }
+for v in "" $variants; do
+  sluice_config "S1$v" 1 "$work/static" "$hs256" "" "$(room drop '"/drop/*"' 1 1)"
+  sluice_config "S2$v" 2 "$work/static" "$hs256" "" ""
+  sluice_config "SJ$v" 1 "$work/empty" "$hs256" 'trusted_proxies = ["127.0.0.1"]' "$(room drop '"/drop/*"' 1 1)"
+  sluice_config "SE$v" 1 "$work/empty" "$eddsa" "" "$(room shop '"/p/*"' 1000 1000)"
+  gateway_bin=$SLUICE_BIN; [ -z "$v" ] || gateway_bin=$BEFORE_BIN
+  for s in S1 S2 SJ SE; do
+    SLUICE_LOG=warn "$gateway_bin" run --config "$work/$s$v.toml" 2>"$work/$s$v.err" &
+    echo $! > "$work/$s$v.pid"
+  done
 done
+nginx -c "$work/nginx1.conf"; nginx -c "$work/nginx2.conf"
 "$BARE_BIN" "127.0.0.1:$BARE" "127.0.0.1:$ORIGIN" 1 2>"$work/bare.err" &
 echo $! > "$work/bare.pid"
-up() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1" >&2; exit 1; }
-up "http://127.0.0.1:$PORT_S1/item.json"; up "http://127.0.0.1:$PORT_S2/cat/item.json"
-up "http://127.0.0.1:$PORT_SJ/item.json"; up "http://127.0.0.1:$PORT_SE/item.json"
+for v in "" $variants; do
+  for s in S1 S2 SJ SE; do eval "up http://127.0.0.1:\$PORT_$s$v/item.json"; done
+  # The status ticket waits: the first joiner holds the room's only active
+  # slot for the whole run, the second is polled.
+  eval "g=http://127.0.0.1:\$PORT_S1$v"
+  curl -sf -X POST "$g/queue/drop/join" >/dev/null
+  eval "ticket$v=\$(curl -sf -X POST \"\$g/queue/drop/join\" | json ticket)"
+  eval "g=http://127.0.0.1:\$PORT_SE$v"
+  eval "pass$v=\$(bench_pass \"\$g\" shop)"
+done
 up "http://127.0.0.1:$NGX/item.json"; up "http://127.0.0.1:$NGXS/cat/item.json"
 up "http://127.0.0.1:$NGXS2/cat/item.json"; up "http://127.0.0.1:$BARE/item.json"
-
-# The status ticket waits: the first joiner holds the room's only active
-# slot for the whole run, the second is polled.
-curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" >/dev/null
-ticket=$(curl -sf -X POST "http://127.0.0.1:$PORT_S1/queue/drop/join" | json ticket)
-pass=$(bench_pass "http://127.0.0.1:$PORT_SE" shop)
-curl -sf -o /dev/null -H "Authorization: Bearer $pass" "http://127.0.0.1:$PORT_SE/p/item.json"
 
 cat > "$work/join.lua" <<'LUA'
 wrk.method = "POST"
@@ -137,27 +145,41 @@ measure() {
   printf '  %-8s %-18s %10s req/s %8s µs CPU/req%s\n' "$scenario" "$side" "$rps" "$cpu" \
     "$([ "$bad" = 0 ] || echo ", $bad non-2xx")"
 }
-S1=http://127.0.0.1:$PORT_S1; SJ=http://127.0.0.1:$PORT_SJ; SE=http://127.0.0.1:$PORT_SE
+# sluice_side SCENARIO V: the gateway (variant V: "" or "b") on SCENARIO.
+sluice_side() {
+  local scenario=$1 v=$2 side=sluice; [ -z "$v" ] || side=sluice-before
+  local s1 s2 sj se tk ps
+  eval "s1=http://127.0.0.1:\$PORT_S1$v s2=http://127.0.0.1:\$PORT_S2$v sj=http://127.0.0.1:\$PORT_SJ$v se=http://127.0.0.1:\$PORT_SE$v tk=\$ticket$v ps=\$pass$v"
+  case $scenario in
+    proxy) measure proxy "$side" "S1$v" "$s1/item.json" ;;
+    catalog1) measure catalog1 "$side" "S1$v" "$s1/cat/item.json" ;;
+    catalog2) measure catalog2 "$side" "S2$v" "$s2/cat/item.json" ;;
+    status) measure status "$side" "S1$v" "$s1/queue/drop/status" -H "Authorization: Bearer $tk" ;;
+    join) measure join "$side" "SJ$v" "$sj/queue/drop/join" -s "$work/join.lua" ;;
+    pass)
+      measure pass "eddsa-pass${v:+-before}" "SE$v" "$se/p/item.json" -H "Authorization: Bearer $ps"
+      measure pass "unprotected${v:+-before}" "SE$v" "$se/item.json" ;;
+  esac
+}
+both() { local v; for v in "" $variants; do sluice_side "$1" "$v"; done; }
 round() {
   for s in $scenarios; do case $s in
     proxy)
-      measure proxy sluice S1 "$S1/item.json"
+      both proxy
       measure proxy nginx nginx1 "http://127.0.0.1:$NGX/item.json"
       measure proxy bare-pingora bare "http://127.0.0.1:$BARE/item.json" ;;
     catalog)
-      measure catalog1 sluice S1 "$S1/cat/item.json"
+      both catalog1
       measure catalog1 nginx nginx1 "http://127.0.0.1:$NGXS/cat/item.json"
-      measure catalog2 sluice S2 "http://127.0.0.1:$PORT_S2/cat/item.json"
+      both catalog2
       measure catalog2 nginx nginx2 "http://127.0.0.1:$NGXS2/cat/item.json" ;;
     status)
-      measure status sluice S1 "$S1/queue/drop/status" -H "Authorization: Bearer $ticket"
+      both status
       measure status nginx nginx1 "http://127.0.0.1:$NGXS/queue/drop/status" -H "Authorization: Bearer $ticket" ;;
     join)
-      measure join sluice SJ "$SJ/queue/drop/join" -s "$work/join.lua"
+      both join
       measure join nginx nginx1 "http://127.0.0.1:$NGXS/queue/drop/join" -s "$work/join.lua" ;;
-    pass)
-      measure pass eddsa-pass SE "$SE/p/item.json" -H "Authorization: Bearer $pass"
-      measure pass unprotected SE "$SE/item.json" ;;
+    pass) both pass ;;
   esac; done
 }
 echo "warm-up (not counted)"
@@ -192,5 +214,18 @@ for s in $scenarios; do case $s in
   join) row "join vs nginx return 200" join sluice nginx ;;
   pass) row "EdDSA pass vs unprotected" pass eddsa-pass unprotected ;;
 esac; done
-errors=$(cat "$work"/S*.err | grep -c ERROR || true)
-echo "ERROR lines in the gateways' logs (SLUICE_LOG=warn): $errors"
+if [ -n "$variants" ]; then
+  echo
+  echo "this build against BEFORE_BIN ($BEFORE_BIN), same run:"
+  for s in $scenarios; do case $s in
+    catalog) row "catalog1: sluice vs before" catalog1 sluice sluice-before
+             row "catalog2: sluice vs before" catalog2 sluice sluice-before ;;
+    pass) row "pass: sluice vs before" pass eddsa-pass eddsa-pass-before
+          row "before: EdDSA pass vs unprotected" pass eddsa-pass-before unprotected-before ;;
+    *) row "$s: sluice vs before" "$s" sluice sluice-before ;;
+  esac; done
+fi
+for v in "" $variants; do
+  errors=$(cat "$work"/S?$v.err | grep -c ERROR || true)
+  echo "ERROR lines in the logs of ${SLUICE_BIN}${v:+ (before: $BEFORE_BIN)} at SLUICE_LOG=warn: $errors"
+done

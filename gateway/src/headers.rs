@@ -100,20 +100,45 @@ static HOP_BY_HOP: [HeaderName; 8] = [
 /// `headers`. Framing (`Transfer-Encoding`, `Content-Length`) is left to
 /// pingora.
 pub fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
-    // Most messages carry none of them: one pass over their names decides.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    // One pass over the message's names finds the fixed ones; without any
+    // (so without `Connection`) that is all.
+    let mut present = [false; HOP_BY_HOP.len()];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    if !present.contains(&true) {
         return Vec::new();
     }
-    let mut names: Vec<HeaderName> = headers
+    // The names `Connection` lists, in its order, then the fixed ones, in
+    // theirs (removal order decides the order of the headers left). A
+    // listed name counts when the message carries it, so it is matched
+    // against the message's own names (case-insensitively, as a parsed name
+    // would be) instead of parsed and allocated for tokens such as
+    // `keep-alive` or `close`.
+    let mut names = Vec::new();
+    let listed = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .filter(|name| *name != header::TRANSFER_ENCODING && *name != header::CONTENT_LENGTH)
-        .collect();
-    names.extend(HOP_BY_HOP.iter().cloned());
-    names.retain(|name| headers.contains_key(name));
+        .map(str::trim);
+    for token in listed {
+        let named = headers.keys().find(|name| {
+            name.as_str().eq_ignore_ascii_case(token)
+                && **name != header::TRANSFER_ENCODING
+                && **name != header::CONTENT_LENGTH
+        });
+        names.extend(named.cloned());
+    }
+    names.extend(
+        HOP_BY_HOP
+            .iter()
+            .zip(present)
+            .filter(|(_, present)| *present)
+            .map(|(name, _)| name.clone()),
+    );
     names
 }
 
@@ -160,6 +185,51 @@ mod tests {
         let mut plain = HeaderMap::new();
         plain.insert(header::HOST, HeaderValue::from_static("shop"));
         assert!(hop_by_hop(&plain).is_empty());
+    }
+
+    /// The removal as it was first written: parse every listed name.
+    fn hop_by_hop_parsed(headers: &HeaderMap) -> Vec<String> {
+        let mut names: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .filter(|name| *name != header::TRANSFER_ENCODING && *name != header::CONTENT_LENGTH)
+            .collect();
+        names.extend(HOP_BY_HOP.iter().cloned());
+        names.retain(|name| headers.contains_key(name));
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn hop_by_hop_removes_what_parsing_every_listed_name_would() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[("host", "shop")],
+            &[("connection", "keep-alive"), ("keep-alive", "timeout=5")],
+            &[("connection", "close"), ("close", "x")],
+            &[
+                ("connection", "X-Hop, , Content-Length, transfer-encoding"),
+                ("x-hop", "1"),
+                ("content-length", "3"),
+            ],
+            &[
+                ("connection", "te"),
+                ("connection", "Upgrade"),
+                ("upgrade", "h2c"),
+                ("te", "trailers"),
+            ],
+            &[("proxy-authorization", "Basic x"), ("accept", "*/*")],
+            &[("connection", "bad name, x-a"), ("x-a", "1"), ("x-b", "2")],
+        ];
+        for case in cases {
+            let mut h = HeaderMap::new();
+            for (k, v) in *case {
+                h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+            }
+            let found: Vec<String> = hop_by_hop(&h).iter().map(|n| n.to_string()).collect();
+            assert_eq!(found, hop_by_hop_parsed(&h), "{case:?}");
+        }
     }
 
     #[test]

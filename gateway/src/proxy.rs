@@ -167,13 +167,16 @@ impl ProxyHttp for Proxy {
         match routed {
             Route::Webhook => {
                 ctx.source = "webhook";
-                let local = self.webhook(session, ctx).await?;
+                // Boxed: the provider and checkout futures are large, and
+                // inline they would make every request's `request_filter`
+                // future (allocated and moved per request) as large.
+                let local = Box::pin(self.webhook(session, ctx)).await?;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
             }
             Route::Orders => {
                 ctx.source = "orders";
-                let local = self.orders(session, ctx).await?;
+                let local = Box::pin(self.orders(session, ctx)).await?;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
             }
