@@ -49,9 +49,6 @@ pub struct VerifyingKeyring {
     shard_of: RandomState,
 }
 
-/// Accepted tokens by signature, least recently used first out.
-type Shard = Mutex<LruCache<Box<str>, Entry>>;
-
 /// One accepted token, and what it was accepted as.
 struct Entry {
     token: Box<str>,
