@@ -9,6 +9,9 @@
 //!   origin serves. Anything that cannot be read one way only is refused.
 //! - [`auth`]: the bearer token and cookies a request carries; two
 //!   `Authorization` headers are refused rather than one picked.
+//! - [`host`]: an HTTP/1.1 request without `Host`, or any with two, is
+//!   refused (RFC 9112 §3.2).
 
 pub mod auth;
+pub mod host;
 pub mod path;

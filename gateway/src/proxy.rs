@@ -5,7 +5,7 @@
 //! | phase | here |
 //! | --- | --- |
 //! | `new_ctx` | take the current [`Runtime`] snapshot for the whole request |
-//! | `request_filter` | request id and [`client`], [`read_request`] (the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
+//! | `request_filter` | request id and [`client`], [`read_request`] (one `Host`, the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
 //! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers |
@@ -130,7 +130,7 @@ impl ProxyHttp for Proxy {
         );
         // A target that is not UTF-8 reaches `uri` with U+FFFD in it, which
         // the normaliser refuses (raw non-ASCII).
-        let path = match read_request(req.uri.path(), &req.headers) {
+        let path = match read_request(req.version, req.uri.path(), &req.headers) {
             Ok(path) => path,
             Err(local) => {
                 ctx.source = local.source;

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use sluice_edge::auth::check_single_authorization;
+use sluice_edge::host::check_host;
 use sluice_edge::path::{normalize, CanonicalPath};
 
 use crate::catalog::Lookup;
@@ -89,11 +90,17 @@ impl PassCheck for NoPasses {
     }
 }
 
-/// What every later decision about a request reads, read once: its
-/// canonical path, and that it names one caller (a single `Authorization`
-/// header). Otherwise `400 bad_request`, which is never proxied.
-pub fn read_request(raw_path: &str, headers: &HeaderMap) -> Result<CanonicalPath, LocalResponse> {
+/// What every later decision about a request reads, read once: that it
+/// names one site (one `Host`; HTTP/1.1 must send it), its canonical path,
+/// and that it names one caller (a single `Authorization` header).
+/// Otherwise `400 bad_request`, which is never proxied.
+pub fn read_request(
+    version: Version,
+    raw_path: &str,
+    headers: &HeaderMap,
+) -> Result<CanonicalPath, LocalResponse> {
     let bad = |message: &str| LocalResponse::error(&ApiError::new(ErrorCode::BadRequest, message));
+    check_host(version, headers).map_err(|e| bad(&e.to_string()))?;
     check_single_authorization(headers).map_err(|e| bad(&e.to_string()))?;
     normalize(raw_path).map_err(|e| bad(e.message()))
 }
@@ -283,7 +290,12 @@ mod tests {
 
     /// What the proxy does: read the request, then route it.
     fn go(rt: &Runtime, method: &Method, raw_path: &str, headers: &HeaderMap) -> Route {
-        let path = match read_request(raw_path, headers) {
+        let mut headers = headers.clone();
+        if !headers.contains_key(header::HOST) {
+            headers.insert(header::HOST, HeaderValue::from_static("shop"));
+        }
+        let headers = &headers;
+        let path = match read_request(Version::HTTP_11, raw_path, headers) {
             Ok(path) => path,
             Err(local) => return Route::Local(local),
         };
