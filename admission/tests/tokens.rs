@@ -494,3 +494,31 @@ fn a_token_without_iat_is_malformed() {
         Err(TokenError::Malformed)
     );
 }
+
+#[test]
+fn a_token_with_critical_extensions_is_refused_even_when_signed() {
+    let ring = hs_ring();
+    let good = ring.sign(&claims(TokenType::Pass)).unwrap();
+    let payload = good.split('.').nth(1).unwrap();
+    let expected = expect(TokenType::Pass, "drop");
+    assert!(ring.verify(&good, &expected, NOW).is_ok());
+    for header in [
+        r#"{"alg":"HS256","kid":"k2","typ":"JWT","crit":["exp"]}"#,
+        r#"{"alg":"HS256","kid":"k2","typ":"JWT","crit":[]}"#,
+    ] {
+        let head = URL_SAFE_NO_PAD.encode(header);
+        let signing_input = format!("{head}.{payload}");
+        let signature = jsonwebtoken::crypto::sign(
+            signing_input.as_bytes(),
+            &EncodingKey::from_secret(HS_SECRET),
+            Algorithm::HS256,
+        )
+        .unwrap();
+        let token = format!("{signing_input}.{signature}");
+        assert_eq!(
+            ring.verify(&token, &expected, NOW),
+            Err(TokenError::Malformed),
+            "{header}"
+        );
+    }
+}

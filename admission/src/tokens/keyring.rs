@@ -119,6 +119,10 @@ impl fmt::Debug for Keyring {
 struct RawHeader {
     alg: String,
     kid: Option<String>,
+    /// Extensions the issuer says a reader must understand (RFC 7515
+    /// §4.1.11). Sluice signs none and understands none, so a token that
+    /// lists any is refused rather than read without them.
+    crit: Option<serde::de::IgnoredAny>,
 }
 
 impl Keyring {
@@ -197,6 +201,9 @@ impl Keyring {
             return Err(TokenError::Malformed);
         }
         let header = parse_header(token)?;
+        if header.crit.is_some() {
+            return Err(TokenError::Malformed);
+        }
         // Only the two algorithms we sign with are ever acceptable; this is
         // what refuses `alg: none` before any key is chosen.
         let alg = match header.alg.as_str() {
