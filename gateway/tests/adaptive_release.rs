@@ -97,14 +97,7 @@ async fn slow_checkouts_lower_the_rate_and_a_number_pins_it() {
     assert!((20..=500).contains(&rate), "{seen}");
     let exact = seen["release_source"]["exact_per_second"].as_f64().unwrap();
     assert!((20.0..=500.0).contains(&exact), "{seen}");
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics_text().await;
     let limit = release_limit(&metrics, "latency");
     assert!(limit.is_some_and(|l| l < 100.0), "metric: {limit:?}");
 
@@ -116,13 +109,6 @@ async fn slow_checkouts_lower_the_rate_and_a_number_pins_it() {
     })
     .await;
     assert!(pinned.is_some(), "{}", room_state(&gw).await);
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics_text().await;
     assert_eq!(release_limit(&metrics, "fixed"), Some(7.0), "{metrics}");
 }

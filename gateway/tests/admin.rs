@@ -95,14 +95,7 @@ async fn metrics_pass_promtool() {
     let mut text = String::new();
     let mut raw = String::new();
     for _ in 0..50 {
-        text = c
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        text = gw.metrics_text().await;
         raw = text.clone();
         text = without_region(&text);
         if text.contains("sluice_http_served_total{result=\"origin\"} 1") {

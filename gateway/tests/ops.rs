@@ -276,17 +276,6 @@ async fn checkout(gw: &Gateway, pass: &str, key: &str, pm: &str) -> Value {
     r.json().await.unwrap()
 }
 
-async fn metrics_text(gw: &Gateway) -> String {
-    client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_rules_and_dashboard_name_is_exported_with_region_and_no_personal_data() {
     // An origin nobody listens on: origin failures get counted.
@@ -339,7 +328,7 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_region_and_n
         Some(0.0)
     );
 
-    let text = metrics_text(&gw).await;
+    let text = gw.metrics_text().await;
     let exported: BTreeSet<String> = samples(&text).into_iter().map(|(n, _)| n).collect();
 
     let rules = std::fs::read_to_string(ops_dir().join("prometheus/sluice-rules.yml")).unwrap();

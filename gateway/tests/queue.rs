@@ -423,16 +423,7 @@ async fn metrics_show_the_rooms() {
     let gw = gateway_with(None, room(""));
     let v: Value = join(&gw, "drop").await.json().await.unwrap();
     wait_until_decided(&gw, "drop", v["ticket"].as_str().unwrap()).await;
-    let text = without_region(
-        &client()
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let text = without_region(&gw.metrics_text().await);
     assert!(
         text.contains("sluice_admissions_total{room=\"drop\"} 1"),
         "{text}"

@@ -54,14 +54,7 @@ fn start(origin: &Origin) -> Gateway {
 /// `sluice_ticket_rejections_total` for room `drop` and `reason`, whatever
 /// other labels the family carries.
 async fn rejections(gw: &Gateway, reason: &str) -> f64 {
-    let text = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = gw.metrics_text().await;
     text.lines()
         .filter(|l| l.starts_with("sluice_ticket_rejections_total{"))
         .filter(|l| l.contains(&format!("reason=\"{reason}\"")) && l.contains("room=\"drop\""))

@@ -471,6 +471,18 @@ impl Gateway {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
     }
 
+    /// The admin listener's `/metrics` text, as served.
+    pub async fn metrics_text(&self) -> String {
+        client()
+            .get(self.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The value of an unlabelled (or first-labelled-match) metric line,
     /// matched without the `region` label every sample carries.
     pub fn metric(&self, line_prefix: &str) -> Option<f64> {
