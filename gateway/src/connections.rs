@@ -26,16 +26,33 @@
 //! their TLS handshake (at most 60 s, by pingora) are not counted yet.
 //!
 //! With `gateway.proxy_protocol` on a plain TCP listener, [`Public`] also
-//! reads the PROXY header first ([`crate::proxy_protocol`]).
+//! reads the PROXY header first ([`crate::proxy_protocol`], within 3 s).
+//!
+//! Two more bounds keep a few clients from holding the slots:
+//! - every request head must arrive within `gateway.header_timeout_s`
+//!   ([`crate::head_deadline`]), so dripping a header byte by byte
+//!   (slowloris) holds a slot for seconds, not forever;
+//! - with `gateway.max_connections_per_client`, one client address may hold
+//!   at most that many connections at once ([`PerClient`]); the client is
+//!   the TCP peer, or the PROXY header's source. Peers in
+//!   `gateway.trusted_proxies` (a CDN or load balancer whose connections
+//!   carry many shoppers) are not counted. Off by default: shoppers behind
+//!   one carrier-grade NAT share an address.
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge, Registry};
+
+use crate::head_deadline::HeadDeadline;
 
 /// Descriptors kept back from the public connections: SQLite's database,
 /// WAL and shared-memory files for the writer and readers, the listening
@@ -170,6 +187,111 @@ impl ConnectionCap {
     }
 }
 
+/// Shards of [`PerClient`]'s counts, so connections from many addresses
+/// do not meet on one lock.
+const CLIENT_SHARDS: usize = 16;
+
+/// Connections open per client address, at most `max` each.
+#[derive(Debug)]
+pub struct PerClient {
+    max: u32,
+    exempt: Vec<ipnet::IpNet>,
+    hasher: std::hash::RandomState,
+    shards: [Mutex<HashMap<IpAddr, u32>>; CLIENT_SHARDS],
+    refused: IntCounter,
+}
+
+/// A client address already holds `max_connections_per_client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientFull;
+
+/// One counted connection of a client; given back on drop.
+#[derive(Debug)]
+pub struct ClientSlot {
+    owner: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut shard = self.owner.shard(self.ip).lock().expect("client counts");
+        if let Some(open) = shard.get_mut(&self.ip) {
+            *open -= 1;
+            if *open == 0 {
+                shard.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl PerClient {
+    pub fn new(max: u32, exempt: Vec<ipnet::IpNet>) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            exempt,
+            hasher: std::hash::RandomState::new(),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            refused: IntCounter::new(
+                "sluice_connections_per_client_refused_total",
+                "Public connections closed at once because their client address already held max_connections_per_client.",
+            )
+            .expect("valid metric"),
+        })
+    }
+
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.refused.clone()))
+    }
+
+    fn shard(&self, ip: IpAddr) -> &Mutex<HashMap<IpAddr, u32>> {
+        &self.shards[self.hasher.hash_one(ip) as usize % CLIENT_SHARDS]
+    }
+
+    /// `Ok(Some(slot))`: counted; `Ok(None)`: a trusted proxy, not counted;
+    /// `Err(ClientFull)`: the client already holds `max` connections.
+    pub fn try_acquire(self: &Arc<Self>, ip: IpAddr) -> Result<Option<ClientSlot>, ClientFull> {
+        if self.exempt.iter().any(|net| net.contains(&ip)) {
+            return Ok(None);
+        }
+        let ip = canonical_ip(ip);
+        let mut shard = self.shard(ip).lock().expect("client counts");
+        let open = shard.entry(ip).or_insert(0);
+        if *open >= self.max {
+            drop(shard);
+            self.refused.inc();
+            return Err(ClientFull);
+        }
+        *open += 1;
+        Ok(Some(ClientSlot {
+            owner: self.clone(),
+            ip,
+        }))
+    }
+
+    /// Connections counted for `ip` now.
+    pub fn open(&self, ip: IpAddr) -> u32 {
+        let ip = canonical_ip(ip);
+        let shard = self.shard(ip).lock().expect("client counts");
+        shard.get(&ip).copied().unwrap_or(0)
+    }
+}
+
+/// The address a connection is counted under: an IPv4-mapped IPv6
+/// address as its IPv4 address (a dual-stack listener sees one client
+/// once), any other IPv6 address as its /64 (one subscriber is given a
+/// whole /64, as the join limiter counts too).
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from_bits(
+                v6.to_bits() & !((1u128 << 64) - 1),
+            )),
+        },
+        v4 => v4,
+    }
+}
+
 /// The accept loop's check: refuse at once while `max` connections are
 /// open. [`Public`] still takes the slot (two accepts may pass this check
 /// for the last free slot; the second is closed there).
@@ -196,15 +318,50 @@ pub struct Public<A> {
     /// Read a PROXY protocol header first (plain TCP only: on TLS it is
     /// read before the handshake).
     proxy_protocol: bool,
+    /// `gateway.header_timeout_s`.
+    header_timeout: Duration,
+    head_timeouts: IntCounter,
+    /// `gateway.max_connections_per_client`, when set.
+    per_client: Option<Arc<PerClient>>,
+}
+
+/// What [`Public`] needs besides the proxy and the cap.
+#[derive(Debug, Clone)]
+pub struct PublicLimits {
+    pub proxy_protocol: bool,
+    pub header_timeout: Duration,
+    pub per_client: Option<Arc<PerClient>>,
 }
 
 impl<A> Public<A> {
-    pub fn new(inner: A, cap: Arc<ConnectionCap>, proxy_protocol: bool) -> Self {
+    pub fn new(inner: A, cap: Arc<ConnectionCap>, limits: PublicLimits) -> Self {
         Self {
             inner: Arc::new(inner),
             cap,
-            proxy_protocol,
+            proxy_protocol: limits.proxy_protocol,
+            header_timeout: limits.header_timeout,
+            head_timeouts: IntCounter::new(
+                "sluice_connections_head_timeouts_total",
+                "Public connections dropped because a request head did not arrive within header_timeout_s.",
+            )
+            .expect("valid metric"),
+            per_client: limits.per_client,
         }
+    }
+
+    /// Adds the head-timeout counter to `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.head_timeouts.clone()))
+    }
+}
+
+/// The client address of a connection: the PROXY header's source when one
+/// was read, else the TCP peer.
+fn client_ip(stream: &Stream) -> Option<IpAddr> {
+    let digest = stream.get_socket_digest()?;
+    match digest.peer_addr()? {
+        pingora::protocols::l4::socket::SocketAddr::Inet(addr) => Some(addr.ip()),
+        pingora::protocols::l4::socket::SocketAddr::Unix(_) => None,
     }
 }
 
@@ -224,8 +381,18 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Public<A> {
                 return None;
             }
         }
+        let _client_slot = match (&self.per_client, client_ip(&stream)) {
+            (Some(per_client), Some(ip)) => per_client.try_acquire(ip).ok()?,
+            _ => None,
+        };
+        let stream: Stream = Box::new(HeadDeadline::new(
+            stream,
+            self.header_timeout,
+            self.head_timeouts.clone(),
+        ));
         let mut next = self.inner.process_new(stream, shutdown).await;
         while let Some(stream) = next {
+            let stream = HeadDeadline::rearm(stream).unwrap_or_else(|other| other);
             next = self.inner.process_new(stream, shutdown).await;
         }
         None
@@ -281,6 +448,49 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_client_address_holds_at_most_its_share() {
+        let trusted: ipnet::IpNet = "10.0.0.0/8".parse().unwrap();
+        let per_client = PerClient::new(2, vec![trusted]);
+        let a: IpAddr = "203.0.113.7".parse().unwrap();
+        let a_mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        let one = per_client.try_acquire(a).unwrap().expect("counted");
+        let two = per_client.try_acquire(a_mapped).unwrap().expect("counted");
+        assert!(
+            per_client.try_acquire(a).is_err(),
+            "the mapped form is the same client"
+        );
+        assert_eq!(per_client.open(a), 2);
+        // One /64 is one client; the next /64 is another.
+        let v6 = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let _x = per_client
+            .try_acquire(v6("2001:db8:0:1::1"))
+            .unwrap()
+            .unwrap();
+        let _y = per_client
+            .try_acquire(v6("2001:db8:0:1:ffff::2"))
+            .unwrap()
+            .unwrap();
+        assert!(per_client.try_acquire(v6("2001:db8:0:1::3")).is_err());
+        assert!(per_client
+            .try_acquire(v6("2001:db8:0:2::1"))
+            .unwrap()
+            .is_some());
+        // A trusted proxy is not counted at all.
+        let lb: IpAddr = "10.1.2.3".parse().unwrap();
+        for _ in 0..5 {
+            assert!(per_client.try_acquire(lb).unwrap().is_none());
+        }
+        drop(one);
+        assert_eq!(per_client.open(a), 1);
+        let _three = per_client
+            .try_acquire(a)
+            .unwrap()
+            .expect("a slot was given back");
+        drop(two);
+        assert_eq!(per_client.refused.get(), 2);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!   [`proxy`], the [`admin`] listener and the [`control`] loop.
 //! - [`route`] decides what a request gets, from the current [`runtime`]
 //!   snapshot (config + [`catalog`] + [`origin_cache`]).
-//! - [`connections`] caps open public connections (and raises the fd
-//!   limit); [`proxy_protocol`] reads a load balancer's PROXY header;
+//! - [`connections`] caps open public connections, per gateway and per
+//!   client (and raises the fd limit); [`head_deadline`] bounds the time a
+//!   request head may take to arrive (slowloris); [`proxy_protocol`] reads a load balancer's PROXY header;
 //!   [`client`] decides who the client of a request is.
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry (every
@@ -24,6 +25,7 @@ pub mod client;
 pub mod connections;
 pub mod control;
 pub mod error;
+pub mod head_deadline;
 pub mod headers;
 pub mod keygen;
 pub mod logging;

@@ -13,7 +13,8 @@ use pingora::services::listening::Service;
 
 use crate::admin::Admin;
 use crate::connections::{
-    default_max_connections, raise_fd_limit, CapFilter, ConnectionCap, Public,
+    default_max_connections, raise_fd_limit, CapFilter, ConnectionCap, PerClient, Public,
+    PublicLimits,
 };
 use crate::control::Control;
 use crate::orders::{simulator_outside_demo, OrdersWorker};
@@ -55,11 +56,26 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     let cap = ConnectionCap::new(max_connections(&gateway));
     cap.register(shared.metrics.registry())
         .context("registering the connection metrics")?;
+    let per_client = gateway
+        .max_connections_per_client
+        .map(|max| PerClient::new(max.get(), gateway.trusted_proxies.clone()));
+    if let Some(per_client) = &per_client {
+        per_client
+            .register(shared.metrics.registry())
+            .context("registering the per-client connection metrics")?;
+    }
     let public = Public::new(
         pingora::proxy::http_proxy(&server.configuration, Proxy::new(shared.clone())),
         cap.clone(),
-        gateway.proxy_protocol && gateway.tls.is_none(),
+        PublicLimits {
+            proxy_protocol: gateway.proxy_protocol && gateway.tls.is_none(),
+            header_timeout: gateway.header_timeout,
+            per_client,
+        },
     );
+    public
+        .register(shared.metrics.registry())
+        .context("registering the head-timeout metric")?;
     let mut proxy = Service::new("sluice proxy".to_string(), public);
     proxy.set_connection_filter(Arc::new(CapFilter(cap.clone())));
     if gateway.proxy_protocol && gateway.tls.is_some() {

@@ -1,10 +1,12 @@
 //! The public connection cap through the real gateway: idle connections
 //! beyond `max_connections` are closed at once, and the admin listener,
-//! the store and later shoppers keep being served.
+//! the store and later shoppers keep being served; a request head dripped
+//! byte by byte (slowloris) is cut off at `header_timeout_s`; one client
+//! address holds at most `max_connections_per_client`.
 
 mod common;
 
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -126,4 +128,165 @@ fn the_default_cap_comes_from_the_raised_fd_limit() {
     // (4096 - 512) / 2: the soft limit was raised to the hard one first
     // (from 1024 it would be 256).
     assert_eq!(gw.metric("sluice_connections_max"), Some(1792.0));
+}
+
+/// Reads one response with a `Content-Length` body from a kept-alive
+/// connection; its status.
+fn read_response(s: &mut TcpStream) -> u16 {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut byte = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(head_end) = text.find("\r\n\r\n") {
+            let length: usize = text[..head_end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if got.len() >= head_end + 4 + length {
+                return raw_status(&text);
+            }
+        }
+        match s.read(&mut byte) {
+            Ok(0) | Err(_) => return raw_status(&String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&byte[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_request_head_dripped_byte_by_byte_is_cut_off_at_the_header_timeout() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "header_timeout_s = 2\n".into(),
+        ..Default::default()
+    });
+    let mut s = TcpStream::connect(gw.listen).unwrap();
+    let started = Instant::now();
+    s.write_all(b"GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\nX-Drip: ")
+        .unwrap();
+    // One byte every 200 ms: each read is far inside pingora's per-read
+    // timeout, so only a deadline on the whole head ends this.
+    let mut cut_after = None;
+    while started.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(200));
+        if s.write_all(b"a").is_err() || closed_by_peer(&mut s) {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_after = cut_after.expect("the dripping connection was still open after 8 s");
+    assert!(
+        cut_after >= Duration::from_millis(1800),
+        "cut after {cut_after:?}, before the 2 s header timeout"
+    );
+    assert!(
+        cut_after < Duration::from_secs(4),
+        "cut after {cut_after:?}; header timeout 2 s"
+    );
+    assert!(gw.metric("sluice_connections_head_timeouts_total").unwrap() >= 1.0);
+    // Its slot of the connection cap is given back.
+    assert!(
+        eventually(Duration::from_secs(2), || gw
+            .metric("sluice_connections_open")
+            == Some(0.0))
+        .is_some(),
+        "the cut connection still holds its slot"
+    );
+}
+
+#[test]
+fn a_slow_but_whole_head_and_an_idle_kept_alive_connection_are_served() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "header_timeout_s = 2\n".into(),
+        ..Default::default()
+    });
+    let mut s = TcpStream::connect(gw.listen).unwrap();
+    for part in [
+        &b"GET /catalog/products.json HTTP/1.1\r\n"[..],
+        b"Host: shop\r\n",
+        b"\r\n",
+    ] {
+        s.write_all(part).unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert_eq!(
+        read_response(&mut s),
+        200,
+        "a head whole within 2 s is served"
+    );
+    // Idle between requests for longer than the header timeout: the next
+    // head's deadline starts with its first byte.
+    std::thread::sleep(Duration::from_millis(2500));
+    s.write_all(b"GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s),
+        200,
+        "the kept-alive connection still serves"
+    );
+    assert_eq!(
+        gw.metric("sluice_connections_head_timeouts_total"),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn one_client_address_holds_at_most_max_connections_per_client() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "max_connections_per_client = 2\n".into(),
+        ..Default::default()
+    });
+    let first = TcpStream::connect(gw.listen).unwrap();
+    let _second = TcpStream::connect(gw.listen).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || gw
+            .metric("sluice_connections_open")
+            == Some(2.0))
+        .is_some(),
+        "two idle connections are open"
+    );
+    let request = "GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n";
+    assert_eq!(
+        raw_status(&raw_request(gw.listen, request)),
+        0,
+        "a third connection from the same address is closed unanswered"
+    );
+    assert!(
+        gw.metric("sluice_connections_per_client_refused_total")
+            .unwrap()
+            >= 1.0
+    );
+    drop(first);
+    assert!(
+        eventually(Duration::from_secs(5), || raw_status(&raw_request(
+            gw.listen, request
+        )) == 200)
+        .is_some(),
+        "a connection given back makes room for the client"
+    );
+}
+
+#[test]
+fn a_trusted_proxy_is_not_held_to_the_per_client_limit() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "max_connections_per_client = 1\ntrusted_proxies = [\"127.0.0.1/32\"]\n"
+            .into(),
+        ..Default::default()
+    });
+    let _held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(gw.listen).unwrap())
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || gw
+            .metric("sluice_connections_open")
+            == Some(3.0))
+        .is_some(),
+        "three idle connections from the load balancer are open"
+    );
+    let request = "GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw_status(&raw_request(gw.listen, request)), 200);
 }

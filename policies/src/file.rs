@@ -131,6 +131,8 @@ pub struct GatewayFile {
     pub trusted_proxies: Vec<Spanned<String>>,
     pub proxy_protocol: Option<Spanned<bool>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub max_connections_per_client: Option<Spanned<i64>>,
+    pub header_timeout_s: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

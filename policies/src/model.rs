@@ -179,6 +179,14 @@ pub struct Gateway {
     /// Open public connections allowed at once; `None`: derived from the
     /// file-descriptor limit when the gateway starts.
     pub max_connections: Option<NonZeroU32>,
+    /// Public connections one client address may hold at once; `None`:
+    /// not limited (shoppers behind one NAT share an address). Peers in
+    /// `trusted_proxies` are never counted.
+    pub max_connections_per_client: Option<NonZeroU32>,
+    /// The longest a request head (request line and headers) may take to
+    /// arrive, counted from the accept for a connection's first request
+    /// and from the first byte for later ones (slowloris).
+    pub header_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

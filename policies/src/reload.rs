@@ -151,6 +151,12 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.max_connections != n.max_connections {
         keys.push("gateway.max_connections");
     }
+    if o.max_connections_per_client != n.max_connections_per_client {
+        keys.push("gateway.max_connections_per_client");
+    }
+    if o.header_timeout != n.header_timeout {
+        keys.push("gateway.header_timeout_s");
+    }
     if old.cluster != new.cluster {
         keys.push("cluster");
     }

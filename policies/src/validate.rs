@@ -281,6 +281,15 @@ impl Validator<'_> {
                 MAX_CONNECTIONS_MAX,
             ))
         });
+        let max_connections_per_client = g.max_connections_per_client.map(|v| {
+            nz32(self.int(
+                Some(v),
+                "max_connections_per_client",
+                1..=MAX_CONNECTIONS_MAX,
+                MAX_CONNECTIONS_MAX,
+            ))
+        });
+        let header_timeout_s = self.int(g.header_timeout_s, "header_timeout_s", 1..=300, 10);
         Gateway {
             listen,
             admin_listen,
@@ -307,6 +316,8 @@ impl Validator<'_> {
             trusted_proxies,
             proxy_protocol,
             max_connections,
+            max_connections_per_client,
+            header_timeout: Duration::from_secs(header_timeout_s as u64),
         }
     }
 

@@ -414,6 +414,8 @@ fn client_identity_and_connection_keys_are_checked() {
     assert!(c.gateway.trusted_proxies.is_empty());
     assert!(!c.gateway.proxy_protocol);
     assert!(c.gateway.max_connections.is_none());
+    assert!(c.gateway.max_connections_per_client.is_none());
+    assert_eq!(c.gateway.header_timeout, Duration::from_secs(10));
 
     let c = parse(
         "[gateway]\ntrusted_proxies = [\"10.0.0.0/8\", \"2001:db8::/32\", \"192.0.2.7\"]\nproxy_protocol = true\nmax_connections = 20000\n",
@@ -428,6 +430,21 @@ fn client_identity_and_connection_keys_are_checked() {
     assert_eq!(nets, ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7/32"]);
     assert!(c.gateway.proxy_protocol);
     assert_eq!(c.gateway.max_connections.unwrap().get(), 20_000);
+    let c = parse("[gateway]\nmax_connections_per_client = 64\nheader_timeout_s = 3\n").unwrap();
+    assert_eq!(c.gateway.max_connections_per_client.unwrap().get(), 64);
+    assert_eq!(c.gateway.header_timeout, Duration::from_secs(3));
+    refused_at(
+        "[gateway]\nheader_timeout_s = 0\n",
+        2,
+        20,
+        "`header_timeout_s` must be between 1",
+    );
+    refused_at(
+        "[gateway]\nmax_connections_per_client = 0\n",
+        2,
+        30,
+        "`max_connections_per_client` must be between 1",
+    );
 
     refused_at(
         "[gateway]\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n",
