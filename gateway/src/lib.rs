@@ -3,7 +3,8 @@
 //! - [`server`] builds one pingora server from a policy file: the public
 //!   [`proxy`], the [`admin`] listener and the [`control`] loop.
 //! - [`route`] decides what a request gets, from the current [`runtime`]
-//!   snapshot (config + [`catalog`] + [`origin_cache`]).
+//!   snapshot (config + [`catalog`] + [`origin_cache`]); [`origin_dns`]
+//!   resolves an origin given by host name off the proxy threads.
 //! - [`connections`] caps open public connections, per gateway and per
 //!   client (and raises the fd limit); [`head_deadline`] bounds the time a
 //!   request head may take to arrive (slowloris); [`proxy_protocol`] reads a load balancer's PROXY header;
@@ -32,6 +33,7 @@ pub mod logging;
 pub mod metrics;
 pub mod orders;
 pub mod origin_cache;
+pub mod origin_dns;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;

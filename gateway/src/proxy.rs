@@ -40,7 +40,7 @@ use crate::route::{
     is_origin_target, origin_target, read_request, route, LocalResponse, PassCheck, RequestFacts,
     Route,
 };
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, Unresolved};
 use crate::state::Shared;
 
 pub struct Proxy {
@@ -259,9 +259,17 @@ impl ProxyHttp for Proxy {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let Some(peer) = ctx.runtime.origin_peer() else {
+        let peer = match ctx.runtime.origin_peer() {
+            Some(Ok(peer)) => peer,
+            // 502 bad_gateway, as when the origin refuses the connection.
+            Some(Err(Unresolved)) => {
+                return Error::e_explain(
+                    ErrorType::ConnectNoRoute,
+                    "the origin's host name has no known address yet",
+                )
+            }
             // route() answers 404 itself when there is no origin.
-            return Error::e_explain(ErrorType::HTTPStatus(404), "no origin configured");
+            None => return Error::e_explain(ErrorType::HTTPStatus(404), "no origin configured"),
         };
         ctx.upstream_sent = Some(Instant::now());
         Ok(Box::new(peer))

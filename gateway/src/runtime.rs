@@ -13,6 +13,7 @@ use sluice_policies::Config;
 
 use crate::catalog::{CacheControlRule, Catalog, CatalogLimits};
 use crate::origin_cache::OriginCache;
+use crate::origin_dns::OriginDns;
 
 pub struct Runtime {
     pub config: Arc<Config>,
@@ -22,9 +23,16 @@ pub struct Runtime {
     protect: Vec<GlobSet>,
     /// The origin as pingora's peer, with its timeouts, when its host is an
     /// IP address: each request clones it instead of parsing the address
-    /// again. A host name is resolved per request, as pingora does.
+    /// again.
     origin_peer: Option<HttpPeer>,
+    /// A host name's addresses, resolved in the background
+    /// ([`crate::origin_dns`]); kept across reloads.
+    origin_dns: Arc<OriginDns>,
 }
+
+/// The origin's host name has no known address yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unresolved;
 
 impl Runtime {
     /// Builds everything that depends on `config`. The origin cache of the
@@ -40,6 +48,10 @@ impl Runtime {
                 p.origin_cache.clone()
             }
             _ => Arc::new(OriginCache::new(&config.gateway.origin_cache)),
+        };
+        let origin_dns = match previous {
+            Some(p) => p.origin_dns.clone(),
+            None => Arc::new(OriginDns::new()),
         };
         let protect = config
             .rooms
@@ -57,17 +69,37 @@ impl Runtime {
             origin_cache,
             protect,
             origin_peer,
+            origin_dns,
         }
     }
 
-    /// The peer a proxied request goes to; `None` without an origin.
-    pub fn origin_peer(&self) -> Option<HttpPeer> {
+    /// The peer a proxied request goes to; `None` without an origin,
+    /// `Some(Err(Unresolved))` while its host name has no address yet. No
+    /// I/O: a host name's addresses come from [`OriginDns`].
+    pub fn origin_peer(&self) -> Option<Result<HttpPeer, Unresolved>> {
         if let Some(peer) = &self.origin_peer {
-            return Some(peer.clone());
+            return Some(Ok(peer.clone()));
         }
         let gateway = &self.config.gateway;
         let origin = gateway.origin.as_ref()?;
-        Some(origin_peer(gateway, origin.address(), origin))
+        let target = self.origin_host_target()?;
+        Some(
+            self.origin_dns
+                .address(&target)
+                .map(|address| origin_peer(gateway, address, origin))
+                .ok_or(Unresolved),
+        )
+    }
+
+    /// `host:port` of the origin when its host is a name, not an address.
+    pub fn origin_host_target(&self) -> Option<String> {
+        let origin = self.config.gateway.origin.as_ref()?;
+        self.origin_peer.is_none().then(|| origin.address())
+    }
+
+    /// Where the origin host's addresses are kept.
+    pub fn origin_dns(&self) -> &Arc<OriginDns> {
+        &self.origin_dns
     }
 
     /// The room whose `protect` patterns cover `path`, the decoded
@@ -107,7 +139,7 @@ impl Runtime {
 /// The peer of `origin` at `address`, with the gateway's origin timeouts.
 fn origin_peer(
     gateway: &sluice_policies::model::Gateway,
-    address: impl std::net::ToSocketAddrs,
+    address: std::net::SocketAddr,
     origin: &sluice_policies::model::Origin,
 ) -> HttpPeer {
     let mut peer = HttpPeer::new(address, origin.tls, origin.host.clone());

@@ -99,6 +99,19 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     let mut admin = Service::new("sluice admin".to_string(), Admin::new(shared.clone()));
     admin.add_tcp(&gateway.admin_listen.to_string());
 
+    let runtime = shared.runtime();
+    if let Some(target) = runtime.origin_host_target() {
+        runtime.origin_dns().resolve_at_start(&target);
+    }
+    shared
+        .metrics
+        .registry()
+        .register(Box::new(runtime.origin_dns().failures().clone()))
+        .context("registering the origin DNS metric")?;
+    let origin_dns = background_service(
+        "sluice origin dns",
+        crate::origin_dns::OriginDnsService::new(shared.clone()),
+    );
     let control = background_service("sluice control", Control::new(shared.clone()));
     let releaser = background_service("sluice release", Releaser::new(shared.rooms.clone()));
     let orders = background_service("sluice orders", OrdersWorker::new(shared.orders.clone()));
@@ -107,6 +120,7 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     server.add_service(proxy);
     server.add_service(admin);
     server.add_service(control);
+    server.add_service(origin_dns);
     server.add_service(releaser);
     server.add_service(orders);
     server.add_service(sim_webhooks);
