@@ -1,0 +1,245 @@
+//! A throwaway PostgreSQL cluster: `initdb` into a temp dir, `postgres` on a
+//! free loopback port, removed on drop.
+//!
+//! `initdb` refuses to run as root, so as root every server command runs
+//! as the `postgres` user (`runuser -u postgres --`), which Debian's
+//! package creates, on a directory handed to it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::{free_port, READY_WAIT_MAX, START_TRIES_MAX};
+
+/// How durable the cluster's commits are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// As in production: `fsync` on, `synchronous_commit` on. For
+    /// benchmarks and crash tests that must not flatter the store.
+    Full,
+    /// `fsync = off`: a commit's WAL is still written to the OS before the
+    /// commit returns, so a killed *process* (even the server's) loses
+    /// nothing it acknowledged; a power cut would. For functional tests.
+    /// (`synchronous_commit = off` would lose the last commits at a server
+    /// crash, which the crash tests must not hide.)
+    Fast,
+}
+
+/// A PostgreSQL server of its own.
+pub struct ThrowawayPostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    running: bool,
+    durability: Durability,
+}
+
+impl ThrowawayPostgres {
+    /// `initdb` and start; tries other ports when the chosen one was taken.
+    pub fn start(durability: Durability) -> Result<Self> {
+        let bin = bin_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-pg-")
+            .tempdir()
+            .context("making the PostgreSQL directory")?;
+        hand_over(dir.path())?;
+        let data = dir.path().join("data");
+        run(
+            as_server_user(bin.join("initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]),
+            "initdb",
+        )?;
+        let mut pg = Self {
+            dir,
+            bin,
+            port: 0,
+            running: false,
+            durability,
+        };
+        let mut last = None;
+        for _ in 0..START_TRIES_MAX {
+            pg.port = free_port()?;
+            match pg.spawn() {
+                Ok(()) => return Ok(pg),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("tried at least once"))
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// Stops it at once (`pg_ctl stop -m immediate`: like a crash; the next
+    /// start replays the WAL).
+    pub fn stop(&mut self) {
+        if !self.running {
+            return;
+        }
+        let _ = run(
+            as_server_user(self.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.data())
+                .args(["stop", "-m", "immediate", "-w"]),
+            "pg_ctl stop",
+        );
+        self.running = false;
+    }
+
+    /// Starts it again on the same port, with its data.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Runs one SQL statement with `psql`, returning its unaligned output:
+    /// for tests' checks.
+    pub fn psql(&self, sql: &str) -> Result<String> {
+        let out = Command::new(self.bin.join("psql"))
+            .arg(self.url())
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .context("running psql")?;
+        if !out.status.success() {
+            bail!("psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let socket_dir = self.dir.path().join("socket");
+        std::fs::create_dir_all(&socket_dir)?;
+        hand_over(&socket_dir)?;
+        let mut options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c max_connections=200",
+            self.port,
+            socket_dir.display()
+        );
+        if self.durability == Durability::Fast {
+            options.push_str(" -c fsync=off -c full_page_writes=off");
+        }
+        let log = self.dir.path().join("postgres.log");
+        let started = run(
+            as_server_user(self.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(&log)
+                .arg("-o")
+                .arg(options)
+                .args(["start", "-w", "-t", "30"]),
+            "pg_ctl start",
+        );
+        if let Err(e) = started {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            bail!("{e}\n{log}");
+        }
+        self.running = true;
+        let deadline = Instant::now() + READY_WAIT_MAX;
+        while Instant::now() < deadline {
+            if self.psql("SELECT 1").is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.stop();
+        bail!(
+            "PostgreSQL did not accept connections on port {}",
+            self.port
+        )
+    }
+}
+
+impl Drop for ThrowawayPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// `program`, as the `postgres` user when we are root.
+fn as_server_user(program: PathBuf) -> Command {
+    if is_root() {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(program);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+/// As root, gives `dir` to the `postgres` user (initdb and the server
+/// must own their directories).
+fn hand_over(dir: &Path) -> Result<()> {
+    if !is_root() {
+        return Ok(());
+    }
+    run(
+        Command::new("chown").arg("postgres:postgres").arg(dir),
+        "chown postgres",
+    )
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Where `initdb`, `pg_ctl` and `psql` are: `PATH`, else the newest
+/// `/usr/lib/postgresql/<version>/bin`.
+fn bin_dir() -> Result<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file());
+    if let Some(dir) = on_path {
+        // Through a symlink farm (/usr/local/bin) to the real directory,
+        // which also holds `postgres` and `psql` of the same version.
+        let real = std::fs::canonicalize(dir.join("initdb"))?;
+        return Ok(real.parent().map_or(dir, Path::to_path_buf));
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join("initdb").is_file())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .context("PostgreSQL's initdb not found (scripts/deps.sh --test installs it)")
+}
