@@ -6,9 +6,14 @@
 //! gateway, and then they disagree about who is calling.
 //!
 //! Cookies are read with the `cookie` crate (`Cookie::split_parse`, which
-//! handles quoted values and stray separators). When a name appears more
-//! than once the first wins: RFC 6265 §5.4 orders the cookies with the
-//! longest path first, so the first is the most specific one.
+//! handles quoted values and stray separators). A credential cookie sent
+//! twice with different values is refused as well
+//! ([`check_single_cookie`], [`AuthError::CookieRepeated`]): a page on a
+//! sibling subdomain can set a `Domain=` cookie of the same name with a
+//! longer path ("cookie tossing"), which RFC 6265 §5.4 puts first, so a
+//! first-wins reading would let it fix the shopper's pass to the attacker's
+//! (and the shopper's order to the attacker's subject). The same value
+//! twice is harmless and read once; otherwise the first wins.
 
 use cookie::Cookie;
 use http::{header, HeaderMap};
@@ -22,6 +27,48 @@ pub const COOKIE_HEADER_BYTES_MAX: usize = 16 * 1024;
 pub enum AuthError {
     #[error("The request carries more than one Authorization header.")]
     Repeated,
+    #[error(
+        "The request carries two different {0} cookies; clear this site's cookies and try again."
+    )]
+    CookieRepeated(&'static str),
+}
+
+/// Refuses a request that sends any cookie of `names` twice with
+/// different values (see the module's note on cookie tossing).
+pub fn check_single_cookie(headers: &HeaderMap, names: &[&'static str]) -> Result<(), AuthError> {
+    let values: Vec<&str> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter(|v| v.len() <= COOKIE_HEADER_BYTES_MAX)
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    for &name in names {
+        // Cheap first: a name that appears at most once needs no parsing.
+        if values
+            .iter()
+            .map(|v| v.matches(name).count())
+            .sum::<usize>()
+            < 2
+        {
+            continue;
+        }
+        let mut first: Option<&str> = None;
+        let sent = values
+            .iter()
+            .flat_map(|v| Cookie::split_parse(*v))
+            .filter_map(Result::ok)
+            .filter(|c| c.name() == name)
+            .filter_map(|c| c.value_raw())
+            .map(|v| v.trim_matches('"'));
+        for value in sent {
+            match first {
+                None => first = Some(value),
+                Some(seen) if seen != value => return Err(AuthError::CookieRepeated(name)),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a request whose `Authorization` header is repeated.
@@ -73,6 +120,32 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_cookie_sent_twice_with_different_values_is_refused() {
+        let names = ["sluice_pass", "sluice_ticket"];
+        let ok = |pairs: &[(&str, &str)]| check_single_cookie(&headers(pairs), &names);
+        assert_eq!(ok(&[("cookie", "sluice_pass=a; theme=dark")]), Ok(()));
+        assert_eq!(ok(&[("cookie", "sluice_pass=a; sluice_pass=a")]), Ok(()));
+        assert_eq!(ok(&[("cookie", "sluice_pass=a; sluice_ticket=b")]), Ok(()));
+        assert_eq!(ok(&[("cookie", "x_sluice_pass=1; sluice_pass=a")]), Ok(()));
+        assert_eq!(
+            ok(&[("cookie", "sluice_pass=attacker; sluice_pass=mine")]),
+            Err(AuthError::CookieRepeated("sluice_pass"))
+        );
+        assert_eq!(
+            ok(&[
+                ("cookie", "sluice_ticket=a"),
+                ("cookie", "sluice_ticket=\"b\"")
+            ]),
+            Err(AuthError::CookieRepeated("sluice_ticket"))
+        );
+        assert_eq!(
+            ok(&[("cookie", "other=1; other=2")]),
+            Ok(()),
+            "only the named cookies"
+        );
+    }
     use http::HeaderValue;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -16,7 +16,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
-use sluice_edge::auth::check_single_authorization;
+use sluice_edge::auth::{check_single_authorization, check_single_cookie};
 use sluice_edge::host::check_host;
 use sluice_edge::path::{normalize, CanonicalPath};
 
@@ -92,7 +92,8 @@ impl PassCheck for NoPasses {
 
 /// What every later decision about a request reads, read once: that it
 /// names one site (one `Host`; HTTP/1.1 must send it), its canonical path,
-/// and that it names one caller (a single `Authorization` header).
+/// and that it names one caller (a single `Authorization` header, no
+/// ticket or pass cookie sent twice with different values).
 /// Otherwise `400 bad_request`, which is never proxied.
 pub fn read_request(
     version: Version,
@@ -102,6 +103,11 @@ pub fn read_request(
     let bad = |message: &str| LocalResponse::error(&ApiError::new(ErrorCode::BadRequest, message));
     check_host(version, headers).map_err(|e| bad(&e.to_string()))?;
     check_single_authorization(headers).map_err(|e| bad(&e.to_string()))?;
+    check_single_cookie(
+        headers,
+        &[crate::queue::PASS_COOKIE, crate::queue::TICKET_COOKIE],
+    )
+    .map_err(|e| bad(&e.to_string()))?;
     normalize(raw_path).map_err(|e| bad(e.message()))
 }
 

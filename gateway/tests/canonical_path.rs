@@ -220,6 +220,44 @@ async fn two_authorization_headers_are_refused_everywhere() {
 }
 
 #[tokio::test]
+async fn a_pass_cookie_tossed_in_beside_the_shoppers_own_is_refused() {
+    // A sibling subdomain can set `sluice_pass` with `Domain=` and a longer
+    // path, which the browser sends first: read first-wins, it would put
+    // the shopper's checkout under the attacker's pass.
+    let origin = RecordingOrigin::start();
+    let gw = start(&origin, false);
+    let mine = admitted_pass(&gw.url(""), &client(), "drop").await;
+    let theirs = admitted_pass(&gw.url(""), &client(), "drop").await;
+    let same = format!("Cookie: sluice_pass={mine}; sluice_pass={mine}\r\n");
+    let response = get(&gw, "/cart/x", &same);
+    assert_eq!(
+        raw_status(&response),
+        200,
+        "the same pass twice: {response}"
+    );
+    for cookies in [
+        format!("Cookie: sluice_pass={theirs}; sluice_pass={mine}\r\n"),
+        format!("Cookie: sluice_pass={theirs}\r\nCookie: sluice_pass={mine}\r\n"),
+        format!("Cookie: sluice_ticket=a; theme=dark; sluice_ticket=b\r\n"),
+    ] {
+        for target in ["/cart/x", "/queue/drop/status", "/open/x"] {
+            let response = get(&gw, target, &cookies);
+            assert_eq!(
+                raw_status(&response),
+                400,
+                "{target} {cookies:?}: {response}"
+            );
+            assert!(
+                response.contains("\"error\":\"bad_request\"")
+                    && response.contains("two different"),
+                "{response}"
+            );
+        }
+    }
+    assert_eq!(origin.targets(), ["/cart/x"], "nothing else was proxied");
+}
+
+#[tokio::test]
 async fn a_request_must_name_one_site() {
     let origin = RecordingOrigin::start();
     let gw = start(&origin, false);
