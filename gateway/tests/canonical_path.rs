@@ -238,7 +238,7 @@ async fn a_pass_cookie_tossed_in_beside_the_shoppers_own_is_refused() {
     for cookies in [
         format!("Cookie: sluice_pass={theirs}; sluice_pass={mine}\r\n"),
         format!("Cookie: sluice_pass={theirs}\r\nCookie: sluice_pass={mine}\r\n"),
-        format!("Cookie: sluice_ticket=a; theme=dark; sluice_ticket=b\r\n"),
+        "Cookie: sluice_ticket=a; theme=dark; sluice_ticket=b\r\n".to_string(),
     ] {
         for target in ["/cart/x", "/queue/drop/status", "/open/x"] {
             let response = get(&gw, target, &cookies);
