@@ -22,8 +22,14 @@
 //! [`CapFilter`]: while the cap is full it drops a new connection inside
 //! the accept loop itself, before a task is spawned for it, so a burst of
 //! thousands of connections past the cap never holds thousands of
-//! descriptors at once while their tasks wait to run. Connections still in
-//! their TLS handshake (at most 60 s, by pingora) are not counted yet.
+//! descriptors at once while their tasks wait to run.
+//!
+//! On a TLS listener the slot is taken before the handshake instead
+//! ([`BeforeTls`], pingora's pre-TLS callback), so connections that never
+//! finish a handshake (pingora waits up to 60 s) count too: a flood of
+//! silent TLS connections hits the cap, not the descriptor limit. The slot
+//! rides on the socket itself, as its pingora `Tracer`, which is dropped
+//! with the socket whether the handshake succeeds or not.
 //!
 //! With `gateway.proxy_protocol` on a plain TCP listener, [`Public`] also
 //! reads the PROXY header first ([`crate::proxy_protocol`], within 3 s).
@@ -48,8 +54,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
-use pingora::protocols::Stream;
+use pingora::listeners::PreTlsProcess;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest, Stream};
 use pingora::server::ShutdownWatch;
+use pingora::upstreams::peer::{Tracer, Tracing};
+use pingora::{Error, ErrorType};
 use prometheus::{IntCounter, IntGauge, Registry};
 
 use crate::head_deadline::HeadDeadline;
@@ -323,14 +333,20 @@ pub struct Public<A> {
     head_timeouts: IntCounter,
     /// `gateway.max_connections_per_client`, when set.
     per_client: Option<Arc<PerClient>>,
+    /// TLS: [`BeforeTls`] already counted the connection.
+    counted_before_tls: bool,
 }
 
 /// What [`Public`] needs besides the proxy and the cap.
 #[derive(Debug, Clone)]
 pub struct PublicLimits {
+    /// Read a PROXY header first (plain TCP; on TLS [`BeforeTls`] does).
     pub proxy_protocol: bool,
     pub header_timeout: Duration,
     pub per_client: Option<Arc<PerClient>>,
+    /// The listener is TLS: [`BeforeTls`] counts each connection before
+    /// its handshake, so [`Public`] does not count it again.
+    pub counted_before_tls: bool,
 }
 
 impl<A> Public<A> {
@@ -346,6 +362,7 @@ impl<A> Public<A> {
             )
             .expect("valid metric"),
             per_client: limits.per_client,
+            counted_before_tls: limits.counted_before_tls,
         }
     }
 
@@ -357,7 +374,7 @@ impl<A> Public<A> {
 
 /// The client address of a connection: the PROXY header's source when one
 /// was read, else the TCP peer.
-fn client_ip(stream: &Stream) -> Option<IpAddr> {
+fn client_ip<S: GetSocketDigest + ?Sized>(stream: &S) -> Option<IpAddr> {
     let digest = stream.get_socket_digest()?;
     match digest.peer_addr()? {
         pingora::protocols::l4::socket::SocketAddr::Inet(addr) => Some(addr.ip()),
@@ -374,15 +391,20 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Public<A> {
     ) -> Option<Stream> {
         // Beyond the cap the connection is closed at once (counted and
         // logged by the cap).
-        let _slot = self.cap.try_acquire()?;
+        let _slot = match self.counted_before_tls {
+            true => None,
+            false => Some(self.cap.try_acquire()?),
+        };
         if self.proxy_protocol {
             if let Err(e) = crate::proxy_protocol::accept(&mut *stream).await {
                 tracing::debug!("dropping a connection: {e}");
                 return None;
             }
         }
-        let _client_slot = match (&self.per_client, client_ip(&stream)) {
-            (Some(per_client), Some(ip)) => per_client.try_acquire(ip).ok()?,
+        let _client_slot = match (&self.per_client, client_ip(&*stream)) {
+            (Some(per_client), Some(ip)) if !self.counted_before_tls => {
+                per_client.try_acquire(ip).ok()?
+            }
             _ => None,
         };
         let stream: Stream = Box::new(HeadDeadline::new(
@@ -400,6 +422,69 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Public<A> {
 
     async fn cleanup(&self) {
         self.inner.cleanup().await;
+    }
+}
+
+/// What a TLS connection holds from before its handshake until its
+/// socket closes.
+#[derive(Debug)]
+struct Held {
+    _slot: Slot,
+    _client: Option<ClientSlot>,
+}
+
+/// [`Held`] kept on the socket as its pingora `Tracer`: the socket drops
+/// it when it closes (and tells it first, `on_disconnected`).
+#[derive(Debug)]
+struct HeldBySocket(Mutex<Option<Held>>);
+
+impl Tracing for HeldBySocket {
+    fn on_connected(&self) {}
+
+    fn on_disconnected(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// A copy holds nothing: the slot is the one socket's.
+    fn boxed_clone(&self) -> Box<dyn Tracing> {
+        Box::new(HeldBySocket(Mutex::new(None)))
+    }
+}
+
+/// The public TLS listener's step before each handshake: a slot of the
+/// cap, the PROXY header when `proxy_protocol` is on, and the client's
+/// count when `max_connections_per_client` is set; any of them refused
+/// drops the connection before a byte of TLS is spent on it.
+pub struct BeforeTls {
+    pub cap: Arc<ConnectionCap>,
+    pub per_client: Option<Arc<PerClient>>,
+    pub proxy_protocol: bool,
+}
+
+#[async_trait]
+impl PreTlsProcess for BeforeTls {
+    async fn process(&self, stream: &mut L4Stream) -> pingora::Result<()> {
+        let slot = self
+            .cap
+            .try_acquire()
+            .ok_or_else(|| Error::explain(ErrorType::AcceptError, "max_connections open"))?;
+        if self.proxy_protocol {
+            crate::proxy_protocol::accept(stream).await.map_err(|e| {
+                tracing::debug!("dropping a connection: {e}");
+                Error::explain(ErrorType::AcceptError, e.to_string())
+            })?;
+        }
+        let client = match (&self.per_client, client_ip(stream)) {
+            (Some(per_client), Some(ip)) => per_client.try_acquire(ip).map_err(|_| {
+                Error::explain(ErrorType::AcceptError, "max_connections_per_client open")
+            })?,
+            _ => None,
+        };
+        stream.tracer = Some(Tracer(Box::new(HeldBySocket(Mutex::new(Some(Held {
+            _slot: slot,
+            _client: client,
+        }))))));
+        Ok(())
     }
 }
 

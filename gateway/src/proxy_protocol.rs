@@ -15,19 +15,15 @@
 //! the fixed 16 bytes that announce the rest's length, read at once; then
 //! `ppp` parses the whole header. Nothing after the header is consumed: the HTTP request or the TLS
 //! handshake that follows is read by pingora as if the header had never
-//! been there. On a TLS listener this runs as pingora's `PreTlsProcess`
-//! callback, before the handshake; on plain TCP it runs first in
-//! [`crate::connections`]'s application.
+//! been there. On a TLS listener this runs in pingora's `PreTlsProcess`
+//! callback ([`crate::connections::BeforeTls`]), before the handshake; on
+//! plain TCP it runs first in [`crate::connections`]'s application.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use pingora::listeners::PreTlsProcess;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
-use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest, UniqueID};
-use pingora::{Error, ErrorType};
 use ppp::HeaderResult;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -134,19 +130,6 @@ where
         stream.set_socket_digest(digest);
     }
     Ok(())
-}
-
-/// The header before the TLS handshake, on a TLS listener.
-pub struct BeforeTls;
-
-#[async_trait]
-impl PreTlsProcess for BeforeTls {
-    async fn process(&self, stream: &mut L4Stream) -> pingora::Result<()> {
-        accept(stream).await.map_err(|e| {
-            tracing::debug!("dropping a connection: {e}");
-            Error::explain(ErrorType::AcceptError, e.to_string())
-        })
-    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use pingora::services::listening::Service;
 
 use crate::admin::Admin;
 use crate::connections::{
-    default_max_connections, raise_fd_limit, CapFilter, ConnectionCap, PerClient, Public,
-    PublicLimits,
+    default_max_connections, raise_fd_limit, BeforeTls, CapFilter, ConnectionCap, PerClient,
+    Public, PublicLimits,
 };
 use crate::control::Control;
 use crate::orders::{simulator_outside_demo, OrdersWorker};
@@ -70,7 +70,8 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         PublicLimits {
             proxy_protocol: gateway.proxy_protocol && gateway.tls.is_none(),
             header_timeout: gateway.header_timeout,
-            per_client,
+            per_client: per_client.clone(),
+            counted_before_tls: gateway.tls.is_some(),
         },
     );
     public
@@ -78,10 +79,12 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         .context("registering the head-timeout metric")?;
     let mut proxy = Service::new("sluice proxy".to_string(), public);
     proxy.set_connection_filter(Arc::new(CapFilter(cap.clone())));
-    if gateway.proxy_protocol && gateway.tls.is_some() {
-        proxy
-            .endpoints()
-            .set_pre_tls_callback(Arc::new(crate::proxy_protocol::BeforeTls));
+    if gateway.tls.is_some() {
+        proxy.endpoints().set_pre_tls_callback(Arc::new(BeforeTls {
+            cap: cap.clone(),
+            per_client,
+            proxy_protocol: gateway.proxy_protocol,
+        }));
     }
     let listen = gateway.listen.to_string();
     match &gateway.tls {

@@ -290,3 +290,61 @@ fn a_trusted_proxy_is_not_held_to_the_per_client_limit() {
     let request = "GET /catalog/products.json HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n";
     assert_eq!(raw_status(&raw_request(gw.listen, request)), 200);
 }
+
+#[test]
+fn connections_still_in_their_tls_handshake_count_against_the_cap() {
+    // Before, a TLS connection took its slot only after its handshake, and
+    // pingora waits up to 60 s for one: silent TCP connections to a TLS
+    // listener were never counted.
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: format!(
+            "tls_cert = {cert_path:?}\ntls_key = {key_path:?}\nmax_connections = 5\n"
+        ),
+        ..Default::default()
+    });
+    let mut silent: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(gw.listen).unwrap())
+        .collect();
+    let mut closed = vec![false; silent.len()];
+    let counted = eventually(Duration::from_secs(5), || {
+        for (s, c) in silent.iter_mut().zip(closed.iter_mut()) {
+            *c = *c || closed_by_peer(s);
+        }
+        gw.metric("sluice_connections_open") == Some(5.0)
+            && closed.iter().filter(|&&c| c).count() >= 15
+    });
+    assert!(
+        counted.is_some(),
+        "open {:?}, closed {} of 20 silent TLS connections",
+        gw.metric("sluice_connections_open"),
+        closed.iter().filter(|&&c| c).count()
+    );
+    drop(silent);
+    assert!(
+        eventually(Duration::from_secs(5), || gw
+            .metric("sluice_connections_open")
+            == Some(0.0))
+        .is_some(),
+        "slots are given back when the sockets close mid-handshake"
+    );
+    // A real TLS client is served afterwards.
+    let root = reqwest::Certificate::from_pem(cert.cert.pem().as_bytes()).unwrap();
+    let url = format!(
+        "https://localhost:{}/catalog/products.json",
+        gw.listen.port()
+    );
+    let status = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(root)
+            .no_proxy()
+            .build()
+            .unwrap();
+        client.get(url).send().await.unwrap().status()
+    });
+    assert_eq!(status, 200);
+}
