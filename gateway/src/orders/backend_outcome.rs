@@ -4,10 +4,15 @@
 //! backend gave; a store failure, or a payment still `authorizing` because
 //! the provider did not answer in time, is the backend failing. A
 //! checkout refused for the pass's purchase limit never reached the
-//! purchase flow and is not counted.
+//! purchase flow and is not counted. A checkout refused with `503
+//! overloaded` because the checkout pool was full is the backend failing
+//! too: the shoppers already admitted are more than it can serve.
 
 use sluice_admission::adaptive::Outcome;
 use sluice_checkout::{CheckoutError, Created, Order, OrderState, StoreError};
+
+/// A checkout the full checkout pool refused (`503 overloaded`).
+pub const OVERLOADED: Outcome = Outcome::Failed;
 
 pub fn of(result: &Result<(Order, Created), CheckoutError>) -> Option<Outcome> {
     Some(match result {
