@@ -1,6 +1,8 @@
 //! Adaptive release through the real binary: checkouts slowed down by the
 //! store's commit delay make the room's rate fall, with reason `latency`,
-//! inside its bounds; a reload to a number pins it.
+//! inside its bounds; a reload to a number pins it. Checkouts refused
+//! `503 overloaded` by a full checkout pool make it fall with reason
+//! `errors`.
 
 mod common;
 
@@ -111,4 +113,52 @@ async fn slow_checkouts_lower_the_rate_and_a_number_pins_it() {
     assert!(pinned.is_some(), "{}", room_state(&gw).await);
     let metrics = gw.metrics_text().await;
     assert_eq!(release_limit(&metrics, "fixed"), Some(7.0), "{metrics}");
+}
+
+/// Checkouts refused with `503 overloaded` because the checkout pool is
+/// full count as backend failures: the rate falls with reason `errors`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_checkout_pool_is_a_backend_failure() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "checkouts_in_flight_max = 1\n".into(),
+        rest: format!("[payments]\nsimulated_slow_ms = 3000\n{}", config(ADAPTIVE)),
+        ..Default::default()
+    });
+    let base = gw.url("");
+    let (holder, refused) = (
+        admitted_pass(&base, &client(), "drop").await,
+        admitted_pass(&base, &client(), "drop").await,
+    );
+    let checkout = |pass: String, key: String, method: &'static str| {
+        let url = gw.url("/checkout");
+        async move {
+            client()
+                .post(url)
+                .bearer_auth(pass)
+                .header("idempotency-key", key)
+                .json(&json!({"sku": "sneaker-42", "quantity": 1, "payment_method": method}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let slow = tokio::spawn(checkout(holder, "holder-key-1".into(), "pm_slow"));
+    let started = eventually_await(REACT_WITHIN, || async {
+        gw.admin_json("/admin/state")["orders"]["authorizing"] == 1
+    })
+    .await;
+    assert!(started.is_some(), "the slow checkout never started");
+    for i in 0..8 {
+        let status = checkout(refused.clone(), format!("refused-key-{i}"), "pm_ok").await;
+        assert_eq!(status.as_u16(), 503, "refused at once");
+    }
+    let fell = eventually_await(REACT_WITHIN, || async {
+        let room = room_state(&gw).await;
+        room["release_source"]["reason"] == "errors"
+            && room["release_per_second"].as_u64() < Some(100)
+    })
+    .await;
+    assert!(fell.is_some(), "{}", room_state(&gw).await);
+    assert!(slow.await.unwrap().is_success());
 }

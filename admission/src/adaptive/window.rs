@@ -1,5 +1,13 @@
 //! The last few seconds of admitted shoppers' checkouts, bounded, for the
 //! adaptive controller.
+//!
+//! A step judges the checkouts of the last [`WINDOW_MS`]; when those are
+//! fewer than [`SAMPLES_WANTED`] (a slow room: at 2 releases a second,
+//! with shoppers polling every 10-20 s, three seconds often hold fewer
+//! than 5 checkouts), it reaches further back, up to [`HORIZON_MS`], for
+//! the newest [`SAMPLES_WANTED`]. Without that, a room at its floor never
+//! had enough checkouts in one window to judge, so its rate held there
+//! (reason `steady`) after the backend had recovered.
 
 use std::collections::VecDeque;
 
@@ -7,6 +15,11 @@ use super::Measurements;
 
 /// How far back the window reaches.
 pub const WINDOW_MS: u64 = 3000;
+/// Checkouts a step wants to judge on: with fewer in [`WINDOW_MS`], the
+/// window reaches back for the newest this many.
+pub const SAMPLES_WANTED: usize = 20;
+/// How far back the window reaches at most, for [`SAMPLES_WANTED`].
+pub const HORIZON_MS: u64 = 30_000;
 /// Checkouts it holds at most; past this the oldest are forgotten, so the
 /// p99 is over the newest `SAMPLES_MAX` (plenty for a p99).
 pub const SAMPLES_MAX: usize = 8192;
@@ -50,15 +63,29 @@ impl CheckoutWindow {
         });
     }
 
-    /// The checkouts of the last [`WINDOW_MS`] before `now_ms`; older ones
-    /// are dropped.
+    /// The checkouts of the last [`WINDOW_MS`] before `now_ms`, or the
+    /// newest [`SAMPLES_WANTED`] of the last [`HORIZON_MS`] when those are
+    /// fewer; older ones are dropped.
     pub fn measure(&mut self, now_ms: u64, free_slots: u32) -> Measurements {
-        let since = now_ms.saturating_sub(WINDOW_MS);
-        while self.samples.front().is_some_and(|s| s.at_ms < since) {
+        let horizon = now_ms.saturating_sub(HORIZON_MS);
+        while self.samples.front().is_some_and(|s| s.at_ms < horizon) {
             self.samples.pop_front();
         }
-        let mut latencies: Vec<u32> = self.samples.iter().map(|s| s.latency_ms).collect();
-        let failures = self.samples.iter().filter(|s| s.failed).count();
+        let since = now_ms.saturating_sub(WINDOW_MS);
+        let recent = self
+            .samples
+            .iter()
+            .rev()
+            .take_while(|s| s.at_ms >= since)
+            .count();
+        let used = recent.max(SAMPLES_WANTED.min(self.samples.len()));
+        let window = self.samples.range(self.samples.len() - used..);
+        let span_ms = window
+            .clone()
+            .next()
+            .map_or(WINDOW_MS, |s| now_ms.saturating_sub(s.at_ms).max(WINDOW_MS));
+        let mut latencies: Vec<u32> = window.clone().map(|s| s.latency_ms).collect();
+        let failures = window.filter(|s| s.failed).count();
         let p99_ms = if latencies.is_empty() {
             None
         } else {
@@ -70,7 +97,7 @@ impl CheckoutWindow {
             checkouts: latencies.len() as u32,
             p99_ms,
             backend_failures: failures as u32,
-            served_per_second: (latencies.len() - failures) as f64 * 1000.0 / WINDOW_MS as f64,
+            served_per_second: (latencies.len() - failures) as f64 * 1000.0 / span_ms as f64,
             free_slots,
         }
     }
@@ -96,9 +123,36 @@ mod tests {
         assert_eq!(m.p99_ms, Some(99));
         assert_eq!(m.backend_failures, 3);
         assert_eq!(m.free_slots, 7);
-        let later = w.measure(10_000 + WINDOW_MS + 1, 0);
+        let later = w.measure(10_000 + HORIZON_MS + 1, 0);
         assert_eq!(later.checkouts, 0);
         assert_eq!(later.p99_ms, None);
+    }
+
+    #[test]
+    fn a_slow_room_is_judged_on_its_newest_checkouts() {
+        let mut w = CheckoutWindow::new();
+        // Two checkouts a second for 20 s, the newest ten fast, the older
+        // ones slow; and one failed long ago, past the horizon.
+        w.record(0, 9_999, Outcome::Failed);
+        for i in 0..40u64 {
+            let at = HORIZON_MS + 1 + i * 500;
+            w.record(at, if i >= 30 { 10 } else { 2_000 }, Outcome::Served);
+        }
+        let now = HORIZON_MS + 1 + 40 * 500;
+        let m = w.measure(now, 1);
+        // Only 6 in the last 3 s: the newest 20 are judged, over 10 s.
+        assert_eq!(m.checkouts as usize, SAMPLES_WANTED);
+        assert_eq!(m.backend_failures, 0);
+        assert_eq!(m.p99_ms, Some(2_000));
+        assert!((m.served_per_second - 2.0).abs() < 0.01, "{m:?}");
+        // A busy room is judged on its last 3 s alone.
+        for i in 0..300u64 {
+            w.record(now + 1 + i * 10, 5, Outcome::Served);
+        }
+        let m = w.measure(now + 3000, 1);
+        assert_eq!(m.checkouts, 300);
+        assert_eq!(m.p99_ms, Some(5));
+        assert!((m.served_per_second - 100.0).abs() < 0.01, "{m:?}");
     }
 
     #[test]

@@ -467,11 +467,13 @@ impl Orders {
             let orders = Some(service.subject_orders(&subject));
             (result, orders)
         });
-        let Ok((result, orders)) = ran.await else {
+        let ran = ran.await;
+        let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+        let Ok((result, orders)) = ran else {
             count("overloaded");
+            rooms.record_checkout(room, latency_ms, backend_outcome::OVERLOADED);
             return overloaded();
         };
-        let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
         if let Some(outcome) = backend_outcome::of(&result) {
             rooms.record_checkout(room, latency_ms, outcome);
         }

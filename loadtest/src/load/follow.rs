@@ -59,11 +59,15 @@ fn phase(rec: &Inner, from_s: f64, to_s: f64, settle_s: f64) -> Phase {
         .iter()
         .map(|r| (r - rate_mean).abs() / rate_mean.max(f64::MIN_POSITIVE))
         .fold(0.0, f64::max);
-    // Whole seconds that lie inside the settled part.
+    // Whole seconds that lie inside the settled part, of those recorded:
+    // the per-second lists end at the last second a checkout ended in,
+    // which may be before the phase does (slicing past it would drop the
+    // whole phase's checkouts).
     let seconds = settled_s.ceil() as usize..to_s.floor() as usize;
+    let recorded = |len: usize| seconds.start.min(len)..seconds.end.min(len);
     let mut latencies: Vec<u32> = rec
         .checkout_ms
-        .get(seconds.clone())
+        .get(recorded(rec.checkout_ms.len()))
         .unwrap_or_default()
         .iter()
         .flatten()
@@ -72,7 +76,7 @@ fn phase(rec: &Inner, from_s: f64, to_s: f64, settle_s: f64) -> Phase {
     latencies.sort_unstable();
     let (calls, failed) = rec
         .checkout_calls
-        .get(seconds)
+        .get(recorded(rec.checkout_calls.len()))
         .unwrap_or_default()
         .iter()
         .fold((0u64, 0u64), |(c, f), &(n, x)| {
@@ -226,6 +230,17 @@ settle_s = 10
             rec.checkout_calls.push((100, 100 / failed_every));
         }
         rec
+    }
+
+    #[test]
+    fn a_last_phase_longer_than_the_recorded_seconds_keeps_its_checkouts() {
+        let s = Scenario::parse(SCENARIO, "t.toml").unwrap();
+        // Checkouts recorded up to second 59; the run (and its last phase)
+        // ends at 62.5 s.
+        let rec = run(|_| 50.0, 300, 1000);
+        let p = phases(&s, &rec, 62.5);
+        assert_eq!(p[1].checkouts, 100 * (60 - 40), "{:?}", p[1]);
+        assert_eq!(p[1].checkout_p99_ms, Some(300));
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct Sample {
     pub paused: bool,
     /// The room's release rate in force (`release_per_second`).
     pub release_per_second: f64,
+    /// What last moved an adaptive rate (`release_source.reason`; empty
+    /// for a pinned rate).
+    pub release_reason: String,
 }
 
 #[derive(Debug, Default)]

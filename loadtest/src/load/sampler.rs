@@ -42,6 +42,10 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
         committed: sum("committed"),
         paused: state["admissions"] == "paused",
         release_per_second: r["release_per_second"].as_f64().unwrap_or(0.0),
+        release_reason: r["release_source"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 
