@@ -223,11 +223,20 @@ pub struct JoinReply {
     pub serving: u64,
     pub paused: bool,
     pub sold_out: bool,
+    /// The store's room is new (or the store came back empty) and waits
+    /// for every gateway to tell it the highest numbers it saw: no places
+    /// for a moment.
+    pub warming: bool,
 }
 
 /// The answer to the `i`-th join of a batch (0-based): its `seq`, or why
 /// it got none.
 pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinError> {
+    if reply.warming {
+        return Err(JoinError::StoreUnavailable {
+            retry_after_s: STORE_RETRY_AFTER_S,
+        });
+    }
     if reply.sold_out {
         return Err(JoinError::SoldOut);
     }
@@ -328,7 +337,10 @@ mod tests {
             poll(&ticket(4), Some(&paused), &policy(), 1_000_100, &mut rng),
             PollDecision::Answer(Status::Paused(w)) if w.ahead == 0
         ));
-        let sold = LineNumbers { sold_out: true, ..n };
+        let sold = LineNumbers {
+            sold_out: true,
+            ..n
+        };
         assert_eq!(
             poll(&ticket(4), Some(&sold), &policy(), 1_000_100, &mut rng),
             PollDecision::Answer(Status::SoldOut)
@@ -344,7 +356,11 @@ mod tests {
         let full = LineNumbers { held: 3, ..free };
         let p = policy();
         assert_eq!(estimate_s(0, &free, &p), 0);
-        assert!(estimate_s(11, &free, &p) >= 18, "{}", estimate_s(11, &free, &p));
+        assert!(
+            estimate_s(11, &free, &p) >= 18,
+            "{}",
+            estimate_s(11, &free, &p)
+        );
         assert!(estimate_s(0, &full, &p) >= 2);
     }
 
@@ -373,6 +389,7 @@ mod tests {
             serving: 0,
             paused: false,
             sold_out: false,
+            warming: false,
         };
         assert_eq!(join_seq(&reply, 0, &p), Ok(40));
         assert_eq!(join_seq(&reply, 1, &p), Ok(41));
@@ -387,6 +404,14 @@ mod tests {
         assert!(matches!(
             join_seq(&paused, 0, &p),
             Err(JoinError::Paused { .. })
+        ));
+        let warming = JoinReply {
+            warming: true,
+            ..reply
+        };
+        assert!(matches!(
+            join_seq(&warming, 0, &p),
+            Err(JoinError::StoreUnavailable { .. })
         ));
         assert_eq!(claim_window_ms(&p), 6_000);
     }

@@ -774,7 +774,6 @@ impl Rooms {
     }
 }
 
-
 /// The answer to a join the room refused.
 pub(crate) fn join_refused(e: JoinError) -> LocalResponse {
     match e {
@@ -871,7 +870,8 @@ mod tests {
 
     #[test]
     fn a_fleet_must_list_its_signing_keys_and_cannot_have_a_fair_start() {
-        let room = "[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
+        let room =
+            "[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
         let src = format!("[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n{room}");
         let parse = |src: &str| {
             sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
@@ -880,11 +880,15 @@ mod tests {
             .unwrap()
         };
         let stock = Arc::new(sluice_admission::InMemoryStock::new());
-        let err = Rooms::open(&parse(&src), false, stock.clone()).err().unwrap();
+        let err = Rooms::open(&parse(&src), false, stock.clone())
+            .err()
+            .unwrap();
         assert!(err.contains("[[keys]]"), "{err}");
         let keys = "[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"\n";
         let fair = format!("{src}opens_at = 2099-01-01T00:00:00Z\n{keys}");
-        let err = Rooms::open(&parse(&fair), false, stock.clone()).err().unwrap();
+        let err = Rooms::open(&parse(&fair), false, stock.clone())
+            .err()
+            .unwrap();
         assert!(err.contains("opens_at"), "{err}");
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());

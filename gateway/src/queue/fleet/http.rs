@@ -20,10 +20,12 @@ use crate::route::LocalResponse;
 /// What a fleet's config must hold beyond a single gateway's.
 pub fn check_config(config: &Config) -> Result<(), String> {
     if config.keys.is_empty() {
-        return Err("[cluster] redis_url: every gateway of a fleet signs and checks the \
+        return Err(
+            "[cluster] redis_url: every gateway of a fleet signs and checks the \
                     same tickets and passes, so the config must list its [[keys]] \
                     (the same on every gateway; `sluice keygen` makes one)"
-            .into());
+                .into(),
+        );
     }
     if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
         return Err(format!(
@@ -59,12 +61,7 @@ fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
 
 impl Rooms {
     /// The status of a verified ticket: from memory, or the pass.
-    async fn shared_decide(
-        &self,
-        shared: &SharedRoom,
-        ticket: &Presented,
-        now: u64,
-    ) -> Status {
+    async fn shared_decide(&self, shared: &SharedRoom, ticket: &Presented, now: u64) -> Status {
         match shared.decide_poll(ticket, now) {
             PollDecision::Answer(status) => status,
             PollDecision::Claim => match shared.claim(ticket.seq).await {
@@ -92,9 +89,8 @@ impl Rooms {
                 self.keyring
                     .load()
                     .verify(token, &entry.expect_ticket(room), now / 1000);
-            if let Some((claims, ticket)) = verified
-                .ok()
-                .and_then(|c| presented(&c).map(|t| (c, t)))
+            if let Some((claims, ticket)) =
+                verified.ok().and_then(|c| presented(&c).map(|t| (c, t)))
             {
                 let status = self.shared_decide(shared, &ticket, now).await;
                 if !matches!(status, Status::Expired | Status::SoldOut) {

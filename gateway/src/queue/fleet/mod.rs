@@ -46,6 +46,9 @@ pub const JOIN_BATCH_MAX: usize = 512;
 pub const JOINS_WAITING_MAX: usize = 8192;
 /// A join or a claim waits this long for the store at most.
 pub const ANSWER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How long a batch of joins waits for a store that is warming up (a new
+/// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`).
+const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
 /// Passes given back that this gateway remembers (each until it expires).
 const GIVEN_BACK_MAX: usize = 65_536;
 
@@ -305,12 +308,23 @@ async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWai
         let Some(room) = room.upgrade() else { return };
         let policy = room.policy.load_full();
         let n = batch.len() as u32;
-        let hw_next = room.hw_next.load(Ordering::Relaxed);
-        let reply = room
-            .fleet
-            .store
-            .join(&room.name, n, policy.queue_capacity.get(), hw_next)
-            .await;
+        // A store that is warming up answers within its warm-up: the joins
+        // wait for it rather than fail.
+        let deadline = tokio::time::Instant::now() + WARMING_WAIT_MAX;
+        let reply = loop {
+            let hw_next = room.hw_next.load(Ordering::Relaxed);
+            let reply = room
+                .fleet
+                .store
+                .join(&room.name, n, policy.queue_capacity.get(), hw_next)
+                .await;
+            match reply {
+                Ok(r) if r.warming && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(TICK).await;
+                }
+                other => break other,
+            }
+        };
         match reply {
             Ok(reply) => {
                 room.saw(reply.first + u64::from(reply.granted), reply.serving);

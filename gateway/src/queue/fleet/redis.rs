@@ -78,7 +78,9 @@ impl RedisStore {
             cmd.arg(function).arg(keys.len()).arg(keys).arg(args);
             match query::<T>(&cmd, &mut conn).await {
                 Err(e) if function_missing(&e) => {
-                    tracing::warn!("Redis lost the sluice Functions (restarted?); loading them again");
+                    tracing::warn!(
+                        "Redis lost the sluice Functions (restarted?); loading them again"
+                    );
                     load_library(&mut conn).await?;
                     query::<T>(&cmd, &mut conn).await.map_err(classify)
                 }
@@ -119,8 +121,7 @@ fn unavailable(e: RedisError) -> StoreError {
 /// Server-side refusals that are not about reachability are the
 /// library's problem; everything else means "not now".
 fn classify(e: RedisError) -> StoreError {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-    {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return unavailable(e);
     }
     match e.code() {
@@ -134,7 +135,10 @@ fn classify(e: RedisError) -> StoreError {
 
 /// The keys of room `room`, under its hash tag.
 pub fn keys(room: &str) -> [String; 2] {
-    [format!("sluice:{{{room}}}"), format!("sluice:{{{room}}}:slots")]
+    [
+        format!("sluice:{{{room}}}"),
+        format!("sluice:{{{room}}}:slots"),
+    ]
 }
 
 fn flag(b: bool) -> u64 {
@@ -158,7 +162,7 @@ impl RoomStore for RedisStore {
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
-        let [first, granted, serving, paused, sold_out] = r[..] else {
+        let [first, granted, serving, paused, sold_out, warming] = r[..] else {
             return Err(StoreError::Protocol(format!("sluice_join gave {r:?}")));
         };
         Ok(JoinReply {
@@ -167,6 +171,7 @@ impl RoomStore for RedisStore {
             serving,
             paused: paused != 0,
             sold_out: sold_out != 0,
+            warming: warming != 0,
         })
     }
 
@@ -226,18 +231,9 @@ impl RoomStore for RedisStore {
         Ok(freed == 1)
     }
 
-    async fn set_state(
-        &self,
-        room: &str,
-        paused: bool,
-        sold_out: bool,
-    ) -> Result<u64, StoreError> {
+    async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError> {
         let [line, _] = keys(room);
-        self.fcall(
-            "sluice_set_state",
-            &[line],
-            &[flag(paused), flag(sold_out)],
-        )
-        .await
+        self.fcall("sluice_set_state", &[line], &[flag(paused), flag(sold_out)])
+            .await
     }
 }

@@ -7,7 +7,8 @@ so the gateways' clocks do not matter.
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot:
   sluice:{R}        HASH  next (next seq to give), serving (seqs below it are
                           released), tat_us (GCRA theoretical arrival time),
-                          paused, sold_out (0/1), version (bumped by set_state)
+                          paused, sold_out (0/1), version (bumped by set_state),
+                          born_ms (when this hash was made: see WARM_UP_MS)
   sluice:{R}:slots  ZSET  the max_active slots: "u<seq>" a released place not
                           collected yet, "c<seq>" a collected pass; score =
                           unix ms at which the slot is free again
@@ -26,17 +27,24 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- A room hash made just now (a new room, or a Redis restarted without its
+-- data) takes no joins for this long: every gateway's tick pushes the highest
+-- numbers it saw first, so a place one gateway gave is not given again by
+-- another that never saw it.
+local WARM_UP_MS = 2000
+
 local function num(v)
   return tonumber(v) or 0
 end
 
 -- The room's numbers, with the high-water marks a gateway pushes: a Redis
 -- restarted empty never gives a seq twice nor un-releases a place.
-local function load(key, hw_next, hw_serving)
-  local v = redis.call('HMGET', key, 'next', 'serving', 'tat_us', 'paused', 'sold_out', 'version')
+local function load(key, hw_next, hw_serving, ms)
+  local v = redis.call('HMGET', key, 'next', 'serving', 'tat_us', 'paused', 'sold_out', 'version',
+    'born_ms')
   local r = {
     next = num(v[1]), serving = num(v[2]), tat_us = num(v[3]),
-    paused = num(v[4]), sold_out = num(v[5]), version = num(v[6]),
+    paused = num(v[4]), sold_out = num(v[5]), version = num(v[6]), born_ms = tonumber(v[7]) or ms,
   }
   if hw_next > r.next then r.next = hw_next end
   if hw_serving > r.serving then r.serving = hw_serving end
@@ -46,18 +54,22 @@ end
 
 -- FCALL sluice_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
--- -> {first, granted, serving, paused, sold_out}
+-- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
   local n, capacity, hw_next = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
-  local r = load(keys[1], hw_next, 0)
+  local ms = now_ms()
+  local r = load(keys[1], hw_next, 0, ms)
   local granted = 0
-  if r.paused == 0 and r.sold_out == 0 then
+  local warming = 0
+  if ms - r.born_ms < WARM_UP_MS then
+    warming = 1
+  elseif r.paused == 0 and r.sold_out == 0 then
     local room_left = capacity - (r.next - r.serving)
     granted = math.max(0, math.min(n, room_left))
   end
   local first = r.next
-  redis.call('HSET', keys[1], 'next', r.next + granted, 'serving', r.serving)
-  return {first, granted, r.serving, r.paused, r.sold_out}
+  redis.call('HSET', keys[1], 'next', r.next + granted, 'serving', r.serving, 'born_ms', r.born_ms)
+  return {first, granted, r.serving, r.paused, r.sold_out, warming}
 end
 
 -- FCALL sluice_tick 2 <room> <slots> <rate> <burst> <max_active>
@@ -69,13 +81,13 @@ end
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local claim_window_ms = tonumber(args[4])
-  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]))
+  local us = now_us()
+  local ms = math.floor(us / 1000)
+  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), ms)
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
     r.sold_out = 1
     r.version = r.version + 1
   end
-  local ms = now_ms()
-  local us = now_us()
   redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', ms)
   local held = redis.call('ZCARD', keys[2])
   local released = 0
@@ -96,7 +108,7 @@ local function tick(keys, args)
     end
   end
   redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving, 'tat_us', r.tat_us,
-    'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version)
+    'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version, 'born_ms', r.born_ms)
   return {r.next, r.serving, held, r.paused, r.sold_out, r.version, released, ms}
 end
 

@@ -76,6 +76,5 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError>;
 
     /// The kill switch and sold out; returns the state's new version.
-    async fn set_state(&self, room: &str, paused: bool, sold_out: bool)
-        -> Result<u64, StoreError>;
+    async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError>;
 }
