@@ -230,7 +230,7 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
     let mut redis = Redis::start();
     let origin = Origin::start();
     let rooms = "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo\"]\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
-    let fleet = start_fleet(&redis, 2, Some(origin.url()), rooms);
+    let mut fleet = start_fleet(&redis, 2, Some(origin.url()), rooms);
     let client = client();
 
     let pass = admitted_pass(&fleet[0].url(""), &client, "drop").await;
@@ -302,4 +302,27 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
         after["state"] == "waiting" && after["ahead"].as_u64().unwrap() <= ahead_before,
         "{after}"
     );
+
+    // A gateway SIGKILLed mid-line and started again: its tickets and the
+    // pass still work there, and it gives no place already given.
+    fleet[1].kill9_and_restart();
+    let back = eventually_await(Duration::from_secs(5), || async {
+        let (code, body) = status(&client, &fleet[1], "drop", &waiting[3]).await;
+        code == StatusCode::OK && body["state"] == "waiting"
+    })
+    .await;
+    assert!(back.is_some(), "the restarted gateway serves the line");
+    assert_eq!(protected(&fleet[1]).await.unwrap().status(), StatusCode::OK);
+    let newest = ticket(&client, &fleet[1], "drop").await;
+    assert!(seq_of(&newest) > *seqs.iter().max().unwrap());
+    let metrics = without_region(&fleet[0].metrics_text().await);
+    let refused = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_queue_joins_total{")
+                && l.contains("result=\"store_unavailable\"")
+                && l.contains("room=\"drop\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
 }

@@ -128,6 +128,27 @@ impl TokenTtls {
 }
 
 impl RoomEntry {
+    /// The room's numbers at `now_ms`; for a room on the fleet's line, the
+    /// shared ones as this gateway last read them, and its own joins.
+    pub fn stats(&self, now_ms: u64) -> RoomStats {
+        let mut stats = self
+            .line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stats(now_ms);
+        if let Some(shared) = &self.shared {
+            let numbers = shared.numbers();
+            stats.joins = shared.join_counts();
+            stats.waiting = numbers.waiting();
+            stats.serving = numbers.serving;
+            stats.active_passes = numbers.held;
+            stats.release_per_second = shared.policy().release_per_second.get();
+            stats.paused = numbers.paused || numbers.is_stale(now_ms);
+            stats.sold_out = stats.sold_out || numbers.sold_out;
+        }
+        stats
+    }
+
     /// What a pass of this room (named `room`) must be.
     fn expect_pass<'a>(&self, room: &'a str) -> Expected<'a> {
         Expected::pass(room, self.lifetimes.pass_ttl_s.load(Ordering::Relaxed))
@@ -437,18 +458,7 @@ impl Rooms {
     }
 
     pub fn stats(&self, name: &str, now_ms: u64) -> Option<RoomStats> {
-        let entry = self.get(name)?;
-        let line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-        let mut stats = line.stats(now_ms);
-        if let Some(shared) = &entry.shared {
-            let numbers = shared.numbers();
-            stats.waiting = numbers.waiting();
-            stats.serving = numbers.serving;
-            stats.active_passes = numbers.held;
-            stats.paused = numbers.paused || numbers.is_stale(now_ms);
-            stats.sold_out = stats.sold_out || numbers.sold_out;
-        }
-        Some(stats)
+        Some(self.get(name)?.stats(now_ms))
     }
 
     /// Checks the pass a request carries for `room` (cookie or bearer).

@@ -30,6 +30,7 @@ use arc_swap::ArcSwap;
 use sluice_admission::fleet::{
     self as decide, ClaimReply, LineNumbers, Presented, STORE_RETRY_AFTER_S,
 };
+use sluice_admission::stats::JoinCounts;
 use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
@@ -102,6 +103,7 @@ impl Fleet {
             state_wanted: AtomicU8::new(STATE_NONE),
             given_back: Mutex::new(HashMap::new()),
             reachable: AtomicBool::new(true),
+            joins_counted: Mutex::new(JoinCounts::default()),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
@@ -132,6 +134,8 @@ pub struct SharedRoom {
     given_back: Mutex<HashMap<u64, u64>>,
     /// The store answered the last call (for logging the changes only).
     reachable: AtomicBool,
+    /// This gateway's joins by result (`sluice_queue_joins_total`).
+    joins_counted: Mutex<JoinCounts>,
 }
 
 impl SharedRoom {
@@ -159,8 +163,26 @@ impl SharedRoom {
         self.state_wanted.store(state, Ordering::Relaxed);
     }
 
+    /// This gateway's joins by result.
+    pub fn join_counts(&self) -> JoinCounts {
+        *self.joins_counted.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A new place at the end of the shared line.
     pub async fn join(&self) -> Result<u64, JoinError> {
+        let answer = self.join_uncounted().await;
+        let mut counts = self.joins_counted.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Ok(_) => counts.queued += 1,
+            Err(JoinError::QueueFull { .. }) => counts.queue_full += 1,
+            Err(JoinError::Paused { .. }) => counts.paused += 1,
+            Err(JoinError::SoldOut) => counts.sold_out += 1,
+            Err(JoinError::StoreUnavailable { .. }) => counts.store_unavailable += 1,
+        }
+        answer
+    }
+
+    async fn join_uncounted(&self) -> Result<u64, JoinError> {
         let unavailable = JoinError::StoreUnavailable {
             retry_after_s: STORE_RETRY_AFTER_S,
         };
