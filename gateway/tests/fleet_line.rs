@@ -223,6 +223,22 @@ async fn three_gateways_keep_one_line_with_the_fleets_limits() {
     }
     let next = ticket(&client, &fleet[1], "line").await;
     assert!(seq_of(&next) > *seqs.last().unwrap());
+    // Every gateway lists the whole fleet, each seen within the last seconds.
+    for gw in &fleet {
+        let listed = eventually(Duration::from_secs(3), || {
+            let state = gw.admin_json("/admin/state");
+            let members = state["fleet"].as_array().cloned().unwrap_or_default();
+            members.len() == 3
+                && members
+                    .iter()
+                    .all(|m| m["region"] == "local" && m["last_seen_s"].as_u64() <= Some(2))
+        });
+        assert!(
+            listed.is_some(),
+            "{}",
+            gw.admin_json("/admin/state")["fleet"]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

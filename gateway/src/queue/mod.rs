@@ -244,7 +244,11 @@ impl Rooms {
         stock: Arc<dyn StockAuthority>,
     ) -> Result<Self, String> {
         if let Some(url) = &config.cluster.redis_url {
-            let fleet = fleet::Fleet::redis(url.expose())?;
+            let fleet = fleet::Fleet::redis(
+                url.expose(),
+                crate::admin::node_id(&config.gateway),
+                config.gateway.region.clone(),
+            )?;
             let mut secret = [0u8; 32];
             rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
             return Self::build(config, tls, stock, secret, None, Some(fleet));
@@ -447,6 +451,12 @@ impl Rooms {
         }
         self.rooms.store(Arc::new(next));
         self.keyring.store(plan.keyring);
+    }
+
+    /// With `[cluster] redis_url`: the fleet's gateways the store heard
+    /// from lately (`/admin/state` `"fleet"`).
+    pub fn fleet_members(&self) -> Option<Vec<fleet::Member>> {
+        self.fleet.as_ref().map(|f| f.members())
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {

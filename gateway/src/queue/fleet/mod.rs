@@ -35,7 +35,7 @@ use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
-pub use store::{RoomStore, StoreError, TickArgs};
+pub use store::{Member, RoomStore, StoreError, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).
@@ -57,16 +57,23 @@ const STATE_NONE: u8 = 0;
 const STATE_OPEN: u8 = 1;
 const STATE_PAUSED: u8 = 2;
 
+/// How often a gateway tells the store it is alive (`/admin/state`
+/// `"fleet"`).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
 /// The fleet's store and the runtime its tasks run on.
 pub struct Fleet {
     rt: tokio::runtime::Handle,
     store: Arc<dyn RoomStore>,
+    /// The fleet as the last heartbeat listed it.
+    members: ArcSwap<Vec<Member>>,
 }
 
 impl Fleet {
     /// A fleet on the Redis at `url`. Does not connect yet: the rooms'
     /// tasks do, and keep trying while Redis is away.
-    pub fn redis(url: &str) -> Result<Arc<Self>, String> {
+    /// `id` and `region` name this gateway in the fleet's list.
+    pub fn redis(url: &str, id: String, region: String) -> Result<Arc<Self>, String> {
         let store = redis::RedisStore::new(url)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -77,10 +84,19 @@ impl Fleet {
         // Lives as long as the process: dropping a runtime from inside
         // another one (pingora's) panics.
         let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
-        Ok(Arc::new(Self {
+        let fleet = Arc::new(Self {
             rt: rt.handle().clone(),
             store: Arc::new(store),
-        }))
+            members: ArcSwap::from_pointee(Vec::new()),
+        });
+        rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
+        Ok(fleet)
+    }
+
+    /// The gateways the store heard from lately, this one included once
+    /// its first heartbeat landed.
+    pub fn members(&self) -> Vec<Member> {
+        self.members.load().as_ref().clone()
     }
 
     /// Room `name` on the shared line, its tasks started.
@@ -307,6 +323,19 @@ impl SharedRoom {
                 self.answered(Ok(()));
             }
             Err(e) => self.answered(Err(&e)),
+        }
+    }
+}
+
+/// This gateway's heartbeat, every [`HEARTBEAT_EVERY`].
+async fn heartbeat_loop(fleet: Weak<Fleet>, id: String, region: String) {
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(fleet) = fleet.upgrade() else { return };
+        if let Ok(members) = fleet.store.heartbeat(&id, &region).await {
+            fleet.members.store(Arc::new(members));
         }
     }
 }

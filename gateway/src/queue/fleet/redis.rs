@@ -18,7 +18,7 @@ use redis::{Cmd, RedisError};
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
 use tokio::sync::Mutex;
 
-use super::store::{RoomStore, StoreError, Tick, TickArgs};
+use super::store::{Member, RoomStore, StoreError, Tick, TickArgs};
 
 /// The Functions library.
 pub const LIBRARY: &str = include_str!("sluice.lua");
@@ -71,6 +71,16 @@ impl RedisStore {
         function: &str,
         keys: &[String],
         args: &[u64],
+    ) -> Result<T, StoreError> {
+        let args: Vec<String> = args.iter().map(u64::to_string).collect();
+        self.fcall_str(function, keys, &args).await
+    }
+
+    async fn fcall_str<T: redis::FromRedisValue>(
+        &self,
+        function: &str,
+        keys: &[String],
+        args: &[String],
     ) -> Result<T, StoreError> {
         let call = async {
             let mut conn = self.connection().await?;
@@ -132,6 +142,9 @@ fn classify(e: RedisError) -> StoreError {
         _ => StoreError::Unavailable(e.to_string()),
     }
 }
+
+/// The fleet's members.
+pub const FLEET_KEY: &str = "sluice:fleet";
 
 /// The keys of room `room`, under its hash tag.
 pub fn keys(room: &str) -> [String; 2] {
@@ -235,5 +248,31 @@ impl RoomStore for RedisStore {
         let [line, _] = keys(room);
         self.fcall("sluice_set_state", &[line], &[flag(paused), flag(sold_out)])
             .await
+    }
+
+    async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
+        let r: Vec<String> = self
+            .fcall_str(
+                "sluice_heartbeat",
+                &[FLEET_KEY.to_string()],
+                &[id.to_string(), region.to_string()],
+            )
+            .await?;
+        let bad = || StoreError::Protocol(format!("sluice_heartbeat gave {} items", r.len()));
+        let (now, rest) = r.split_first().ok_or_else(bad)?;
+        let now: u64 = now.parse().map_err(|_| bad())?;
+        if rest.len() % 3 != 0 {
+            return Err(bad());
+        }
+        rest.chunks(3)
+            .map(|m| {
+                let seen: u64 = m[2].parse().map_err(|_| bad())?;
+                Ok(Member {
+                    id: m[0].clone(),
+                    region: m[1].clone(),
+                    last_seen_s: now.saturating_sub(seen) / 1000,
+                })
+            })
+            .collect()
     }
 }

@@ -13,6 +13,9 @@ Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot:
                           collected yet, "c<seq>" a collected pass; score =
                           unix ms at which the slot is free again
 
+And one key for the fleet itself (its own slot in Redis Cluster):
+  sluice:fleet      HASH  gateway id -> "<unix ms last seen> <region>"
+
 Nothing is kept per waiting shopper: a place is its seq, and the ticket
 (signed by the gateway) carries it.
 ]]
@@ -154,6 +157,32 @@ local function set_state(keys, args)
   return num(redis.call('HGET', keys[1], 'version'))
 end
 
+-- A gateway not seen for this long is forgotten.
+local FORGET_MS = 3600000
+
+-- FCALL sluice_heartbeat 1 sluice:fleet <id> <region>
+-- Marks gateway <id> seen now and lists the fleet.
+-- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
+local function heartbeat(keys, args)
+  local ms = now_ms()
+  redis.call('HSET', keys[1], args[1], string.format('%d', ms) .. ' ' .. args[2])
+  local all = redis.call('HGETALL', keys[1])
+  local out = {string.format('%d', ms)}
+  for i = 1, #all, 2 do
+    local seen, region = string.match(all[i + 1], '^(%d+) (.*)$')
+    seen = tonumber(seen)
+    if seen == nil or ms - seen > FORGET_MS then
+      redis.call('HDEL', keys[1], all[i])
+    else
+      table.insert(out, all[i])
+      table.insert(out, region)
+      table.insert(out, string.format('%d', seen))
+    end
+  end
+  return out
+end
+
+redis.register_function('sluice_heartbeat', heartbeat)
 redis.register_function('sluice_join', join)
 redis.register_function('sluice_tick', tick)
 redis.register_function('sluice_claim', claim)

@@ -49,6 +49,15 @@ pub struct Tick {
     pub store_now_ms: u64,
 }
 
+/// A gateway of the fleet as the store last heard from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: String,
+    pub region: String,
+    /// Seconds since it was last heard from, by the store's clock.
+    pub last_seen_s: u64,
+}
+
 /// One room's shared state, changed only in whole transitions.
 #[async_trait]
 pub trait RoomStore: Send + Sync + 'static {
@@ -77,4 +86,7 @@ pub trait RoomStore: Send + Sync + 'static {
 
     /// The kill switch and sold out; returns the state's new version.
     async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError>;
+
+    /// Marks gateway `id` (in `region`) alive and lists the fleet.
+    async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError>;
 }
