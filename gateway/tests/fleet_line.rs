@@ -342,3 +342,55 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_with_its_data_resumes_the_line_in_order() {
+    let mut redis = Redis::start_persistent();
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let fleet = start_fleet(&redis, 2, None, rooms);
+    let client = client();
+    // One pass holds the one slot; three wait behind it.
+    admitted_pass(&fleet[0].url(""), &client, "drop").await;
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        waiting.push(ticket(&client, &fleet[i % 2], "drop").await);
+    }
+    let last = seq_of(waiting.last().unwrap());
+    let (_, before) = status(&client, &fleet[1], "drop", waiting.last().unwrap()).await;
+    assert_eq!(before["state"], "waiting", "{before}");
+
+    redis.stop();
+    let paused = eventually_await(Duration::from_secs(3), || async {
+        watermark(&client, &fleet[0], "drop").await["state"] == "paused"
+    })
+    .await;
+    assert!(paused.is_some(), "the line pauses while Redis is away");
+    redis.restart();
+
+    // Back with its data: the very next place, the same places, and the
+    // pass's slot still held (nobody else let in).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        let (code, body, _) = join(&client, &fleet[1], "drop").await;
+        if code.is_success() {
+            break seq_of(body["ticket"].as_str().unwrap());
+        }
+        assert!(Instant::now() < deadline, "joins come back: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(next, last + 1);
+    for gw in &fleet {
+        let resumed = eventually_await(Duration::from_secs(2), || async {
+            let (_, after) = status(&client, gw, "drop", waiting.last().unwrap()).await;
+            after["state"] == "waiting" && after["ahead"] == before["ahead"]
+        })
+        .await;
+        assert!(resumed.is_some(), "{} resumes, same place", gw.listen);
+    }
+    let window = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < window {
+        let mark = watermark(&client, &fleet[0], "drop").await;
+        assert_eq!(mark["serving"], 1, "max_active still holds: {mark}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

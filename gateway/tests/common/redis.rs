@@ -17,16 +17,29 @@ pub struct Redis {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// Keeps its data in an append-only file synced on every write.
+    persist: bool,
 }
 
 impl Redis {
     /// A new empty Redis without persistence (`--save ""`).
     pub fn start() -> Redis {
+        Self::start_with(false)
+    }
+
+    /// A new empty Redis that keeps its data across [`Redis::restart`]
+    /// (append-only file, `fsync` on every write).
+    pub fn start_persistent() -> Redis {
+        Self::start_with(true)
+    }
+
+    fn start_with(persist: bool) -> Redis {
         for _ in 0..5 {
             let mut redis = Redis {
                 child: None,
                 port: free_port(),
                 dir: tempfile::tempdir().unwrap(),
+                persist,
             };
             if redis.spawn() {
                 return redis;
@@ -40,7 +53,12 @@ impl Redis {
         let log = std::fs::File::create(self.dir.path().join("redis.log")).unwrap();
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--bind", "127.0.0.1", "--save", ""])
+            .args(if self.persist {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "no"]
+            })
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(log)
@@ -80,9 +98,25 @@ impl Redis {
         }
     }
 
+    /// Starts again on the same port and data (after [`Redis::stop`]).
+    pub fn restart(&mut self) {
+        self.stop();
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on {}",
+            self.port
+        );
+    }
+
     /// Stops and starts again, empty, on the same port.
     pub fn restart_empty(&mut self) {
         self.stop();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if entry.file_name() != "redis.log" {
+                let path = entry.path();
+                let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            }
+        }
         assert!(
             self.spawn(),
             "redis-server did not start again on {}",
