@@ -15,6 +15,8 @@
 //! - [`stock`]: the stock authority the room asks whether anything is left.
 //! - [`fair_start`]: the verifiable draw of the pre-queue at the opening.
 //! - [`ticket_id`]: ticket ids derived from places, so none are stored.
+//! - [`fleet`]: a room on a line shared by several gateways: decisions
+//!   from the shared numbers a store returns.
 //! - [`journal`]: the room's changes as events for a durable store to keep,
 //!   and the room rebuilt from them after a restart.
 //! - [`poll`]: when to ask again.
@@ -30,6 +32,7 @@ pub mod adaptive;
 pub mod bucket;
 pub mod clock;
 pub mod fair_start;
+pub mod fleet;
 pub mod join_limiter;
 pub mod journal;
 pub mod pass_orders;

@@ -201,7 +201,13 @@ impl Admin {
             .collect();
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
         let (inventory, orders) = self.shared.orders.state();
-        json!({
+        let fleet = self.shared.rooms.fleet_members().map(|members| {
+            members
+                .iter()
+                .map(|m| json!({"id": m.id, "region": m.region, "last_seen_s": m.last_seen_s}))
+                .collect::<Vec<_>>()
+        });
+        let mut state = json!({
             "node": self.node,
             "admissions": config.gateway.admissions.as_str(),
             "rooms": rooms,
@@ -214,7 +220,11 @@ impl Admin {
             },
             "catalog": {"files": rt.catalog.len(), "bytes": rt.catalog.total_bytes()},
             "origin_cache": {"entries": cache_entries, "bytes": cache_bytes},
-        })
+        });
+        if let Some(fleet) = fleet {
+            state["fleet"] = json!(fleet);
+        }
+        state
     }
 }
 

@@ -191,6 +191,7 @@ impl ProxyHttp for Proxy {
                     ctx.client.ip,
                     &self.shared.metrics,
                 );
+                let local = local.await;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
             }

@@ -84,11 +84,7 @@ impl Collector for RoomCollector {
         names.sort();
         for name in names {
             let entry = &rooms[name];
-            let s = entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .stats(now);
+            let s = entry.stats(now);
             let room = name.as_str();
             let r = [("room", room)];
             for (result, n) in [

@@ -12,9 +12,15 @@
 //! tickets depend on are made once and kept in `data_dir` ([`secrets`]), so
 //! a restart, even after `kill -9`, keeps every place, ticket and pass.
 //! [`Rooms::new`] keeps everything in memory (unit tests).
+//!
+//! With `[cluster] redis_url` the rooms live on a line shared by the
+//! fleet instead ([`fleet`]): each room's state is in Redis, this gateway
+//! keeps its shared numbers in memory, and the tokens are signed with the
+//! config's `[[keys]]`, which every gateway of the fleet lists.
 
 pub mod adaptive;
 mod collector;
+pub mod fleet;
 pub mod journal;
 pub mod page;
 mod release;
@@ -74,6 +80,9 @@ pub struct RoomEntry {
     /// Adaptive release: checkouts measured and the rate decided. Taken
     /// before `line` when both are held.
     pub adaptive: Mutex<adaptive::AdaptiveRelease>,
+    /// The room on the fleet's shared line (`[cluster] redis_url`): joins,
+    /// polls, passes and the release go there, and `line` stays empty.
+    pub shared: Option<Arc<fleet::SharedRoom>>,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -119,6 +128,27 @@ impl TokenTtls {
 }
 
 impl RoomEntry {
+    /// The room's numbers at `now_ms`; for a room on the fleet's line, the
+    /// shared ones as this gateway last read them, and its own joins.
+    pub fn stats(&self, now_ms: u64) -> RoomStats {
+        let mut stats = self
+            .line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stats(now_ms);
+        if let Some(shared) = &self.shared {
+            let numbers = shared.numbers();
+            stats.joins = shared.join_counts();
+            stats.waiting = numbers.waiting();
+            stats.serving = numbers.serving;
+            stats.active_passes = numbers.held;
+            stats.release_per_second = shared.policy().release_per_second.get();
+            stats.paused = numbers.paused || numbers.is_stale(now_ms);
+            stats.sold_out = stats.sold_out || numbers.sold_out;
+        }
+        stats
+    }
+
     /// What a pass of this room (named `room`) must be.
     fn expect_pass<'a>(&self, room: &'a str) -> Expected<'a> {
         Expected::pass(room, self.lifetimes.pass_ttl_s.load(Ordering::Relaxed))
@@ -182,6 +212,8 @@ pub struct Rooms {
     /// `data_dir` for durable rooms, made at start otherwise.
     ephemeral: Arc<VerifyingKeyring>,
     durable: Option<Durable>,
+    /// The fleet's shared store, with `[cluster] redis_url`.
+    fleet: Option<Arc<fleet::Fleet>>,
     stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
@@ -200,7 +232,7 @@ impl Rooms {
     pub fn new(config: &Config, tls: bool, stock: Arc<dyn StockAuthority>) -> Result<Self, String> {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
-        Self::build(config, tls, stock, secret, None)
+        Self::build(config, tls, stock, secret, None, None)
     }
 
     /// Durable rooms in `gateway.data_dir` (`sluice run`): the keys are
@@ -211,14 +243,15 @@ impl Rooms {
         tls: bool,
         stock: Arc<dyn StockAuthority>,
     ) -> Result<Self, String> {
-        if config.cluster.redis_url.is_some() {
-            // Running each gateway's own line while the operator counts on
-            // one shared line would let the fleet walk around every limit.
-            return Err(
-                "[cluster] redis_url: waiting rooms on Redis are not built yet; \
-                 leave it out to run the rooms in data_dir (one gateway per line)"
-                    .into(),
-            );
+        if let Some(url) = &config.cluster.redis_url {
+            let fleet = fleet::Fleet::redis(
+                url.expose(),
+                crate::admin::node_id(&config.gateway),
+                config.gateway.region.clone(),
+            )?;
+            let mut secret = [0u8; 32];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+            return Self::build(config, tls, stock, secret, None, Some(fleet));
         }
         let data_dir: &Path = &config.gateway.data_dir;
         let secret = secrets::load_or_create(data_dir, secrets::SIGNING_KEY_FILE)?;
@@ -227,7 +260,7 @@ impl Rooms {
             rooms_dir: data_dir.join("rooms"),
             ticket_id_key,
         };
-        Self::build(config, tls, stock, secret, Some(durable))
+        Self::build(config, tls, stock, secret, Some(durable), None)
     }
 
     fn build(
@@ -236,6 +269,7 @@ impl Rooms {
         stock: Arc<dyn StockAuthority>,
         secret: [u8; 32],
         durable: Option<Durable>,
+        fleet: Option<Arc<fleet::Fleet>>,
     ) -> Result<Self, String> {
         let kid = if durable.is_some() {
             "local"
@@ -254,6 +288,7 @@ impl Rooms {
             keyring: ArcSwap::new(ephemeral.clone()),
             ephemeral,
             durable,
+            fleet,
             stock,
             tls,
         };
@@ -270,7 +305,7 @@ impl Rooms {
         now_ms: u64,
     ) -> Result<(WaitingRoom, Option<journal::RoomJournal>), String> {
         let name = &room.name;
-        let Some(durable) = &self.durable else {
+        let Some(durable) = self.durable.as_ref().filter(|_| self.fleet.is_none()) else {
             let line = WaitingRoom::new(
                 name,
                 policy,
@@ -325,6 +360,9 @@ impl Rooms {
     /// the keyring, every policy checked, new rooms created. Everything
     /// that can fail fails here.
     pub fn plan(&self, config: &Config, now_ms: u64) -> Result<RoomsPlan, String> {
+        if self.fleet.is_some() {
+            fleet::check_config(config)?;
+        }
         let keyring = if config.keys.is_empty() {
             self.ephemeral.clone()
         } else {
@@ -346,6 +384,10 @@ impl Rooms {
                     let mut adaptive = adaptive::AdaptiveRelease::default();
                     // A new room runs at its configured (start) rate.
                     let _ = adaptive.configure(room, now_ms);
+                    let shared = self
+                        .fleet
+                        .as_ref()
+                        .map(|f| f.room(&room.name, policy.clone(), self.stock.clone()));
                     Arc::new(RoomEntry {
                         limiter: ArcSwap::from_pointee(RoomLimiter::new(
                             room.joins_per_minute_per_client,
@@ -355,6 +397,7 @@ impl Rooms {
                         line: Mutex::new(line),
                         journal,
                         adaptive: Mutex::new(adaptive),
+                        shared,
                     })
                 }
             };
@@ -393,6 +436,10 @@ impl Rooms {
                     line.set_release_per_second(rate);
                 }
                 line.set_paused(plan.paused);
+                if let Some(shared) = &entry.shared {
+                    shared.set_policy(line.policy().clone());
+                    shared.want_paused(plan.paused);
+                }
             }
             if entry.limiter.load().per_minute != room.joins_per_minute {
                 entry
@@ -406,6 +453,12 @@ impl Rooms {
         self.keyring.store(plan.keyring);
     }
 
+    /// With `[cluster] redis_url`: the fleet's gateways the store heard
+    /// from lately (`/admin/state` `"fleet"`).
+    pub fn fleet_members(&self) -> Option<Vec<fleet::Member>> {
+        self.fleet.as_ref().map(|f| f.members())
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
         self.rooms.load().get(name).cloned()
     }
@@ -415,9 +468,7 @@ impl Rooms {
     }
 
     pub fn stats(&self, name: &str, now_ms: u64) -> Option<RoomStats> {
-        let entry = self.get(name)?;
-        let line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-        Some(line.stats(now_ms))
+        Some(self.get(name)?.stats(now_ms))
     }
 
     /// Checks the pass a request carries for `room` (cookie or bearer).
@@ -493,12 +544,13 @@ impl Rooms {
         let Some(id) = TicketId::parse(&pass.sub) else {
             return false;
         };
-        self.get(room).is_some_and(|entry| {
-            entry
+        self.get(room).is_some_and(|entry| match &entry.shared {
+            Some(shared) => shared.may_start(pass.seq),
+            None => entry
                 .line
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .may_start(pass.seq, &id, now_ms())
+                .may_start(pass.seq, &id, now_ms()),
         })
     }
 
@@ -518,17 +570,23 @@ impl Rooms {
     /// Gives the pass's active slot back if `orders` shows it has spent its
     /// checkouts; `true` if a slot was freed.
     pub fn give_back_if_spent(&self, room: &str, seq: u64, orders: PassOrders) -> bool {
-        self.get(room).is_some_and(|entry| {
-            entry
+        self.get(room).is_some_and(|entry| match &entry.shared {
+            Some(shared) => {
+                let policy = shared.policy();
+                orders.spent(policy.max_orders_per_pass.get())
+                    && shared.give_back(seq, now_ms() / 1000 + policy.pass_ttl.as_secs())
+            }
+            None => entry
                 .line
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .give_back_if_spent(seq, orders)
+                .give_back_if_spent(seq, orders),
         })
     }
 
-    /// Answers a request under `/queue/`.
-    pub fn handle(
+    /// Answers a request under `/queue/`. Awaits only for a room on the
+    /// fleet's shared line: a join, or collecting a released place's pass.
+    pub async fn handle(
         &self,
         method: &Method,
         path: &str,
@@ -550,8 +608,24 @@ impl Rooms {
         let now = now_ms();
         match (method, action) {
             (&Method::GET | &Method::HEAD, "") => respond::page(headers),
-            (&Method::POST, "join") => self.join(name, &entry, headers, client, now),
-            (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics),
+            (&Method::POST, "join") => match &entry.shared {
+                Some(shared) => {
+                    self.shared_join(name, &entry, shared, headers, client, now)
+                        .await
+                }
+                None => self.join(name, &entry, headers, client, now),
+            },
+            (&Method::GET, "status") => match &entry.shared {
+                Some(shared) => {
+                    self.shared_status(name, &entry, shared, headers, now, metrics)
+                        .await
+                }
+                None => self.status(name, &entry, headers, now, metrics),
+            },
+            (&Method::GET | &Method::HEAD, "watermark") if entry.shared.is_some() => {
+                let shared = entry.shared.as_ref().expect("checked");
+                watermark::answer(name, &shared.numbers().watermark(&shared.policy(), now))
+            }
             (&Method::GET | &Method::HEAD, "watermark") => {
                 let mark = entry
                     .line
@@ -609,21 +683,8 @@ impl Rooms {
                 }
             }
         }
-        if let Some(ip) = client {
-            let checked = entry.limiter.load().joins.check(ClientKey::from_ip(ip));
-            if let Err(JoinRateLimited {
-                retry_after_s: retry,
-            }) = checked
-            {
-                entry.rate_limited_joins.fetch_add(1, Ordering::Relaxed);
-                return LocalResponse::error(
-                    &ApiError::new(
-                        ErrorCode::RateLimited,
-                        "Too many joins from your address; try again shortly.",
-                    )
-                    .retry_after(retry as u32),
-                );
-            }
+        if let Some(refused) = limit_join(entry, client) {
+            return refused;
         }
         let joined = entry
             .line
@@ -643,31 +704,7 @@ impl Rooms {
                     )),
                 }
             }
-            Err(JoinError::QueueFull { retry_after_s }) => LocalResponse::error(
-                &ApiError::new(
-                    ErrorCode::QueueFull,
-                    "The line is full right now; please try again shortly.",
-                )
-                .retry_after(retry_after_s as u32),
-            ),
-            Err(JoinError::Paused { retry_after_s }) => LocalResponse::error(
-                &ApiError::new(
-                    ErrorCode::AdmissionsPaused,
-                    "Admissions are paused for a moment; please try again shortly.",
-                )
-                .retry_after(retry_after_s as u32),
-            ),
-            Err(JoinError::SoldOut) => LocalResponse::error(&ApiError::new(
-                ErrorCode::SoldOut,
-                "Everything in this drop has been sold.",
-            )),
-            Err(JoinError::StoreUnavailable { retry_after_s }) => LocalResponse::error(
-                &ApiError::new(
-                    ErrorCode::StoreUnavailable,
-                    "The line cannot take new places right now; please try again shortly.",
-                )
-                .retry_after(retry_after_s as u32),
-            ),
+            Err(e) => join_refused(e),
         }
     }
 
@@ -757,6 +794,54 @@ impl Rooms {
     }
 }
 
+/// The answer to a join the room refused.
+pub(crate) fn join_refused(e: JoinError) -> LocalResponse {
+    match e {
+        JoinError::QueueFull { retry_after_s } => LocalResponse::error(
+            &ApiError::new(
+                ErrorCode::QueueFull,
+                "The line is full right now; please try again shortly.",
+            )
+            .retry_after(retry_after_s as u32),
+        ),
+        JoinError::Paused { retry_after_s } => LocalResponse::error(
+            &ApiError::new(
+                ErrorCode::AdmissionsPaused,
+                "Admissions are paused for a moment; please try again shortly.",
+            )
+            .retry_after(retry_after_s as u32),
+        ),
+        JoinError::SoldOut => LocalResponse::error(&ApiError::new(
+            ErrorCode::SoldOut,
+            "Everything in this drop has been sold.",
+        )),
+        JoinError::StoreUnavailable { retry_after_s } => LocalResponse::error(
+            &ApiError::new(
+                ErrorCode::StoreUnavailable,
+                "The line cannot take new places right now; please try again shortly.",
+            )
+            .retry_after(retry_after_s as u32),
+        ),
+    }
+}
+
+/// The per-client join limit: `Some(429)` when `client` is over it.
+pub(crate) fn limit_join(entry: &RoomEntry, client: Option<IpAddr>) -> Option<LocalResponse> {
+    let ip = client?;
+    let checked = entry.limiter.load().joins.check(ClientKey::from_ip(ip));
+    let JoinRateLimited {
+        retry_after_s: retry,
+    } = checked.err()?;
+    entry.rate_limited_joins.fetch_add(1, Ordering::Relaxed);
+    Some(LocalResponse::error(
+        &ApiError::new(
+            ErrorCode::RateLimited,
+            "Too many joins from your address; try again shortly.",
+        )
+        .retry_after(retry as u32),
+    ))
+}
+
 fn too_early(retry_after_s: u64) -> LocalResponse {
     LocalResponse::error(
         &ApiError::new(
@@ -804,16 +889,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_redis_url_is_refused_rather_than_ignored() {
-        let src = "[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
-        let config =
+    fn a_fleet_must_list_its_signing_keys_and_cannot_have_a_fair_start() {
+        let room =
+            "[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
+        let src = format!("[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n{room}");
+        let parse = |src: &str| {
             sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
                 None
             })
-            .unwrap();
+            .unwrap()
+        };
         let stock = Arc::new(sluice_admission::InMemoryStock::new());
-        let err = Rooms::open(&config, false, stock).err().unwrap();
-        assert!(err.contains("not built yet"), "{err}");
+        let err = Rooms::open(&parse(&src), false, stock.clone())
+            .err()
+            .unwrap();
+        assert!(err.contains("[[keys]]"), "{err}");
+        let keys = "[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"\n";
+        let fair = format!("{src}opens_at = 2099-01-01T00:00:00Z\n{keys}");
+        let err = Rooms::open(&parse(&fair), false, stock.clone())
+            .err()
+            .unwrap();
+        assert!(err.contains("opens_at"), "{err}");
+        // Keys listed: the rooms open without Redis up (its tasks connect).
+        assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
     }
 
     #[test]

@@ -84,6 +84,9 @@ impl Releaser {
             }
             if let Some(rate) = adaptive.step(now_ms, line.free_slots()) {
                 line.set_release_per_second(rate);
+                if let Some(shared) = &entry.shared {
+                    shared.set_policy(line.policy().clone());
+                }
             }
         }
     }

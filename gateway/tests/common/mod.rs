@@ -10,6 +10,8 @@
 //! port in between, it starts again on new ones.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,418 @@
+//! A room on a line shared by a fleet of gateways: the decisions a gateway
+//! makes from the room's shared numbers (held in its memory, refreshed from
+//! the shared store) and a ticket's signed `seq`. Plain functions, no I/O:
+//! the store's answers come in as [`LineNumbers`], [`JoinReply`] and
+//! [`ClaimReply`], and the answers go out as the same [`Status`] and
+//! [`JoinError`] the embedded room gives.
+//!
+//! The shared store keeps no record per waiting shopper: a place is its
+//! `seq`, `serving` says which places have been released, and whether a
+//! released place was collected lives in the store's `max_active` slots.
+
+use rand::Rng;
+
+use crate::poll::poll_after_s;
+use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
+use crate::ticket_id::TicketId;
+use crate::wait_estimate::{estimated_wait_s, SlotOutlook};
+use crate::Policy;
+
+/// Shared numbers older than this (the store could not be read) make every
+/// waiting ticket `paused`: nobody is let in who was not already.
+pub const STALE_AFTER_MS: u64 = 1000;
+
+/// `Retry-After` of a join the store could not take.
+pub const STORE_RETRY_AFTER_S: u64 = 2;
+
+/// The room's numbers as the shared store last gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LineNumbers {
+    /// The next `seq` the store will give.
+    pub next: u64,
+    /// Places below this have been released.
+    pub serving: u64,
+    /// Slots of `max_active` held (released places not collected yet and
+    /// passes that may still start a checkout).
+    pub held: u64,
+    pub paused: bool,
+    pub sold_out: bool,
+    /// Bumped by the store each time `paused` or `sold_out` changes.
+    pub version: u64,
+    /// Local unix ms when this gateway read them.
+    pub read_at_ms: u64,
+}
+
+impl LineNumbers {
+    /// Too old to let anyone in on: the store has not answered lately.
+    pub fn is_stale(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.read_at_ms) > STALE_AFTER_MS
+    }
+
+    /// The room's state as a waiting shopper should see it now.
+    pub fn state(&self, now_ms: u64) -> RoomState {
+        if self.sold_out {
+            RoomState::SoldOut
+        } else if self.paused || self.is_stale(now_ms) {
+            RoomState::Paused
+        } else {
+            RoomState::Open
+        }
+    }
+
+    /// Places given and not released yet (including people who left: the
+    /// store cannot tell them apart without a record per shopper).
+    pub fn waiting(&self) -> u64 {
+        self.next.saturating_sub(self.serving)
+    }
+
+    /// `GET /queue/{room}/watermark`.
+    pub fn watermark(&self, policy: &Policy, now_ms: u64) -> Watermark {
+        Watermark {
+            serving: self.serving,
+            waiting: self.waiting(),
+            release_per_second: policy.release_per_second.get(),
+            state: self.state(now_ms),
+            poll_after_s: policy.poll_min.as_secs() as u32,
+        }
+    }
+}
+
+/// What a poll of a verified ticket comes to before any signing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollDecision {
+    /// Still in line (or paused: see the status).
+    Answer(Status),
+    /// The place has been released: ask the store for the pass.
+    Claim,
+}
+
+/// The ticket a poll presented: its verified claims.
+#[derive(Debug, Clone, Copy)]
+pub struct Presented {
+    pub seq: u64,
+    pub ticket_id: TicketId,
+    /// The ticket's `exp`.
+    pub expires_at_s: u64,
+}
+
+/// Decides a poll from the numbers in memory. `numbers` is `None` before
+/// the store has ever answered.
+pub fn poll(
+    ticket: &Presented,
+    numbers: Option<&LineNumbers>,
+    policy: &Policy,
+    now_ms: u64,
+    rng: &mut impl Rng,
+) -> PollDecision {
+    let numbers = numbers.copied().unwrap_or_default();
+    let state = if numbers.read_at_ms == 0 {
+        RoomState::Paused
+    } else {
+        numbers.state(now_ms)
+    };
+    if state == RoomState::SoldOut {
+        return PollDecision::Answer(Status::SoldOut);
+    }
+    if ticket.seq < numbers.serving && state == RoomState::Open {
+        return PollDecision::Claim;
+    }
+    let ahead = ticket.seq.saturating_sub(numbers.serving);
+    let estimated_wait_s = estimate_s(ahead, &numbers, policy);
+    let poll = poll_after_s(
+        estimated_wait_s,
+        policy.poll_min.as_secs() as u8,
+        policy.poll_max.as_secs() as u8,
+        rng,
+    );
+    let wait = Wait {
+        position: ahead + 1,
+        ahead,
+        estimated_wait_s,
+        poll_after_s: u32::from(poll),
+        expires_at_s: ticket.expires_at_s,
+    };
+    PollDecision::Answer(match state {
+        RoomState::Open => Status::Waiting(wait),
+        RoomState::Paused | RoomState::SoldOut => Status::Paused(wait),
+    })
+}
+
+/// The wait of someone with `ahead` places in front, from the shared
+/// numbers: the configured rate, and the held slots taken as ending evenly
+/// over one pass lifetime (the store does not say when each one ends).
+pub fn estimate_s(ahead: u64, numbers: &LineNumbers, policy: &Policy) -> u64 {
+    let slots = SharedSlots {
+        max_active: u64::from(policy.max_active.get()),
+        held: numbers.held,
+        hold_s: policy.pass_ttl.as_secs_f64(),
+    };
+    estimated_wait_s(ahead, f64::from(policy.release_per_second.get()), &slots)
+}
+
+struct SharedSlots {
+    max_active: u64,
+    held: u64,
+    hold_s: f64,
+}
+
+impl SlotOutlook for SharedSlots {
+    fn slots(&self) -> u64 {
+        self.max_active
+    }
+
+    fn free(&self) -> u64 {
+        self.max_active.saturating_sub(self.held)
+    }
+
+    fn end_in_s(&self, n: u64) -> Option<f64> {
+        (n < self.held).then(|| self.hold_s * (n + 1) as f64 / self.held as f64)
+    }
+
+    fn hold_s(&self) -> f64 {
+        self.hold_s
+    }
+}
+
+/// The store's answer to a claim of a released place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimReply {
+    /// Not released after all (numbers in memory ran ahead of the store,
+    /// which happens only when it was restarted empty).
+    Waiting { serving: u64 },
+    /// The pass's slot is held until this unix ms.
+    Admitted { expires_at_ms: u64 },
+    /// Released, but its slot ended before the pass was collected (or it
+    /// was given back): the place is spent.
+    Gone,
+}
+
+/// The status a claim comes to. The pass is the same every time it is
+/// asked for: its times come from the slot's end, kept by the store.
+pub fn claimed(ticket: &Presented, reply: ClaimReply, policy: &Policy) -> Status {
+    match reply {
+        ClaimReply::Admitted { expires_at_ms } => {
+            let expires_at_s = expires_at_ms / 1000;
+            Status::Admitted(Admitted {
+                seq: ticket.seq,
+                ticket_id: ticket.ticket_id,
+                number: ticket.seq + 1,
+                issued_at_s: expires_at_s.saturating_sub(policy.pass_ttl.as_secs()),
+                expires_at_s,
+            })
+        }
+        ClaimReply::Gone => Status::Expired,
+        ClaimReply::Waiting { serving } => {
+            let ahead = ticket.seq.saturating_sub(serving);
+            Status::Waiting(Wait {
+                position: ahead + 1,
+                ahead,
+                estimated_wait_s: 0,
+                poll_after_s: policy.poll_min.as_secs() as u32,
+                expires_at_s: ticket.expires_at_s,
+            })
+        }
+    }
+}
+
+/// The store's answer to a batch of joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinReply {
+    /// The first `seq` given; the batch has `first .. first + granted`.
+    pub first: u64,
+    pub granted: u32,
+    pub serving: u64,
+    pub paused: bool,
+    pub sold_out: bool,
+    /// The store's room is new (or the store came back empty) and waits
+    /// for every gateway to tell it the highest numbers it saw: no places
+    /// for a moment.
+    pub warming: bool,
+}
+
+/// The answer to the `i`-th join of a batch (0-based): its `seq`, or why
+/// it got none.
+pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinError> {
+    if reply.warming {
+        return Err(JoinError::StoreUnavailable {
+            retry_after_s: STORE_RETRY_AFTER_S,
+        });
+    }
+    if reply.sold_out {
+        return Err(JoinError::SoldOut);
+    }
+    let retry_after_s = policy.poll_min.as_secs().max(1);
+    if reply.paused {
+        return Err(JoinError::Paused { retry_after_s });
+    }
+    if i >= reply.granted {
+        return Err(JoinError::QueueFull { retry_after_s });
+    }
+    Ok(reply.first + u64::from(i))
+}
+
+/// What a released place that nobody collects may hold a slot for: one
+/// idle timeout (a ticket silent that long has left, by the room's own
+/// rule), never longer than a pass.
+pub fn claim_window_ms(policy: &Policy) -> u64 {
+    policy.idle_timeout.min(policy.pass_ttl).as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    fn policy() -> Policy {
+        Policy {
+            release_per_second: NonZeroU32::new(10).unwrap(),
+            burst: NonZeroU32::new(10).unwrap(),
+            max_active: NonZeroU32::new(3).unwrap(),
+            max_orders_per_pass: NonZeroU32::new(1).unwrap(),
+            queue_capacity: NonZeroU32::new(100).unwrap(),
+            pass_ttl: Duration::from_secs(6),
+            ticket_ttl: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(30),
+            poll_min: Duration::from_secs(1),
+            poll_max: Duration::from_secs(30),
+            opens_at_ms: None,
+        }
+    }
+
+    fn ticket(seq: u64) -> Presented {
+        Presented {
+            seq,
+            ticket_id: TicketId::parse("00112233445566778899aabbccddeeff").unwrap(),
+            expires_at_s: 2_000,
+        }
+    }
+
+    fn numbers(serving: u64, next: u64) -> LineNumbers {
+        LineNumbers {
+            next,
+            serving,
+            held: 0,
+            read_at_ms: 1_000_000,
+            ..LineNumbers::default()
+        }
+    }
+
+    #[test]
+    fn a_place_below_serving_claims_and_one_above_waits_with_its_distance() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let n = numbers(5, 20);
+        let now = 1_000_100;
+        assert_eq!(
+            poll(&ticket(4), Some(&n), &policy(), now, &mut rng),
+            PollDecision::Claim
+        );
+        match poll(&ticket(12), Some(&n), &policy(), now, &mut rng) {
+            PollDecision::Answer(Status::Waiting(w)) => {
+                assert_eq!((w.ahead, w.position), (7, 8));
+                assert_eq!(w.expires_at_s, 2_000);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stale_or_missing_numbers_pause_everyone_and_let_nobody_in() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let n = numbers(5, 20);
+        let late = n.read_at_ms + STALE_AFTER_MS + 1;
+        for seq in [4, 12] {
+            assert!(matches!(
+                poll(&ticket(seq), Some(&n), &policy(), late, &mut rng),
+                PollDecision::Answer(Status::Paused(_))
+            ));
+            assert!(matches!(
+                poll(&ticket(seq), None, &policy(), late, &mut rng),
+                PollDecision::Answer(Status::Paused(_))
+            ));
+        }
+        let paused = LineNumbers { paused: true, ..n };
+        assert!(matches!(
+            poll(&ticket(4), Some(&paused), &policy(), 1_000_100, &mut rng),
+            PollDecision::Answer(Status::Paused(w)) if w.ahead == 0
+        ));
+        let sold = LineNumbers {
+            sold_out: true,
+            ..n
+        };
+        assert_eq!(
+            poll(&ticket(4), Some(&sold), &policy(), 1_000_100, &mut rng),
+            PollDecision::Answer(Status::SoldOut)
+        );
+        assert_eq!(n.state(late), RoomState::Paused);
+        assert_eq!(n.watermark(&policy(), 1_000_100).state, RoomState::Open);
+    }
+
+    #[test]
+    fn held_slots_lengthen_the_wait_when_they_bind() {
+        // 3 slots, 6 s passes, 10/s: slots bind (6 > 3/10).
+        let free = numbers(0, 12);
+        let full = LineNumbers { held: 3, ..free };
+        let p = policy();
+        assert_eq!(estimate_s(0, &free, &p), 0);
+        assert!(
+            estimate_s(11, &free, &p) >= 18,
+            "{}",
+            estimate_s(11, &free, &p)
+        );
+        assert!(estimate_s(0, &full, &p) >= 2);
+    }
+
+    #[test]
+    fn a_claim_gives_the_same_pass_from_the_slots_end() {
+        let p = policy();
+        let Status::Admitted(a) = claimed(
+            &ticket(4),
+            ClaimReply::Admitted {
+                expires_at_ms: 1_006_500,
+            },
+            &p,
+        ) else {
+            panic!()
+        };
+        assert_eq!((a.seq, a.expires_at_s, a.issued_at_s), (4, 1_006, 1_000));
+        assert_eq!(claimed(&ticket(4), ClaimReply::Gone, &p), Status::Expired);
+    }
+
+    #[test]
+    fn a_batch_hands_out_its_seqs_in_order_and_refuses_past_the_grant() {
+        let p = policy();
+        let reply = JoinReply {
+            first: 40,
+            granted: 2,
+            serving: 0,
+            paused: false,
+            sold_out: false,
+            warming: false,
+        };
+        assert_eq!(join_seq(&reply, 0, &p), Ok(40));
+        assert_eq!(join_seq(&reply, 1, &p), Ok(41));
+        assert!(matches!(
+            join_seq(&reply, 2, &p),
+            Err(JoinError::QueueFull { .. })
+        ));
+        let paused = JoinReply {
+            paused: true,
+            ..reply
+        };
+        assert!(matches!(
+            join_seq(&paused, 0, &p),
+            Err(JoinError::Paused { .. })
+        ));
+        let warming = JoinReply {
+            warming: true,
+            ..reply
+        };
+        assert!(matches!(
+            join_seq(&warming, 0, &p),
+            Err(JoinError::StoreUnavailable { .. })
+        ));
+        assert_eq!(claim_window_ms(&p), 6_000);
+    }
+}

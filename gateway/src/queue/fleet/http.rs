@@ -1,0 +1,175 @@
+//! The routes of a room on the fleet's shared line: `join` (batched into
+//! one store call with the joins around it) and `status` (from the shared
+//! numbers in memory; the store is asked only to collect a released
+//! place's pass). The answers are the embedded room's, in the same JSON.
+
+use std::net::IpAddr;
+
+use http::HeaderMap;
+use sluice_admission::fleet::{self as decide, PollDecision, Presented};
+use sluice_admission::tokens::Claims;
+use sluice_admission::{Joined, Status, TicketId, Wait};
+use sluice_policies::Config;
+
+use super::SharedRoom;
+use crate::error::{ApiError, ErrorCode};
+use crate::metrics::Metrics;
+use crate::queue::{bearer, cookie, join_refused, limit_join, RoomEntry, Rooms, TICKET_COOKIE};
+use crate::route::LocalResponse;
+
+/// What a fleet's config must hold beyond a single gateway's.
+pub fn check_config(config: &Config) -> Result<(), String> {
+    if config.keys.is_empty() {
+        return Err(
+            "[cluster] redis_url: every gateway of a fleet signs and checks the \
+                    same tickets and passes, so the config must list its [[keys]] \
+                    (the same on every gateway; `sluice keygen` makes one)"
+                .into(),
+        );
+    }
+    if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
+        return Err(format!(
+            "room {:?}: a fair start (opens_at) is not built for rooms on [cluster] \
+             redis_url yet; leave opens_at out",
+            room.name
+        ));
+    }
+    Ok(())
+}
+
+/// The presented ticket of `claims`, if its `sub` is a ticket id.
+fn presented(claims: &Claims) -> Option<Presented> {
+    Some(Presented {
+        seq: claims.seq,
+        ticket_id: TicketId::parse(&claims.sub)?,
+        expires_at_s: claims.exp,
+    })
+}
+
+/// A waiting answer at the front, for a released place whose pass cannot
+/// be collected right now: the shopper keeps the place and asks again.
+fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
+    let poll_after_s = shared.policy().poll_min.as_secs().max(1) as u32;
+    Status::Paused(Wait {
+        position: 1,
+        ahead: 0,
+        estimated_wait_s: 0,
+        poll_after_s,
+        expires_at_s: ticket.expires_at_s,
+    })
+}
+
+impl Rooms {
+    /// The status of a verified ticket: from memory, or the pass.
+    async fn shared_decide(&self, shared: &SharedRoom, ticket: &Presented, now: u64) -> Status {
+        match shared.decide_poll(ticket, now) {
+            PollDecision::Answer(status) => status,
+            PollDecision::Claim => match shared.claim(ticket.seq).await {
+                Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
+                Err(e) => {
+                    tracing::debug!(room = shared.name(), "pass not collected: {e}");
+                    held_at_front(shared, ticket)
+                }
+            },
+        }
+    }
+
+    pub(in crate::queue) async fn shared_join(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        shared: &SharedRoom,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+        now: u64,
+    ) -> LocalResponse {
+        // One browser keeps one ticket: a live ticket comes back as it is.
+        if let Some(token) = cookie(headers, TICKET_COOKIE).or_else(|| bearer(headers)) {
+            let verified =
+                self.keyring
+                    .load()
+                    .verify(token, &entry.expect_ticket(room), now / 1000);
+            if let Some((claims, ticket)) =
+                verified.ok().and_then(|c| presented(&c).map(|t| (c, t)))
+            {
+                let status = self.shared_decide(shared, &ticket, now).await;
+                if !matches!(status, Status::Expired | Status::SoldOut) {
+                    return self.ticket_answer(room, token, &claims, status, now, true);
+                }
+            }
+        }
+        if let Some(refused) = limit_join(entry, client) {
+            return refused;
+        }
+        let seq = match shared.join().await {
+            Ok(seq) => seq,
+            Err(e) => return join_refused(e),
+        };
+        let mut id = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
+        let ticket_id = TicketId::parse(&hex::encode(id)).expect("32 hex digits");
+        let issued_at_s = now / 1000;
+        let ticket = Presented {
+            seq,
+            ticket_id,
+            expires_at_s: issued_at_s + shared.policy().ticket_ttl.as_secs(),
+        };
+        let status = match shared.decide_poll(&ticket, now) {
+            PollDecision::Answer(status) => status,
+            // Released already: the first poll collects the pass.
+            PollDecision::Claim => held_at_front(shared, &ticket),
+        };
+        let joined = Joined {
+            seq,
+            ticket_id,
+            issued_at_s,
+            expires_at_s: ticket.expires_at_s,
+            status,
+        };
+        let claims = joined.claims(room);
+        match self.keyring.load().sign(&claims) {
+            Ok(token) => self.ticket_answer(room, &token, &claims, joined.status, now, true),
+            Err(_) => LocalResponse::error(&ApiError::new(
+                ErrorCode::Internal,
+                "The ticket could not be signed.",
+            )),
+        }
+    }
+
+    pub(in crate::queue) async fn shared_status(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        shared: &SharedRoom,
+        headers: &HeaderMap,
+        now: u64,
+        metrics: &Metrics,
+    ) -> LocalResponse {
+        let invalid = |reason: &str| {
+            metrics
+                .ticket_rejections
+                .with_label_values(&[room, reason])
+                .inc();
+            LocalResponse::error(&ApiError::new(
+                ErrorCode::InvalidTicket,
+                "This queue ticket is not valid; please join again.",
+            ))
+        };
+        let Some(token) = bearer(headers).or_else(|| cookie(headers, TICKET_COOKIE)) else {
+            return invalid("missing");
+        };
+        let claims = match self
+            .keyring
+            .load()
+            .verify(token, &entry.expect_ticket(room), now / 1000)
+        {
+            Ok(claims) => claims,
+            Err(e) => return invalid(e.reason()),
+        };
+        let Some(ticket) = presented(&claims) else {
+            return invalid("malformed");
+        };
+        let status = self.shared_decide(shared, &ticket, now).await;
+        self.ticket_answer(room, token, &claims, status, now, false)
+    }
+}

@@ -1,0 +1,397 @@
+//! Rooms on a line shared by a fleet of gateways (`[cluster] redis_url`).
+//!
+//! - [`store`]: the async [`RoomStore`] (whole transitions) and its error.
+//! - [`redis`]: the Redis back end, state changed only by the Functions of
+//!   `sluice.lua`.
+//! - [`SharedRoom`] (here): one room as this gateway sees it. A task per
+//!   room runs the release tick every [`TICK`] (any gateway may: the
+//!   Function paces by Redis's clock, so no leader is needed) and keeps the
+//!   shared numbers in memory; polls answer from them and never wait on
+//!   the store, except to collect a released place's pass. Joins go to a
+//!   second task that sends all the joins waiting at once as one call.
+//!
+//! - [`http`]: the `join` and `status` routes of such a room.
+//!
+//! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
+//! pingora worker: request handlers only send to them and await answers.
+
+mod http;
+pub mod redis;
+pub mod store;
+
+pub use http::check_config;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice_admission::fleet::{
+    self as decide, ClaimReply, LineNumbers, Presented, STORE_RETRY_AFTER_S,
+};
+use sluice_admission::stats::JoinCounts;
+use sluice_admission::{JoinError, Policy, StockAuthority};
+use tokio::sync::{mpsc, oneshot};
+
+use super::now_ms;
+pub use store::{Member, RoomStore, StoreError, TickArgs};
+
+/// How often each gateway runs the release tick and refreshes the shared
+/// numbers: polls answer from numbers at most this old (plus one call).
+pub const TICK: Duration = Duration::from_millis(100);
+/// Joins sent to the store in one call, at most.
+pub const JOIN_BATCH_MAX: usize = 512;
+/// Joins waiting for the batcher, at most; beyond, a join is refused with
+/// `store_unavailable` rather than queued without bound.
+pub const JOINS_WAITING_MAX: usize = 8192;
+/// A join or a claim waits this long for the store at most.
+pub const ANSWER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How long a batch of joins waits for a store that is warming up (a new
+/// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`).
+const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
+/// Passes given back that this gateway remembers (each until it expires).
+const GIVEN_BACK_MAX: usize = 65_536;
+
+const STATE_NONE: u8 = 0;
+const STATE_OPEN: u8 = 1;
+const STATE_PAUSED: u8 = 2;
+
+/// How often a gateway tells the store it is alive (`/admin/state`
+/// `"fleet"`).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
+/// The fleet's store and the runtime its tasks run on.
+pub struct Fleet {
+    rt: tokio::runtime::Handle,
+    store: Arc<dyn RoomStore>,
+    /// The fleet as the last heartbeat listed it.
+    members: ArcSwap<Vec<Member>>,
+}
+
+impl Fleet {
+    /// A fleet on the Redis at `url`. Does not connect yet: the rooms'
+    /// tasks do, and keep trying while Redis is away.
+    /// `id` and `region` name this gateway in the fleet's list.
+    pub fn redis(url: &str, id: String, region: String) -> Result<Arc<Self>, String> {
+        let store = redis::RedisStore::new(url)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sluice-fleet")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the fleet's runtime: {e}"))?;
+        // Lives as long as the process: dropping a runtime from inside
+        // another one (pingora's) panics.
+        let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
+        let fleet = Arc::new(Self {
+            rt: rt.handle().clone(),
+            store: Arc::new(store),
+            members: ArcSwap::from_pointee(Vec::new()),
+        });
+        rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
+        Ok(fleet)
+    }
+
+    /// The gateways the store heard from lately, this one included once
+    /// its first heartbeat landed.
+    pub fn members(&self) -> Vec<Member> {
+        self.members.load().as_ref().clone()
+    }
+
+    /// Room `name` on the shared line, its tasks started.
+    pub fn room(
+        self: &Arc<Self>,
+        name: &str,
+        policy: Policy,
+        stock: Arc<dyn StockAuthority>,
+    ) -> Arc<SharedRoom> {
+        let (joins, waiting) = mpsc::channel(JOINS_WAITING_MAX);
+        let room = Arc::new(SharedRoom {
+            name: name.to_owned(),
+            fleet: self.clone(),
+            policy: ArcSwap::from_pointee(policy),
+            stock,
+            numbers: ArcSwap::from_pointee(LineNumbers::default()),
+            hw_next: AtomicU64::new(0),
+            hw_serving: AtomicU64::new(0),
+            joins,
+            state_wanted: AtomicU8::new(STATE_NONE),
+            given_back: Mutex::new(HashMap::new()),
+            reachable: AtomicBool::new(true),
+            joins_counted: Mutex::new(JoinCounts::default()),
+        });
+        self.rt.spawn(tick_loop(Arc::downgrade(&room)));
+        self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
+        room
+    }
+}
+
+/// A join waiting for its `seq`.
+type JoinWaiter = oneshot::Sender<Result<u64, JoinError>>;
+
+/// One room of the shared line, as this gateway holds it.
+pub struct SharedRoom {
+    name: String,
+    fleet: Arc<Fleet>,
+    policy: ArcSwap<Policy>,
+    stock: Arc<dyn StockAuthority>,
+    /// The shared numbers, as the last tick read them.
+    numbers: ArcSwap<LineNumbers>,
+    /// The highest `next` and `serving` seen: pushed with every call, so a
+    /// store restarted empty never gives a place twice.
+    hw_next: AtomicU64,
+    hw_serving: AtomicU64,
+    joins: mpsc::Sender<JoinWaiter>,
+    /// The pause the config wants written to the store, until it is.
+    state_wanted: AtomicU8,
+    /// Passes whose slot this gateway gave back (seq → pass expiry, unix
+    /// s): they may start no more checkouts here.
+    given_back: Mutex<HashMap<u64, u64>>,
+    /// The store answered the last call (for logging the changes only).
+    reachable: AtomicBool,
+    /// This gateway's joins by result (`sluice_queue_joins_total`).
+    joins_counted: Mutex<JoinCounts>,
+}
+
+impl SharedRoom {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    /// The shared numbers in memory (`read_at_ms == 0`: never read).
+    pub fn numbers(&self) -> LineNumbers {
+        **self.numbers.load()
+    }
+
+    /// A reloaded policy (and the adaptive rate with it).
+    pub fn set_policy(&self, policy: Policy) {
+        self.policy.store(Arc::new(policy));
+    }
+
+    /// The config's kill switch, written to the store by the next tick.
+    pub fn want_paused(&self, paused: bool) {
+        let state = if paused { STATE_PAUSED } else { STATE_OPEN };
+        self.state_wanted.store(state, Ordering::Relaxed);
+    }
+
+    /// This gateway's joins by result.
+    pub fn join_counts(&self) -> JoinCounts {
+        *self.joins_counted.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new place at the end of the shared line.
+    pub async fn join(&self) -> Result<u64, JoinError> {
+        let answer = self.join_uncounted().await;
+        let mut counts = self.joins_counted.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Ok(_) => counts.queued += 1,
+            Err(JoinError::QueueFull { .. }) => counts.queue_full += 1,
+            Err(JoinError::Paused { .. }) => counts.paused += 1,
+            Err(JoinError::SoldOut) => counts.sold_out += 1,
+            Err(JoinError::StoreUnavailable { .. }) => counts.store_unavailable += 1,
+        }
+        answer
+    }
+
+    async fn join_uncounted(&self) -> Result<u64, JoinError> {
+        let unavailable = JoinError::StoreUnavailable {
+            retry_after_s: STORE_RETRY_AFTER_S,
+        };
+        let (tx, rx) = oneshot::channel();
+        if self.joins.try_send(tx).is_err() {
+            return Err(unavailable);
+        }
+        match tokio::time::timeout(ANSWER_WAIT_MAX, rx).await {
+            Ok(Ok(answer)) => answer,
+            _ => Err(unavailable),
+        }
+    }
+
+    /// The pass of released place `seq`, from the store.
+    pub async fn claim(&self, seq: u64) -> Result<ClaimReply, StoreError> {
+        let store = self.fleet.store.clone();
+        let name = self.name.clone();
+        let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
+        let call = self
+            .fleet
+            .rt
+            .spawn(async move { store.claim(&name, seq, ttl_ms).await });
+        match tokio::time::timeout(ANSWER_WAIT_MAX, call).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("claim task: {e}"))),
+            Err(_) => Err(StoreError::Unavailable("timed out".into())),
+        }
+    }
+
+    /// Whether pass `seq` may still start a checkout here: not given back.
+    pub fn may_start(&self, seq: u64) -> bool {
+        !self.given_back().contains_key(&seq)
+    }
+
+    /// Frees the slot of pass `seq` (expiring at `expires_at_s`) in the
+    /// store, in the background; at once for this gateway's `may_start`.
+    pub fn give_back(&self, seq: u64, expires_at_s: u64) -> bool {
+        {
+            let mut given = self.given_back();
+            if given.insert(seq, expires_at_s).is_some() {
+                return false;
+            }
+            if given.len() > GIVEN_BACK_MAX {
+                let now_s = now_ms() / 1000;
+                given.retain(|_, exp| *exp > now_s);
+            }
+        }
+        let store = self.fleet.store.clone();
+        let name = self.name.clone();
+        self.fleet.rt.spawn(async move {
+            if let Err(e) = store.give_back(&name, seq).await {
+                // The slot then ends with the pass, as if never given back.
+                tracing::warn!(room = name, "a pass's slot could not be given back: {e}");
+            }
+        });
+        true
+    }
+
+    fn given_back(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
+        self.given_back.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Presented ticket → what to do, from memory only.
+    pub fn decide_poll(&self, ticket: &Presented, now_ms: u64) -> decide::PollDecision {
+        let numbers = self.numbers();
+        let policy = self.policy.load();
+        decide::poll(ticket, Some(&numbers), &policy, now_ms, &mut rand::rng())
+    }
+
+    fn saw(&self, next: u64, serving: u64) {
+        self.hw_next.fetch_max(next, Ordering::Relaxed);
+        self.hw_serving.fetch_max(serving, Ordering::Relaxed);
+    }
+
+    fn answered(&self, result: Result<(), &StoreError>) {
+        let ok = result.is_ok();
+        if self.reachable.swap(ok, Ordering::Relaxed) != ok {
+            match result {
+                Ok(()) => tracing::info!(room = self.name, "the room store answers again"),
+                Err(e) => tracing::warn!(room = self.name, "{e}; waiting shoppers see paused"),
+            }
+        }
+    }
+
+    /// One tick: the pause the config wants, the release, the numbers.
+    async fn tick_once(&self) {
+        let store = &self.fleet.store;
+        let wanted = self.state_wanted.load(Ordering::Relaxed);
+        if wanted != STATE_NONE {
+            let sold_out = !self.stock.can_sell(&self.name);
+            match store
+                .set_state(&self.name, wanted == STATE_PAUSED, sold_out)
+                .await
+            {
+                Ok(_) => {
+                    let _ = self.state_wanted.compare_exchange(
+                        wanted,
+                        STATE_NONE,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                Err(e) => return self.answered(Err(&e)),
+            }
+        }
+        let policy = self.policy.load_full();
+        let args = TickArgs {
+            release_per_second: policy.release_per_second.get(),
+            burst: policy.burst.get(),
+            max_active: policy.max_active.get(),
+            claim_window_ms: decide::claim_window_ms(&policy),
+            hw_next: self.hw_next.load(Ordering::Relaxed),
+            hw_serving: self.hw_serving.load(Ordering::Relaxed),
+            sold_out_seen: !self.stock.can_sell(&self.name),
+        };
+        match store.tick(&self.name, &args).await {
+            Ok(tick) => {
+                let mut numbers = tick.numbers;
+                numbers.read_at_ms = now_ms();
+                self.saw(numbers.next, numbers.serving);
+                self.numbers.store(Arc::new(numbers));
+                self.answered(Ok(()));
+            }
+            Err(e) => self.answered(Err(&e)),
+        }
+    }
+}
+
+/// This gateway's heartbeat, every [`HEARTBEAT_EVERY`].
+async fn heartbeat_loop(fleet: Weak<Fleet>, id: String, region: String) {
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(fleet) = fleet.upgrade() else { return };
+        if let Ok(members) = fleet.store.heartbeat(&id, &region).await {
+            fleet.members.store(Arc::new(members));
+        }
+    }
+}
+
+/// The room's tick, every [`TICK`], until the room is dropped.
+async fn tick_loop(room: Weak<SharedRoom>) {
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(room) = room.upgrade() else { return };
+        room.tick_once().await;
+    }
+}
+
+/// Sends every join waiting at once as one call, until the room is
+/// dropped: under load one round trip serves many joins.
+async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWaiter>) {
+    let mut batch = Vec::with_capacity(JOIN_BATCH_MAX);
+    while waiting.recv_many(&mut batch, JOIN_BATCH_MAX).await > 0 {
+        let Some(room) = room.upgrade() else { return };
+        let policy = room.policy.load_full();
+        let n = batch.len() as u32;
+        // A store that is warming up answers within its warm-up: the joins
+        // wait for it rather than fail.
+        let deadline = tokio::time::Instant::now() + WARMING_WAIT_MAX;
+        let reply = loop {
+            let hw_next = room.hw_next.load(Ordering::Relaxed);
+            let reply = room
+                .fleet
+                .store
+                .join(&room.name, n, policy.queue_capacity.get(), hw_next)
+                .await;
+            match reply {
+                Ok(r) if r.warming && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(TICK).await;
+                }
+                other => break other,
+            }
+        };
+        match reply {
+            Ok(reply) => {
+                room.saw(reply.first + u64::from(reply.granted), reply.serving);
+                room.answered(Ok(()));
+                for (i, waiter) in batch.drain(..).enumerate() {
+                    let _ = waiter.send(decide::join_seq(&reply, i as u32, &policy));
+                }
+            }
+            Err(e) => {
+                room.answered(Err(&e));
+                for waiter in batch.drain(..) {
+                    let _ = waiter.send(Err(JoinError::StoreUnavailable {
+                        retry_after_s: STORE_RETRY_AFTER_S,
+                    }));
+                }
+            }
+        }
+    }
+}

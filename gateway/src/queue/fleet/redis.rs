@@ -1,0 +1,278 @@
+//! [`RoomStore`] on Redis: the room's state changes only through the
+//! Functions of `sluice.lua` (loaded with `FUNCTION LOAD REPLACE` on every
+//! new connection and again whenever Redis says a function is missing, as
+//! after a restart without data), which read Redis's own clock.
+//!
+//! Keys of room `R`: `sluice:{R}` and `sluice:{R}:slots`, one hash tag, so
+//! Redis Cluster keeps each room on one slot.
+//!
+//! One multiplexed connection ([`ConnectionManager`], which reconnects by
+//! itself), explicit connect and response timeouts, and every call bounded
+//! by [`CALL_TIMEOUT`] so nothing waits on a Redis that went away.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, RedisError};
+use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
+use tokio::sync::Mutex;
+
+use super::store::{Member, RoomStore, StoreError, Tick, TickArgs};
+
+/// The Functions library.
+pub const LIBRARY: &str = include_str!("sluice.lua");
+
+/// One connection attempt, at most.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// One answer, at most.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+/// One call including reconnecting and reloading the Functions, at most.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
+
+pub struct RedisStore {
+    client: redis::Client,
+    conn: Mutex<Option<ConnectionManager>>,
+}
+
+impl RedisStore {
+    /// A store for `url`; connects on first use.
+    pub fn new(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url)
+            .map_err(|e| format!("[cluster] redis_url is not a Redis URL ({:?})", e.kind()))?;
+        Ok(Self {
+            client,
+            conn: Mutex::new(None),
+        })
+    }
+
+    /// The connection, made (and the Functions loaded) if there is none.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(CONNECT_TIMEOUT)
+            .set_response_timeout(RESPONSE_TIMEOUT)
+            .set_number_of_retries(1)
+            .set_max_delay(1000);
+        let mut conn = ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(unavailable)?;
+        load_library(&mut conn).await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `FCALL`, reloading the library once if Redis lost it.
+    async fn fcall<T: redis::FromRedisValue>(
+        &self,
+        function: &str,
+        keys: &[String],
+        args: &[u64],
+    ) -> Result<T, StoreError> {
+        let args: Vec<String> = args.iter().map(u64::to_string).collect();
+        self.fcall_str(function, keys, &args).await
+    }
+
+    async fn fcall_str<T: redis::FromRedisValue>(
+        &self,
+        function: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        let call = async {
+            let mut conn = self.connection().await?;
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function).arg(keys.len()).arg(keys).arg(args);
+            match query::<T>(&cmd, &mut conn).await {
+                Err(e) if function_missing(&e) => {
+                    tracing::warn!(
+                        "Redis lost the sluice Functions (restarted?); loading them again"
+                    );
+                    load_library(&mut conn).await?;
+                    query::<T>(&cmd, &mut conn).await.map_err(classify)
+                }
+                other => other.map_err(classify),
+            }
+        };
+        tokio::time::timeout(CALL_TIMEOUT, call)
+            .await
+            .map_err(|_| StoreError::Unavailable("timed out".into()))?
+    }
+}
+
+async fn query<T: redis::FromRedisValue>(
+    cmd: &Cmd,
+    conn: &mut ConnectionManager,
+) -> Result<T, RedisError> {
+    cmd.query_async(conn).await
+}
+
+async fn load_library(conn: &mut ConnectionManager) -> Result<(), StoreError> {
+    let loaded: Result<String, RedisError> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(LIBRARY)
+        .query_async(conn)
+        .await;
+    loaded.map(drop).map_err(classify)
+}
+
+fn function_missing(e: &RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// Server-side refusals that are not about reachability are the
+/// library's problem; everything else means "not now".
+fn classify(e: RedisError) -> StoreError {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return unavailable(e);
+    }
+    match e.code() {
+        Some("LOADING" | "READONLY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "BUSY") => {
+            unavailable(e)
+        }
+        _ if e.kind() == redis::ErrorKind::TypeError => StoreError::Protocol(e.to_string()),
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
+
+/// The fleet's members.
+pub const FLEET_KEY: &str = "sluice:fleet";
+
+/// The keys of room `room`, under its hash tag.
+pub fn keys(room: &str) -> [String; 2] {
+    [
+        format!("sluice:{{{room}}}"),
+        format!("sluice:{{{room}}}:slots"),
+    ]
+}
+
+fn flag(b: bool) -> u64 {
+    u64::from(b)
+}
+
+#[async_trait]
+impl RoomStore for RedisStore {
+    async fn join(
+        &self,
+        room: &str,
+        n: u32,
+        capacity: u32,
+        hw_next: u64,
+    ) -> Result<JoinReply, StoreError> {
+        let [line, _] = keys(room);
+        let r: Vec<u64> = self
+            .fcall(
+                "sluice_join",
+                &[line],
+                &[u64::from(n), u64::from(capacity), hw_next],
+            )
+            .await?;
+        let [first, granted, serving, paused, sold_out, warming] = r[..] else {
+            return Err(StoreError::Protocol(format!("sluice_join gave {r:?}")));
+        };
+        Ok(JoinReply {
+            first,
+            granted: granted.min(u64::from(n)) as u32,
+            serving,
+            paused: paused != 0,
+            sold_out: sold_out != 0,
+            warming: warming != 0,
+        })
+    }
+
+    async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
+        let r: Vec<u64> = self
+            .fcall(
+                "sluice_tick",
+                &keys(room),
+                &[
+                    u64::from(a.release_per_second),
+                    u64::from(a.burst),
+                    u64::from(a.max_active),
+                    a.claim_window_ms,
+                    a.hw_next,
+                    a.hw_serving,
+                    flag(a.sold_out_seen),
+                ],
+            )
+            .await?;
+        let [next, serving, held, paused, sold_out, version, released, now_ms] = r[..] else {
+            return Err(StoreError::Protocol(format!("sluice_tick gave {r:?}")));
+        };
+        Ok(Tick {
+            numbers: LineNumbers {
+                next,
+                serving,
+                held,
+                paused: paused != 0,
+                sold_out: sold_out != 0,
+                version,
+                read_at_ms: 0,
+            },
+            released: released as u32,
+            store_now_ms: now_ms,
+        })
+    }
+
+    async fn claim(
+        &self,
+        room: &str,
+        seq: u64,
+        pass_ttl_ms: u64,
+    ) -> Result<ClaimReply, StoreError> {
+        let r: Vec<u64> = self
+            .fcall("sluice_claim", &keys(room), &[seq, pass_ttl_ms])
+            .await?;
+        match r[..] {
+            [0, serving] => Ok(ClaimReply::Waiting { serving }),
+            [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
+            [2, _] => Ok(ClaimReply::Gone),
+            _ => Err(StoreError::Protocol(format!("sluice_claim gave {r:?}"))),
+        }
+    }
+
+    async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError> {
+        let freed: u64 = self.fcall("sluice_give_back", &keys(room), &[seq]).await?;
+        Ok(freed == 1)
+    }
+
+    async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError> {
+        let [line, _] = keys(room);
+        self.fcall("sluice_set_state", &[line], &[flag(paused), flag(sold_out)])
+            .await
+    }
+
+    async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
+        let r: Vec<String> = self
+            .fcall_str(
+                "sluice_heartbeat",
+                &[FLEET_KEY.to_string()],
+                &[id.to_string(), region.to_string()],
+            )
+            .await?;
+        let bad = || StoreError::Protocol(format!("sluice_heartbeat gave {} items", r.len()));
+        let (now, rest) = r.split_first().ok_or_else(bad)?;
+        let now: u64 = now.parse().map_err(|_| bad())?;
+        if rest.len() % 3 != 0 {
+            return Err(bad());
+        }
+        rest.chunks(3)
+            .map(|m| {
+                let seen: u64 = m[2].parse().map_err(|_| bad())?;
+                Ok(Member {
+                    id: m[0].clone(),
+                    region: m[1].clone(),
+                    last_seen_s: now.saturating_sub(seen) / 1000,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,396 @@
+//! One line shared by a fleet: three real `sluice run` processes on one
+//! throwaway Redis (`[cluster] redis_url`). The limits hold for the fleet,
+//! not per gateway; a ticket from one gateway is served by another; a pause
+//! reaches every gateway within a second; Redis going away stops new
+//! places but not issued passes, and a Redis restarted empty gives no place
+//! twice.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::redis::Redis;
+use common::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// Every gateway of the fleet lists the same key.
+const KEYS: &str = "[[keys]]\nkid = \"fleet\"\nalg = \"HS256\"\nsecret = \"c2x1aWNlLWZsZWV0LXRlc3Qta2V5LTMyLWJ5dGVzLW9r\"\n";
+const RATE: u64 = 4;
+const BURST: u64 = 2;
+const SLOTS: u64 = 3;
+
+fn fleet_config(redis: &Redis, rooms: &str) -> String {
+    format!(
+        "[cluster]\nredis_url = \"{}\"\n\n{KEYS}\n{rooms}",
+        redis.url()
+    )
+}
+
+fn fleet_rooms() -> String {
+    format!(
+        "[[rooms]]\nname = \"line\"\nrelease_per_second = {RATE}\nburst = {BURST}\nmax_active = 1000\nqueue_capacity = 10000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n\n\
+         [[rooms]]\nname = \"slots\"\nrelease_per_second = 50\nburst = 50\nmax_active = {SLOTS}\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 60\n"
+    )
+}
+
+fn start_fleet(redis: &Redis, n: usize, origin: Option<String>, rooms: &str) -> Vec<Gateway> {
+    (0..n)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                origin: origin.clone(),
+                rest: fleet_config(redis, rooms),
+                ..GatewayOptions::default()
+            })
+        })
+        .collect()
+}
+
+/// The `seq` claim of a token (read only; the gateway verifies).
+fn seq_of(token: &str) -> u64 {
+    let payload = token.split('.').nth(1).unwrap();
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice::<Value>(&json).unwrap()["seq"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn join(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    room: &str,
+) -> (StatusCode, Value, Option<String>) {
+    let r = client
+        .post(gw.url(&format!("/queue/{room}/join")))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, r.json().await.unwrap(), retry)
+}
+
+async fn ticket(client: &reqwest::Client, gw: &Gateway, room: &str) -> String {
+    let (status, body, _) = join(client, gw, room).await;
+    assert!(status.is_success(), "{status} {body}");
+    body["ticket"].as_str().unwrap().to_string()
+}
+
+async fn status(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    room: &str,
+    ticket: &str,
+) -> (StatusCode, Value) {
+    let r = client
+        .get(gw.url(&format!("/queue/{room}/status")))
+        .bearer_auth(ticket)
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+async fn watermark(client: &reqwest::Client, gw: &Gateway, room: &str) -> Value {
+    client
+        .get(gw.url(&format!("/queue/{room}/watermark")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_keep_one_line_with_the_fleets_limits() {
+    let redis = Redis::start();
+    let fleet = start_fleet(&redis, 3, None, &fleet_rooms());
+    let client = client();
+
+    // FIFO across gateways: places follow the order of the joins,
+    // whichever gateway took each.
+    let started = Instant::now();
+    let mut tickets = Vec::new();
+    for i in 0..30 {
+        tickets.push(ticket(&client, &fleet[i % 3], "line").await);
+    }
+    let seqs: Vec<u64> = tickets.iter().map(|t| seq_of(t)).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // The fleet's rate: admissions by all three together stay within
+    // rate · t + burst (three lines of their own would give three times it).
+    let mut served = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        for gw in &fleet {
+            let mark = watermark(&client, gw, "line").await;
+            served = mark["serving"].as_u64().unwrap();
+            let bound = BURST + RATE * started.elapsed().as_secs_f64().ceil() as u64;
+            assert!(
+                served <= bound,
+                "{served} admitted after {:?}",
+                started.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served >= 2 * RATE, "the line moved: {served} admitted");
+
+    // A ticket from A is served by B and C, and all three agree on its
+    // place within what one tick can move.
+    let last = tickets.last().unwrap();
+    let mut aheads = Vec::new();
+    for gw in &fleet {
+        let (code, body) = status(&client, gw, "line", last).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["state"], "waiting", "{body}");
+        aheads.push(body["ahead"].as_u64().unwrap());
+    }
+    let spread = aheads.iter().max().unwrap() - aheads.iter().min().unwrap();
+    assert!(spread <= 2, "{aheads:?}");
+    assert!(aheads[0] < 30, "{aheads:?}");
+
+    // The fleet's max_active: ten joiners over three gateways, each ticket
+    // polled on another gateway than its own: exactly SLOTS passes.
+    let mut slot_tickets = Vec::new();
+    for i in 0..10 {
+        slot_tickets.push((i, ticket(&client, &fleet[i % 3], "slots").await));
+    }
+    let mut passes = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        for (i, t) in &slot_tickets {
+            let (code, body) = status(&client, &fleet[(i + 1) % 3], "slots", t).await;
+            assert_eq!(code, StatusCode::OK, "{body}");
+            if body["state"] == "admitted" {
+                passes.insert(*i, body["pass"].as_str().unwrap().to_string());
+            }
+        }
+        assert!(passes.len() as u64 <= SLOTS, "{} passes", passes.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(passes.len() as u64, SLOTS, "every slot was used");
+    // The passes went to the first joiners, in order.
+    let mut admitted: Vec<usize> = passes.keys().copied().collect();
+    admitted.sort();
+    assert_eq!(admitted, vec![0, 1, 2]);
+    // Collected again on yet another gateway: the same pass.
+    let (_, again) = status(&client, &fleet[2], "slots", &slot_tickets[0].1).await;
+    assert_eq!(again["pass"].as_str(), passes.get(&0).map(String::as_str));
+
+    // Pause by one gateway's config: every gateway shows it within 1 s.
+    let a = &fleet[0];
+    a.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
+    a.signal(nix::sys::signal::Signal::SIGHUP);
+    let applied = eventually(Duration::from_secs(5), || {
+        a.admin_json("/admin/state")["admissions"] == "paused"
+    });
+    assert!(applied.is_some(), "gateway A took its reload");
+    let after_reload = Instant::now();
+    for gw in &fleet[1..] {
+        let seen = eventually_await(Duration::from_secs(1), || async {
+            watermark(&client, gw, "line").await["state"] == "paused"
+        })
+        .await;
+        assert!(
+            seen.is_some(),
+            "the pause did not reach {} in 1 s",
+            gw.listen
+        );
+    }
+    assert!(after_reload.elapsed() <= Duration::from_millis(1200));
+    let (code, body, _) = join(&client, &fleet[2], "line").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "admissions_paused");
+    let (_, body) = status(&client, &fleet[1], "line", last).await;
+    assert_eq!(body["state"], "paused", "{body}");
+
+    // Resumed by the same gateway: everyone again, and the line goes on.
+    a.edit_config(|t| t.replace("admissions = \"paused\"\n", ""));
+    a.signal(nix::sys::signal::Signal::SIGHUP);
+    for gw in &fleet {
+        let seen = eventually_await(Duration::from_secs(5), || async {
+            watermark(&client, gw, "line").await["state"] == "open"
+        })
+        .await;
+        assert!(seen.is_some(), "{} did not reopen", gw.listen);
+    }
+    let next = ticket(&client, &fleet[1], "line").await;
+    assert!(seq_of(&next) > *seqs.last().unwrap());
+    // Every gateway lists the whole fleet, each seen within the last seconds.
+    for gw in &fleet {
+        let listed = eventually(Duration::from_secs(3), || {
+            let state = gw.admin_json("/admin/state");
+            let members = state["fleet"].as_array().cloned().unwrap_or_default();
+            members.len() == 3
+                && members
+                    .iter()
+                    .all(|m| m["region"] == "local" && m["last_seen_s"].as_u64() <= Some(2))
+        });
+        assert!(
+            listed.is_some(),
+            "{}",
+            gw.admin_json("/admin/state")["fleet"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_no_place() {
+    let mut redis = Redis::start();
+    let origin = Origin::start();
+    let rooms = "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo\"]\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let mut fleet = start_fleet(&redis, 2, Some(origin.url()), rooms);
+    let client = client();
+
+    let pass = admitted_pass(&fleet[0].url(""), &client, "drop").await;
+    let protected = |gw: &Gateway| {
+        client
+            .get(gw.url("/echo"))
+            .header("accept", "application/json")
+            .bearer_auth(&pass)
+            .send()
+    };
+    assert_eq!(protected(&fleet[1]).await.unwrap().status(), StatusCode::OK);
+    // The one slot is held: these wait.
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        waiting.push(ticket(&client, &fleet[i % 2], "drop").await);
+    }
+    let highest = waiting.iter().map(|t| seq_of(t)).max().unwrap();
+    let (_, before) = status(&client, &fleet[1], "drop", &waiting[3]).await;
+    assert_eq!(before["state"], "waiting", "{before}");
+    let ahead_before = before["ahead"].as_u64().unwrap();
+
+    redis.stop();
+    // Joins: 503 store_unavailable with Retry-After.
+    let (code, body, retry) = join(&client, &fleet[0], "drop").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "store_unavailable");
+    assert!(retry.is_some_and(|r| r.parse::<u32>().unwrap() >= 1));
+    // Waiting shoppers see paused and keep their place.
+    let paused = eventually_await(Duration::from_secs(3), || async {
+        let (_, body) = status(&client, &fleet[1], "drop", &waiting[3]).await;
+        body["state"] == "paused" && body["ahead"].as_u64() == Some(ahead_before)
+    })
+    .await;
+    assert!(paused.is_some(), "polls turn paused, same place");
+    // The pass already issued still opens the protected path, anywhere.
+    for gw in &fleet {
+        assert_eq!(protected(gw).await.unwrap().status(), StatusCode::OK);
+    }
+
+    // Back, empty: the gateways load the Functions again and carry on from
+    // the highest numbers they saw; no place is given twice.
+    redis.restart_empty();
+    let mut seqs = Vec::new();
+    for gw in &fleet {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (code, body, _) = join(&client, gw, "drop").await;
+            if code.is_success() {
+                seqs.push(seq_of(body["ticket"].as_str().unwrap()));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} takes no joins again: {body}",
+                gw.listen
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(
+        seqs.iter().all(|&s| s > highest),
+        "{seqs:?} after {highest}"
+    );
+    assert_ne!(seqs[0], seqs[1]);
+    // The waiting ticket is still valid and no further back.
+    let (code, after) = status(&client, &fleet[0], "drop", &waiting[3]).await;
+    assert_eq!(code, StatusCode::OK, "{after}");
+    assert!(
+        after["state"] == "waiting" && after["ahead"].as_u64().unwrap() <= ahead_before,
+        "{after}"
+    );
+
+    // A gateway SIGKILLed mid-line and started again: its tickets and the
+    // pass still work there, and it gives no place already given.
+    fleet[1].kill9_and_restart();
+    let back = eventually_await(Duration::from_secs(5), || async {
+        let (code, body) = status(&client, &fleet[1], "drop", &waiting[3]).await;
+        code == StatusCode::OK && body["state"] == "waiting"
+    })
+    .await;
+    assert!(back.is_some(), "the restarted gateway serves the line");
+    assert_eq!(protected(&fleet[1]).await.unwrap().status(), StatusCode::OK);
+    let newest = ticket(&client, &fleet[1], "drop").await;
+    assert!(seq_of(&newest) > *seqs.iter().max().unwrap());
+    let metrics = without_region(&fleet[0].metrics_text().await);
+    let refused = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_queue_joins_total{")
+                && l.contains("result=\"store_unavailable\"")
+                && l.contains("room=\"drop\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_with_its_data_resumes_the_line_in_order() {
+    let mut redis = Redis::start_persistent();
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let fleet = start_fleet(&redis, 2, None, rooms);
+    let client = client();
+    // One pass holds the one slot; three wait behind it.
+    admitted_pass(&fleet[0].url(""), &client, "drop").await;
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        waiting.push(ticket(&client, &fleet[i % 2], "drop").await);
+    }
+    let last = seq_of(waiting.last().unwrap());
+    let (_, before) = status(&client, &fleet[1], "drop", waiting.last().unwrap()).await;
+    assert_eq!(before["state"], "waiting", "{before}");
+
+    redis.stop();
+    let paused = eventually_await(Duration::from_secs(3), || async {
+        watermark(&client, &fleet[0], "drop").await["state"] == "paused"
+    })
+    .await;
+    assert!(paused.is_some(), "the line pauses while Redis is away");
+    redis.restart();
+
+    // Back with its data: the very next place, the same places, and the
+    // pass's slot still held (nobody else let in).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        let (code, body, _) = join(&client, &fleet[1], "drop").await;
+        if code.is_success() {
+            break seq_of(body["ticket"].as_str().unwrap());
+        }
+        assert!(Instant::now() < deadline, "joins come back: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(next, last + 1);
+    for gw in &fleet {
+        let resumed = eventually_await(Duration::from_secs(2), || async {
+            let (_, after) = status(&client, gw, "drop", waiting.last().unwrap()).await;
+            after["state"] == "waiting" && after["ahead"] == before["ahead"]
+        })
+        .await;
+        assert!(resumed.is_some(), "{} resumes, same place", gw.listen);
+    }
+    let window = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < window {
+        let mark = watermark(&client, &fleet[0], "drop").await;
+        assert_eq!(mark["serving"], 1, "max_active still holds: {mark}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,125 @@
+//! The Redis room store on its own, against a throwaway Redis: the release
+//! is paced by Redis's clock however often it is called, slots bound the
+//! passes, a released place nobody collects frees its slot after the claim
+//! window, the state reaches joins, and the Functions come back when Redis
+//! loses them.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redis::Redis;
+use sluice_admission::fleet::ClaimReply;
+use sluice_gateway::queue::fleet::redis::RedisStore;
+use sluice_gateway::queue::fleet::{RoomStore, TickArgs};
+
+fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArgs {
+    TickArgs {
+        release_per_second: rate,
+        burst,
+        max_active,
+        claim_window_ms,
+        hw_next: 0,
+        hw_serving: 0,
+        sold_out_seen: false,
+    }
+}
+
+/// Joins `n` once the new room's warm-up is over.
+async fn join_after_warm_up(store: &RedisStore, room: &str, n: u32) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reply = store.join(room, n, 1_000_000, 0).await.unwrap();
+        if !reply.warming {
+            assert_eq!(reply.granted, n);
+            return reply.first;
+        }
+        assert!(Instant::now() < deadline, "the warm-up ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_release_is_paced_by_redis_time_however_often_it_is_called() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 100).await;
+    let started = Instant::now();
+    let mut serving = 0;
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let tick = store.tick("r", &args(10, 3, 1000, 60_000)).await.unwrap();
+        serving = tick.numbers.serving;
+        calls += 1;
+        let bound = 3 + (10.0 * started.elapsed().as_secs_f64()).ceil() as u64;
+        assert!(serving <= bound, "{serving} after {:?}", started.elapsed());
+    }
+    assert!(calls > 50, "called often: {calls}");
+    assert!(serving >= 3 + 10, "the rate is given: {serving}");
+}
+
+#[tokio::test]
+async fn slots_bound_the_passes_and_an_uncollected_place_frees_its_slot() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 3).await;
+    let a = args(100, 100, 1, 300);
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!((tick.numbers.serving, tick.numbers.held), (1, 1));
+    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 1);
+    // Place 0 is never collected: after the claim window, place 1 goes.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while store.tick("r", &a).await.unwrap().numbers.serving < 2 {
+        assert!(Instant::now() < deadline, "the slot came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.claim("r", 0, 60_000).await.unwrap(), ClaimReply::Gone);
+    let ClaimReply::Admitted { expires_at_ms } = store.claim("r", 1, 60_000).await.unwrap() else {
+        panic!("place 1 collects its pass")
+    };
+    assert_eq!(
+        store.claim("r", 1, 60_000).await.unwrap(),
+        ClaimReply::Admitted { expires_at_ms },
+        "the same pass every time"
+    );
+    assert!(matches!(
+        store.claim("r", 2, 60_000).await.unwrap(),
+        ClaimReply::Waiting { serving: 2 }
+    ));
+    // A collected pass holds its slot for its lifetime, not the window.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 2);
+    assert!(store.give_back("r", 1).await.unwrap());
+    assert!(!store.give_back("r", 1).await.unwrap());
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!((tick.numbers.serving, tick.numbers.held), (3, 1));
+}
+
+#[tokio::test]
+async fn the_state_stops_joins_and_release_and_the_functions_come_back() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 2).await;
+    let v = store.set_state("r", true, false).await.unwrap();
+    assert_eq!(store.set_state("r", true, false).await.unwrap(), v);
+    let reply = store.join("r", 1, 100, 0).await.unwrap();
+    assert!(reply.paused && reply.granted == 0);
+    let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
+    assert!(tick.numbers.paused);
+    assert_eq!((tick.numbers.serving, tick.released), (0, 0));
+    assert!(store.set_state("r", false, false).await.unwrap() > v);
+
+    // Redis loses the library (as after a restart without data): the next
+    // call loads it again and succeeds.
+    assert!(redis
+        .command(&["FUNCTION", "FLUSH"])
+        .is_some_and(|r| r.starts_with("+OK")));
+    let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
+    assert_eq!(tick.numbers.serving, 2);
+    let fleet = store.heartbeat("gw-1", "sa-east-1").await.unwrap();
+    assert_eq!(fleet.len(), 1);
+    assert_eq!(
+        (fleet[0].id.as_str(), fleet[0].region.as_str()),
+        ("gw-1", "sa-east-1")
+    );
+}
