@@ -113,7 +113,12 @@ pub fn poll(
     if state == RoomState::SoldOut {
         return PollDecision::Answer(Status::SoldOut);
     }
-    if ticket.seq < numbers.serving && state == RoomState::Open {
+    // A place released before a pause is an admission already given: the
+    // kill switch stops new ones, so its pass is still collected (as the
+    // embedded room hands out a pass it minted before the pause). Numbers
+    // too old to trust let nobody in.
+    let fresh = numbers.read_at_ms != 0 && !numbers.is_stale(now_ms);
+    if ticket.seq < numbers.serving && fresh {
         return PollDecision::Claim;
     }
     let ahead = ticket.seq.saturating_sub(numbers.serving);
@@ -250,12 +255,20 @@ pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinE
     Ok(reply.first + u64::from(i))
 }
 
-/// What a released place that nobody collects may hold a slot for: one
-/// idle timeout (a ticket silent that long has left, by the room's own
-/// rule), never longer than a pass.
+/// What a released place that nobody collects may hold a slot for: two
+/// of the longest poll intervals the room tells a waiting ticket, plus
+/// [`CLAIM_SLACK`] for the network (a live page asks at least that often),
+/// never longer than the idle timeout (the room's own rule for having
+/// left) nor a pass. A shorter window gives leavers' slots back sooner.
 pub fn claim_window_ms(policy: &Policy) -> u64 {
-    policy.idle_timeout.min(policy.pass_ttl).as_millis() as u64
+    (policy.poll_max * 2 + CLAIM_SLACK)
+        .min(policy.idle_timeout)
+        .min(policy.pass_ttl)
+        .as_millis() as u64
 }
+
+/// Added to two poll intervals in [`claim_window_ms`].
+pub const CLAIM_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
@@ -333,9 +346,14 @@ mod tests {
             ));
         }
         let paused = LineNumbers { paused: true, ..n };
-        assert!(matches!(
+        assert_eq!(
             poll(&ticket(4), Some(&paused), &policy(), 1_000_100, &mut rng),
-            PollDecision::Answer(Status::Paused(w)) if w.ahead == 0
+            PollDecision::Claim,
+            "a place released before the pause still collects its pass"
+        );
+        assert!(matches!(
+            poll(&ticket(12), Some(&paused), &policy(), 1_000_100, &mut rng),
+            PollDecision::Answer(Status::Paused(w)) if w.ahead == 7
         ));
         let sold = LineNumbers {
             sold_out: true,
@@ -413,6 +431,22 @@ mod tests {
             join_seq(&warming, 0, &p),
             Err(JoinError::StoreUnavailable { .. })
         ));
-        assert_eq!(claim_window_ms(&p), 6_000);
+        assert_eq!(claim_window_ms(&p), 6_000, "never longer than a pass");
+        let long_pass = Policy {
+            pass_ttl: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(180),
+            poll_max: Duration::from_secs(20),
+            ..p.clone()
+        };
+        assert_eq!(claim_window_ms(&long_pass), 45_000, "two polls and slack");
+        let short_idle = Policy {
+            idle_timeout: Duration::from_secs(40),
+            ..long_pass
+        };
+        assert_eq!(
+            claim_window_ms(&short_idle),
+            40_000,
+            "never past the idle timeout"
+        );
     }
 }

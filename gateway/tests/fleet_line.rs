@@ -111,7 +111,7 @@ async fn watermark(client: &reqwest::Client, gw: &Gateway, room: &str) -> Value 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateways_keep_one_line_with_the_fleets_limits() {
     let redis = Redis::start();
-    let fleet = start_fleet(&redis, 3, None, &fleet_rooms());
+    let mut fleet = start_fleet(&redis, 3, None, &fleet_rooms());
     let client = client();
 
     // FIFO across gateways: places follow the order of the joins,
@@ -211,7 +211,25 @@ async fn three_gateways_keep_one_line_with_the_fleets_limits() {
     let (_, body) = status(&client, &fleet[1], "line", last).await;
     assert_eq!(body["state"], "paused", "{body}");
 
+    // A gateway restarted meanwhile (its own config says open) adopts the
+    // fleet's pause instead of writing its own state over it.
+    fleet[1].kill9_and_restart();
+    let read = eventually_await(Duration::from_secs(10), || async {
+        watermark(&client, &fleet[1], "line").await["serving"].as_u64() > Some(0)
+    })
+    .await;
+    assert!(
+        read.is_some(),
+        "the restarted gateway reads the shared numbers"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await; // a few ticks of B
+    for gw in &fleet {
+        let state = watermark(&client, gw, "line").await;
+        assert_eq!(state["state"], "paused", "{}: {state}", gw.listen);
+    }
+
     // Resumed by the same gateway: everyone again, and the line goes on.
+    let a = &fleet[0];
     a.edit_config(|t| t.replace("admissions = \"paused\"\n", ""));
     a.signal(nix::sys::signal::Signal::SIGHUP);
     for gw in &fleet {

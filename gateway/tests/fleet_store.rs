@@ -100,14 +100,14 @@ async fn the_state_stops_joins_and_release_and_the_functions_come_back() {
     let redis = Redis::start();
     let store = RedisStore::new(&redis.url()).unwrap();
     join_after_warm_up(&store, "r", 2).await;
-    let v = store.set_state("r", true, false).await.unwrap();
-    assert_eq!(store.set_state("r", true, false).await.unwrap(), v);
+    let v = store.set_state("r", true, false, false).await.unwrap();
+    assert_eq!(store.set_state("r", true, false, false).await.unwrap(), v);
     let reply = store.join("r", 1, 100, 0).await.unwrap();
     assert!(reply.paused && reply.granted == 0);
     let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
     assert!(tick.numbers.paused);
     assert_eq!((tick.numbers.serving, tick.released), (0, 0));
-    assert!(store.set_state("r", false, false).await.unwrap() > v);
+    assert!(store.set_state("r", false, false, false).await.unwrap() > v);
 
     // Redis loses the library (as after a restart without data): the next
     // call loads it again and succeeds.
@@ -121,5 +121,51 @@ async fn the_state_stops_joins_and_release_and_the_functions_come_back() {
     assert_eq!(
         (fleet[0].id.as_str(), fleet[0].region.as_str()),
         ("gw-1", "sa-east-1")
+    );
+}
+
+#[tokio::test]
+async fn a_starting_gateway_adopts_the_fleets_state_and_lost_writes_warm_up_again() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    // A new room takes the starting gateway's state...
+    store.set_state("r", true, false, true).await.unwrap();
+    let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
+    assert!(
+        tick.numbers.paused,
+        "a new room takes the first config's pause"
+    );
+    // ...and once the room has a state, a gateway starting with another
+    // config changes nothing (a restart must not un-pause the fleet).
+    let v = store.set_state("r", false, false, true).await.unwrap();
+    let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
+    assert!(tick.numbers.paused, "a restarting gateway adopts the pause");
+    assert_eq!(tick.numbers.version, v);
+    // A change of a gateway's own config is written.
+    store.set_state("r", false, false, false).await.unwrap();
+    join_after_warm_up(&store, "r", 3).await;
+    let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
+    assert!(!tick.numbers.paused);
+    assert_eq!(tick.numbers.serving, 3);
+
+    // A gateway that saw more than Redis holds (Redis lost writes): no
+    // place is given or released until the warm-up is over.
+    let lost = TickArgs {
+        hw_next: 50,
+        hw_serving: 40,
+        ..args(100, 100, 10, 60_000)
+    };
+    let tick = store.tick("r", &lost).await.unwrap();
+    assert_eq!((tick.numbers.next, tick.numbers.serving), (50, 40));
+    assert_eq!(tick.released, 0, "no release while warming up again");
+    let reply = store.join("r", 1, 1_000_000, 0).await.unwrap();
+    assert!(
+        reply.warming && reply.granted == 0,
+        "no join while warming up again"
+    );
+    let first = join_after_warm_up(&store, "r", 1).await;
+    assert_eq!(
+        first, 50,
+        "the next place is past every place a gateway saw"
     );
 }

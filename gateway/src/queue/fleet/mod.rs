@@ -56,6 +56,10 @@ const GIVEN_BACK_MAX: usize = 65_536;
 const STATE_NONE: u8 = 0;
 const STATE_OPEN: u8 = 1;
 const STATE_PAUSED: u8 = 2;
+/// At start, or after the store lost the room: written only if the store
+/// holds no state for the room yet; otherwise the fleet's state stands.
+const STATE_INIT_OPEN: u8 = 3;
+const STATE_INIT_PAUSED: u8 = 4;
 
 /// How often a gateway tells the store it is alive (`/admin/state`
 /// `"fleet"`).
@@ -117,6 +121,8 @@ impl Fleet {
             hw_serving: AtomicU64::new(0),
             joins,
             state_wanted: AtomicU8::new(STATE_NONE),
+            config_paused: Mutex::new(None),
+            version_seen: AtomicU64::new(0),
             given_back: Mutex::new(HashMap::new()),
             reachable: AtomicBool::new(true),
             joins_counted: Mutex::new(JoinCounts::default()),
@@ -145,6 +151,15 @@ pub struct SharedRoom {
     joins: mpsc::Sender<JoinWaiter>,
     /// The pause the config wants written to the store, until it is.
     state_wanted: AtomicU8,
+    /// This gateway's config's kill switch as last applied (`None`: not
+    /// yet, at start). Only a change of it is written to the store, so a
+    /// restart or an unrelated reload of one gateway never un-pauses the
+    /// fleet.
+    config_paused: Mutex<Option<bool>>,
+    /// The store's state version last seen: going backwards means the
+    /// store lost the room (restarted empty), and the config's state is
+    /// written again.
+    version_seen: AtomicU64,
     /// Passes whose slot this gateway gave back (seq → pass expiry, unix
     /// s): they may start no more checkouts here.
     given_back: Mutex<HashMap<u64, u64>>,
@@ -173,10 +188,40 @@ impl SharedRoom {
         self.policy.store(Arc::new(policy));
     }
 
-    /// The config's kill switch, written to the store by the next tick.
+    /// The config's kill switch, applied (at start and on every reload).
+    /// The next tick writes it to the store when it changed here; at start
+    /// only when the store has no state for the room yet (the fleet's
+    /// pause stands over a gateway that merely restarted).
     pub fn want_paused(&self, paused: bool) {
-        let state = if paused { STATE_PAUSED } else { STATE_OPEN };
+        let mut last = self.config_paused.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match (*last, paused) {
+            (Some(before), _) if before == paused => return,
+            (Some(_), true) => STATE_PAUSED,
+            (Some(_), false) => STATE_OPEN,
+            (None, true) => STATE_INIT_PAUSED,
+            (None, false) => STATE_INIT_OPEN,
+        };
+        *last = Some(paused);
         self.state_wanted.store(state, Ordering::Relaxed);
+    }
+
+    /// The store forgot the room: write the config's state again, unless
+    /// another gateway has done so first.
+    fn store_lost_state(&self) {
+        let last = *self.config_paused.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(paused) = last {
+            let state = if paused {
+                STATE_INIT_PAUSED
+            } else {
+                STATE_INIT_OPEN
+            };
+            let _ = self.state_wanted.compare_exchange(
+                STATE_NONE,
+                state,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// This gateway's joins by result.
@@ -289,8 +334,10 @@ impl SharedRoom {
         let wanted = self.state_wanted.load(Ordering::Relaxed);
         if wanted != STATE_NONE {
             let sold_out = !self.stock.can_sell(&self.name);
+            let paused = matches!(wanted, STATE_PAUSED | STATE_INIT_PAUSED);
+            let only_if_new = matches!(wanted, STATE_INIT_OPEN | STATE_INIT_PAUSED);
             match store
-                .set_state(&self.name, wanted == STATE_PAUSED, sold_out)
+                .set_state(&self.name, paused, sold_out, only_if_new)
                 .await
             {
                 Ok(_) => {
@@ -316,6 +363,10 @@ impl SharedRoom {
         };
         match store.tick(&self.name, &args).await {
             Ok(tick) => {
+                let version = tick.numbers.version;
+                if version < self.version_seen.swap(version, Ordering::Relaxed) {
+                    self.store_lost_state();
+                }
                 let mut numbers = tick.numbers;
                 numbers.read_at_ms = now_ms();
                 self.saw(numbers.next, numbers.serving);

@@ -244,10 +244,20 @@ impl RoomStore for RedisStore {
         Ok(freed == 1)
     }
 
-    async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError> {
+    async fn set_state(
+        &self,
+        room: &str,
+        paused: bool,
+        sold_out: bool,
+        only_if_new: bool,
+    ) -> Result<u64, StoreError> {
         let [line, _] = keys(room);
-        self.fcall("sluice_set_state", &[line], &[flag(paused), flag(sold_out)])
-            .await
+        self.fcall(
+            "sluice_set_state",
+            &[line],
+            &[flag(paused), flag(sold_out), flag(only_if_new)],
+        )
+        .await
     }
 
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {

@@ -49,6 +49,10 @@ local function load(key, hw_next, hw_serving, ms)
     next = num(v[1]), serving = num(v[2]), tat_us = num(v[3]),
     paused = num(v[4]), sold_out = num(v[5]), version = num(v[6]), born_ms = tonumber(v[7]) or ms,
   }
+  -- A gateway that saw more than Redis holds means Redis lost writes (a
+  -- restart without them, a failover to a replica behind): warm up again,
+  -- so every gateway's numbers land before a place is given or released.
+  if hw_next > r.next or hw_serving > r.serving then r.born_ms = ms end
   if hw_next > r.next then r.next = hw_next end
   if hw_serving > r.serving then r.serving = hw_serving end
   if r.serving > r.next then r.next = r.serving end
@@ -94,7 +98,9 @@ local function tick(keys, args)
   redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', ms)
   local held = redis.call('ZCARD', keys[2])
   local released = 0
-  if r.paused == 0 and r.sold_out == 0 and r.next > r.serving and held < max_active then
+  local warming = ms - r.born_ms < WARM_UP_MS
+  if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving
+      and held < max_active then
     local interval_us = math.floor(1000000 / rate)
     local tat = math.max(r.tat_us, us)
     local allowed = math.floor((us + burst * interval_us - tat) / interval_us)
@@ -144,11 +150,16 @@ local function give_back(keys, args)
   return redis.call('ZREM', keys[2], 'c' .. args[1])
 end
 
--- FCALL sluice_set_state 1 <room> <paused 0/1> <sold_out 0/1>
--- The kill switch and sold out, written by a config (re)load.
+-- FCALL sluice_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- The kill switch and sold out, written when a gateway's config changes
+-- them; with only_if_new (a gateway starting, or one that saw Redis lose
+-- the room) nothing changes when the room already has a state.
 -- -> the new version
 local function set_state(keys, args)
   local paused, sold_out = tonumber(args[1]), tonumber(args[2])
+  if tonumber(args[3]) == 1 and redis.call('HEXISTS', keys[1], 'version') == 1 then
+    return num(redis.call('HGET', keys[1], 'version'))
+  end
   local v = redis.call('HMGET', keys[1], 'paused', 'sold_out')
   if num(v[1]) ~= paused or num(v[2]) ~= sold_out then
     redis.call('HSET', keys[1], 'paused', paused, 'sold_out', sold_out)

@@ -85,7 +85,15 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError>;
 
     /// The kill switch and sold out; returns the state's new version.
-    async fn set_state(&self, room: &str, paused: bool, sold_out: bool) -> Result<u64, StoreError>;
+    /// With `only_if_new`, changes nothing when the store already holds
+    /// a state for the room (a gateway starting adopts the fleet's).
+    async fn set_state(
+        &self,
+        room: &str,
+        paused: bool,
+        sold_out: bool,
+        only_if_new: bool,
+    ) -> Result<u64, StoreError>;
 
     /// Marks gateway `id` (in `region`) alive and lists the fleet.
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError>;
