@@ -49,7 +49,11 @@ pub const JOINS_WAITING_MAX: usize = 8192;
 pub const ANSWER_WAIT_MAX: Duration = Duration::from_secs(3);
 /// How long a batch of joins waits for a store that is warming up (a new
 /// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`).
-const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
+/// With one more call (bounded at 1.5 s by the store) it stays inside
+/// [`ANSWER_WAIT_MAX`], so a joiner is still waiting when its place is
+/// given: a place granted to a joiner who gave up would be a ghost that
+/// later spends rate and a slot.
+const WARMING_WAIT_MAX: Duration = Duration::from_millis(1200);
 /// Passes given back that this gateway remembers (each until it expires).
 const GIVEN_BACK_MAX: usize = 65_536;
 
@@ -406,14 +410,19 @@ async fn tick_loop(room: Weak<SharedRoom>) {
 /// dropped: under load one round trip serves many joins.
 async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWaiter>) {
     let mut batch = Vec::with_capacity(JOIN_BATCH_MAX);
-    while waiting.recv_many(&mut batch, JOIN_BATCH_MAX).await > 0 {
+    'batches: while waiting.recv_many(&mut batch, JOIN_BATCH_MAX).await > 0 {
         let Some(room) = room.upgrade() else { return };
         let policy = room.policy.load_full();
-        let n = batch.len() as u32;
         // A store that is warming up answers within its warm-up: the joins
         // wait for it rather than fail.
         let deadline = tokio::time::Instant::now() + WARMING_WAIT_MAX;
         let reply = loop {
+            // Joiners who gave up meanwhile get no place.
+            batch.retain(|waiter| !waiter.is_closed());
+            if batch.is_empty() {
+                continue 'batches;
+            }
+            let n = batch.len() as u32;
             let hw_next = room.hw_next.load(Ordering::Relaxed);
             let reply = room
                 .fleet
