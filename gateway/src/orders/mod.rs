@@ -114,6 +114,16 @@ impl Orders {
     /// Opens the store in `gateway.data_dir` and seeds the configured
     /// products (first time only).
     pub fn open(config: &Config, metrics: &Metrics) -> Result<Self, String> {
+        if config.cluster.postgres_url.is_some() {
+            // Each gateway selling from its own data_dir while the operator
+            // counts on one shared stock would oversell by the fleet's size.
+            return Err(
+                "[cluster] postgres_url: the gateway's order routes do not run on PostgreSQL yet \
+                 (the core's PostgreSQL back end exists, see docs/orders.md); leave it out to \
+                 keep stock and orders in data_dir (one gateway per stock)"
+                    .into(),
+            );
+        }
         let group_commit = GroupCommitConfig {
             commit_delay: config.gateway.test_store_commit_delay,
             ..GroupCommitConfig::default()
@@ -680,12 +690,20 @@ fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> Loc
                 CheckoutError::Store(sluice_checkout::StoreError::UnknownSku(_)) => {
                     ErrorCode::NotFound
                 }
+                CheckoutError::Store(sluice_checkout::StoreError::Unavailable(ref s)) => {
+                    tracing::warn!("order store unavailable: {s}");
+                    ErrorCode::StoreUnavailable
+                }
                 CheckoutError::Store(ref s) => {
                     tracing::error!("order store: {s}");
                     ErrorCode::Internal
                 }
             };
             let message = match &e {
+                CheckoutError::Store(sluice_checkout::StoreError::Unavailable(_)) => {
+                    "The order store cannot be reached; retry with the same Idempotency-Key."
+                        .to_string()
+                }
                 CheckoutError::Store(_) => {
                     "The order could not be stored; retry with the same Idempotency-Key."
                         .to_string()
@@ -693,8 +711,9 @@ fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> Loc
                 other => sentence(&other.to_string()),
             };
             let mut api = ApiError::new(code, message);
-            if code == ErrorCode::IdempotencyConflict {
-                // The first request is still running: say when to retry.
+            if code == ErrorCode::IdempotencyConflict || code == ErrorCode::StoreUnavailable {
+                // The first request is still running, or the store is
+                // back soon: say when to retry.
                 api = api.retry_after(1);
             }
             LocalResponse::error(&api)
@@ -718,6 +737,35 @@ fn sentence(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_is_refused_rather_than_ignored() {
+        let src = "[gateway]\n[cluster]\npostgres_url = \"postgres://u@127.0.0.1:7/db\"\n";
+        let config =
+            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
+                None
+            })
+            .unwrap();
+        let err = Orders::open(&config, &Metrics::new("test"))
+            .err()
+            .expect("refused");
+        assert!(err.contains("do not run on PostgreSQL yet"), "{err}");
+    }
+
+    #[test]
+    fn an_unreachable_store_is_503_store_unavailable_with_retry_after() {
+        let e = CheckoutError::Store(sluice_checkout::StoreError::Unavailable("down".into()));
+        let response = order_answer(Err(e), StatusCode::OK);
+        assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+        let retry = response
+            .headers
+            .iter()
+            .find(|(name, _)| name == header::RETRY_AFTER)
+            .map(|(_, value)| value.to_str().unwrap().to_owned());
+        assert_eq!(retry.as_deref(), Some("1"));
+        let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(body["error"], "store_unavailable");
+    }
 
     #[test]
     fn order_routes_are_recognised_exactly() {
