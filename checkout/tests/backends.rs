@@ -553,3 +553,151 @@ fn postgres_stopped_answers_store_unavailable_and_service_resumes() {
     let violations = backend.check_books(T0_MS).unwrap();
     assert!(violations.is_empty(), "{violations:?}");
 }
+
+/// Three back ends (three gateways' pools) on one database: one stock
+/// authority for the fleet.
+fn fleet_of_three() -> (
+    Vec<Arc<dyn OrderBackend>>,
+    Arc<SimulatedProvider>,
+    Arc<pg::ThrowawayPg>,
+) {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let fleet: Vec<Arc<dyn OrderBackend>> = (0..3)
+        .map(|_| {
+            let mut config = PgConfig::new(url.clone());
+            config.pool_max = 8;
+            let backend: Arc<dyn OrderBackend> =
+                Arc::new(PgBackend::open(&config, provider.clone()).expect("open"));
+            backend
+        })
+        .collect();
+    (fleet, provider, cluster)
+}
+
+#[test]
+fn postgres_fleet_of_three_sells_ten_units_to_a_thousand_buyers_exactly_once() {
+    let (fleet, provider, _cluster) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "hot".into(),
+        total: 10,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 8,
+    };
+    // Every gateway seeds at start; only the first seed sets the stock.
+    for backend in &fleet {
+        backend.seed_products_at(&[seed.clone()], T0_MS).unwrap();
+    }
+    const BUYERS: usize = 1000;
+    const THREADS: usize = 15;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let backend = Arc::clone(&fleet[t % fleet.len()]);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                (t..BUYERS)
+                    .step_by(THREADS)
+                    .map(|i| {
+                        backend
+                            .checkout_within(
+                                &format!("buyer-{i}"),
+                                &key(&format!("key-{i:08}")),
+                                &request("hot", 1, PM_OK),
+                                OrderLimits::UNLIMITED,
+                                T0_MS,
+                            )
+                            .expect("checkout")
+                            .0
+                            .state
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let states: Vec<OrderState> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let sold = states
+        .iter()
+        .filter(|s| **s == OrderState::Confirmed)
+        .count();
+    assert_eq!(sold, 10);
+    assert_eq!(states.len(), BUYERS);
+    for backend in &fleet {
+        let stock = backend.stock("hot").unwrap();
+        assert_eq!((stock.total, stock.committed, stock.available), (10, 10, 0));
+        assert!(backend.check_books(T0_MS).unwrap().is_empty());
+    }
+    assert_eq!(provider.total_captures(), 10);
+}
+
+#[test]
+fn postgres_fleet_expiry_passes_run_each_hold_out_once() {
+    let (fleet, _provider, _cluster) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-a".into(),
+        total: 300,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 4,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    for i in 0..300 {
+        let backend = &fleet[i % fleet.len()];
+        let (order, _) = backend
+            .begin_within(
+                &format!("s{i}"),
+                &key(&format!("hold-key-{i:04}")),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+        assert_eq!(order.state, OrderState::Reserved);
+    }
+    // The three gateways' reconcilers run at once, in small passes.
+    let barrier = Arc::new(Barrier::new(fleet.len()));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut expired = 0;
+                loop {
+                    let n = backend.expire_holds(T0_MS + TTL_MS, 7).unwrap();
+                    if n == 0 {
+                        return expired;
+                    }
+                    expired += n;
+                }
+            })
+        })
+        .collect();
+    let per_gateway: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(per_gateway.iter().sum::<usize>(), 300, "{per_gateway:?}");
+    assert_eq!(fleet[0].count_expired(), 300);
+    let stock = fleet[1].stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.reserved), (300, 0));
+    assert!(fleet[2].check_books(T0_MS).unwrap().is_empty());
+}
+
+trait CountExpired {
+    fn count_expired(&self) -> u64;
+}
+
+impl CountExpired for Arc<dyn OrderBackend> {
+    fn count_expired(&self) -> u64 {
+        let counts = self.order_counts().unwrap();
+        counts
+            .iter()
+            .find(|(s, _)| *s == OrderState::Expired)
+            .map_or(0, |c| c.1)
+    }
+}

@@ -4,8 +4,10 @@
 //!
 //! The overdue rows are locked `FOR UPDATE SKIP LOCKED`, so when several
 //! gateways run the pass at once each takes different rows and none waits
-//! on another; a gateway dying mid-pass rolls its transaction back and
-//! leaves the rows to the next pass.
+//! on another; the units go back one statement per partition, in
+//! ascending order (so two passes never deadlock on partitions); a gateway
+//! dying mid-pass rolls its transaction back and leaves the rows to the
+//! next pass.
 
 use super::{order, pg_err, stock, PgBackend};
 use crate::clock::UnixMs;
@@ -33,19 +35,17 @@ pub(super) fn expire_holds(
             .iter()
             .map(|row| row.get(0))
             .collect();
-        let mut expired = 0;
+        let mut ours: Vec<String> = Vec::with_capacity(overdue.len());
         for order_id in overdue {
             let (from, to) = (OrderState::Reserved, OrderState::Expired);
             match order::transition(tx, &order_id, from, to, now_ms) {
-                Ok(_) => {}
+                Ok(_) => ours.push(order_id),
                 // Paid or cancelled since it was read: not ours to expire.
                 Err(StoreError::IllegalTransition { .. }) => continue,
                 Err(e) => return Err(e),
             }
-            if stock::move_hold(tx, &order_id, stock::HoldMove::Release, now_ms)? {
-                expired += 1;
-            }
         }
+        let expired = stock::release_holds(tx, &ours, now_ms)?;
         Ok(expired)
     })
 }

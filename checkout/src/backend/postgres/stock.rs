@@ -409,6 +409,50 @@ pub(super) fn move_hold(
     Ok(true)
 }
 
+/// Releases the holds of `order_ids` still `held`: the holds in one
+/// statement, then one statement per partition with the units summed, in
+/// (sku, partition) order. Returns how many holds were released.
+pub(super) fn release_holds(
+    tx: &mut Transaction<'_>,
+    order_ids: &[String],
+    now_ms: UnixMs,
+) -> Result<usize, StoreError> {
+    if order_ids.is_empty() {
+        return Ok(0);
+    }
+    let rows = tx
+        .query(
+            "WITH released AS (
+                UPDATE reservations SET state = 'released', settled_at_ms = $2
+                 WHERE order_id = ANY($1) AND state = 'held'
+                 RETURNING sku, part, quantity)
+             SELECT sku, part, SUM(quantity)::bigint, COUNT(*) FROM released
+              GROUP BY sku, part ORDER BY sku, part",
+            &[&order_ids, &now_ms],
+        )
+        .map_err(pg_err)?;
+    let mut released = 0;
+    for row in rows {
+        let (sku, part, units, holds): (String, i32, i64, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let changed = tx
+            .execute(
+                "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
+                 WHERE sku = $1 AND part = $2 AND reserved >= $3",
+                &[&sku, &part, &units],
+            )
+            .map_err(pg_err)?;
+        if changed != 1 {
+            return Err(StoreError::Corrupt {
+                table: "stock_partitions",
+                detail: format!("partition {part} of {sku} does not hold {units} released units"),
+            });
+        }
+        released += usize::try_from(holds).unwrap_or(0);
+    }
+    Ok(released)
+}
+
 /// One SKU's counts: the sum of its partitions.
 pub(super) fn level(client: &mut impl GenericClient, sku: &str) -> Result<StockLevel, StoreError> {
     let row = client
