@@ -588,7 +588,9 @@ fn postgres_fleet_of_three_sells_ten_units_to_a_thousand_buyers_exactly_once() {
     };
     // Every gateway seeds at start; only the first seed sets the stock.
     for backend in &fleet {
-        backend.seed_products_at(&[seed.clone()], T0_MS).unwrap();
+        backend
+            .seed_products_at(std::slice::from_ref(&seed), T0_MS)
+            .unwrap();
     }
     const BUYERS: usize = 1000;
     const THREADS: usize = 15;
