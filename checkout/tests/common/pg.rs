@@ -6,17 +6,39 @@
 //! fresh one, asserted not to be 5432. Each test gets its own database.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// Where the PostgreSQL 15 server binaries are (scripts/deps.sh).
-const PG_BIN: &str = "/usr/local/bin";
+/// Where the PostgreSQL server binaries are: on `PATH`, in
+/// `/usr/local/bin`, or where Debian's `postgresql` package puts them
+/// (`/usr/lib/postgresql/<major>/bin`, the newest; `scripts/deps.sh
+/// --test` installs it when none is found).
+fn pg_bin() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.push(PathBuf::from("/usr/local/bin"));
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse().ok()?;
+            Some((major, entry.path().join("bin")))
+        })
+        .collect();
+    debian.sort();
+    dirs.extend(debian.into_iter().rev().map(|(_, dir)| dir));
+    dirs.into_iter()
+        .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+        .expect("PostgreSQL server binaries (initdb, pg_ctl): run scripts/deps.sh --test")
+}
 const START_DEADLINE: Duration = Duration::from_secs(60);
 
 pub struct ThrowawayPg {
+    bin: PathBuf,
     dir: tempfile::TempDir,
     port: u16,
     as_postgres: bool,
@@ -39,7 +61,7 @@ fn free_port() -> u16 {
 
 impl ThrowawayPg {
     fn command(&self, program: &str) -> Command {
-        let path = Path::new(PG_BIN).join(program);
+        let path = self.bin.join(program);
         if self.as_postgres {
             let mut command = Command::new("runuser");
             command.args(["-u", "postgres", "--"]).arg(path);
@@ -60,6 +82,7 @@ impl ThrowawayPg {
             .expect("temp dir");
         let as_postgres = is_root();
         let pg = Self {
+            bin: pg_bin(),
             port: free_port(),
             dir,
             as_postgres,
