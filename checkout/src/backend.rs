@@ -21,6 +21,7 @@ use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
 use crate::order::Order;
+use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::service::{CheckoutRequest, Created, OrderLimits};
 use crate::state::OrderState;
@@ -83,6 +84,16 @@ pub trait OrderBackend: Send + Sync {
     /// past its TTL become `expired` and their units go back, at most
     /// `limit` per pass. Returns how many expired.
     fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError>;
+
+    /// One bounded outbox relay pass: publishes up to `limit` pending
+    /// events, oldest first, at least once, and marks them published after
+    /// the sink acknowledged them.
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError>;
 
     /// Orders per state, every state listed.
     fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError>;

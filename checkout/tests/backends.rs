@@ -17,8 +17,9 @@ use common::{key, request, test_payments, PRICE_CENTS, T0_MS, TTL_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_checkout::{
-    CheckoutError, CheckoutService, Created, OrderBackend, OrderLimits, OrderState, PaymentState,
-    PgBackend, PgConfig, ProductSeed, SimulatedProvider, SqliteBackend, Store, PM_DECLINE, PM_OK,
+    CheckoutError, CheckoutService, Created, OrderBackend, OrderLimits, OrderState, OutboxEvent,
+    PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink, SinkError,
+    SqliteBackend, Store, PM_DECLINE, PM_OK,
 };
 
 struct Fixture {
@@ -99,6 +100,7 @@ on_both!(
     checkout_outcomes_and_their_durable_waits,
     the_reconciler_expires_overdue_holds_once,
     the_purchase_limit_refuses_without_burning_the_key,
+    the_outbox_relays_every_event_at_least_once,
     partitions_never_exceed_the_total_over_random_interleavings,
 );
 
@@ -350,6 +352,76 @@ fn the_reconciler_expires_overdue_holds_once(f: &Fixture) {
     f.assert_books_balance();
 }
 
+/// Collects what it is given; refuses while `refuse` is set.
+#[derive(Default)]
+struct CollectSink {
+    events: Vec<OutboxEvent>,
+    refuse: bool,
+}
+
+impl Sink for CollectSink {
+    fn publish(&mut self, events: &[OutboxEvent]) -> Result<(), SinkError> {
+        if self.refuse {
+            return Err(SinkError::Refused("scripted".into()));
+        }
+        self.events.extend_from_slice(events);
+        Ok(())
+    }
+}
+
+fn relay_all(backend: &dyn OrderBackend, sink: &mut CollectSink, now_ms: i64) -> usize {
+    let mut published = 0;
+    loop {
+        let pass = backend.relay_outbox_once(sink, 2, now_ms).expect("relay");
+        published += pass.published;
+        if !pass.more_pending {
+            return published;
+        }
+    }
+}
+
+fn the_outbox_relays_every_event_at_least_once(f: &Fixture) {
+    f.seed(&[("sku-a", 5, 1)]);
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("outbox-key-1"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    let mut refusing = CollectSink {
+        refuse: true,
+        ..CollectSink::default()
+    };
+    assert!(f
+        .backend
+        .relay_outbox_once(&mut refusing, 10, T0_MS)
+        .is_err());
+    let mut sink = CollectSink::default();
+    let published = relay_all(f.backend.as_ref(), &mut sink, T0_MS);
+    assert!(published >= 2, "the order's events: {:?}", sink.events);
+    assert_eq!(published, sink.events.len());
+    let ids: std::collections::HashSet<&str> = sink.events.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids.len(), sink.events.len(), "each event once");
+    assert!(sink.events.iter().all(|e| e.order_id == order.order_id));
+    assert!(
+        sink.events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "oldest first"
+    );
+    let last = sink.events.last().unwrap();
+    assert_eq!(last.event_type, OrderState::Confirmed.event_type());
+    assert_eq!(last.data["state"], "confirmed");
+    assert_eq!(
+        relay_all(f.backend.as_ref(), &mut sink, T0_MS),
+        0,
+        "nothing left"
+    );
+}
+
 fn the_purchase_limit_refuses_without_burning_the_key(f: &Fixture) {
     f.seed(&[("sku-a", 5, 1)]);
     let one = OrderLimits {
@@ -556,11 +628,15 @@ fn postgres_stopped_answers_store_unavailable_and_service_resumes() {
 
 /// Three back ends (three gateways' pools) on one database: one stock
 /// authority for the fleet.
-fn fleet_of_three() -> (
+/// The back ends, their provider, the cluster (kept alive) and the URL.
+type Fleet = (
     Vec<Arc<dyn OrderBackend>>,
     Arc<SimulatedProvider>,
     Arc<pg::ThrowawayPg>,
-) {
+    String,
+);
+
+fn fleet_of_three() -> Fleet {
     let cluster = pg::shared();
     let url = cluster.create_database();
     let provider = Arc::new(SimulatedProvider::default());
@@ -573,12 +649,12 @@ fn fleet_of_three() -> (
             backend
         })
         .collect();
-    (fleet, provider, cluster)
+    (fleet, provider, cluster, url)
 }
 
 #[test]
 fn postgres_fleet_of_three_sells_ten_units_to_a_thousand_buyers_exactly_once() {
-    let (fleet, provider, _cluster) = fleet_of_three();
+    let (fleet, provider, _cluster, _) = fleet_of_three();
     let seed = ProductSeed {
         sku: "hot".into(),
         total: 10,
@@ -640,7 +716,7 @@ fn postgres_fleet_of_three_sells_ten_units_to_a_thousand_buyers_exactly_once() {
 
 #[test]
 fn postgres_fleet_expiry_passes_run_each_hold_out_once() {
-    let (fleet, _provider, _cluster) = fleet_of_three();
+    let (fleet, _provider, _cluster, _) = fleet_of_three();
     let seed = ProductSeed {
         sku: "sku-a".into(),
         total: 300,
@@ -702,4 +778,105 @@ impl CountExpired for Arc<dyn OrderBackend> {
             .find(|(s, _)| *s == OrderState::Expired)
             .map_or(0, |c| c.1)
     }
+}
+
+#[test]
+fn postgres_fleet_relays_each_event_once_and_takes_over_a_dead_relay() {
+    let (fleet, _provider, _cluster, url) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-a".into(),
+        total: 100,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 2,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    let checkout = |backend: &Arc<dyn OrderBackend>, i: usize| {
+        backend
+            .checkout_within(
+                &format!("s{i}"),
+                &key(&format!("relay-key-{i:04}")),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+    };
+    for i in 0..20 {
+        checkout(&fleet[i % 3], i);
+    }
+    let pending = |url: &str| -> i64 {
+        let mut client = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+        client
+            .query_one(
+                "SELECT COUNT(*) FROM outbox WHERE published_at_ms IS NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let expected = usize::try_from(pending(&url)).unwrap();
+    assert!(expected >= 40, "{expected}");
+    // Three relays at once, small passes: every event published once.
+    let barrier = Arc::new(Barrier::new(3));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                let mut sink = CollectSink::default();
+                barrier.wait();
+                while backend
+                    .relay_outbox_once(&mut sink, 3, T0_MS)
+                    .unwrap()
+                    .published
+                    > 0
+                {}
+                sink.events
+            })
+        })
+        .collect();
+    let mut all: Vec<OutboxEvent> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let mut last = CollectSink::default();
+    relay_all(fleet[0].as_ref(), &mut last, T0_MS);
+    all.extend(last.events);
+    let ids: std::collections::HashSet<String> = all.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        (all.len(), ids.len()),
+        (expected, expected),
+        "each event exactly once"
+    );
+    assert_eq!(pending(&url), 0);
+
+    // A relay that dies mid-pass (its sink never returns) keeps its lease;
+    // another gateway's relay takes the events once the lease runs out.
+    for i in 20..25 {
+        checkout(&fleet[0], i);
+    }
+    struct Dies;
+    impl Sink for Dies {
+        fn publish(&mut self, _: &[OutboxEvent]) -> Result<(), SinkError> {
+            panic!("the gateway died mid-pass");
+        }
+    }
+    let dead = Arc::clone(&fleet[0]);
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = dead.relay_outbox_once(&mut Dies, 1000, T0_MS);
+    }));
+    assert!(died.is_err());
+    let mut taker = CollectSink::default();
+    let soon = fleet[1]
+        .relay_outbox_once(&mut taker, 1000, T0_MS + 1)
+        .unwrap();
+    assert_eq!(soon.published, 0, "still leased by the dead relay");
+    let lease = sluice_checkout::backend::postgres::OUTBOX_LEASE_MS;
+    let later = fleet[1]
+        .relay_outbox_once(&mut taker, 1000, T0_MS + lease)
+        .unwrap();
+    assert!(later.published >= 10, "{later:?}");
+    assert_eq!(pending(&url), 0);
 }

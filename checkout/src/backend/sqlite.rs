@@ -12,6 +12,7 @@ use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
 use crate::order::Order;
+use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::reconciler::reconcile_once;
 use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits};
@@ -95,6 +96,15 @@ impl OrderBackend for SqliteBackend {
         // Nothing is reported stuck: only the expiry is asked for here.
         let never_stuck_ms = i64::MAX / 2;
         Ok(reconcile_once(self.store(), now_ms, never_stuck_ms, limit)?.expired)
+    }
+
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError> {
+        relay_once(self.store(), sink, limit, now_ms)
     }
 
     fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError> {

@@ -11,6 +11,8 @@
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
+//! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
+//!   a fleet;
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it.
 //!
@@ -20,6 +22,7 @@
 
 mod checkout;
 mod order;
+mod outbox;
 mod reconcile;
 mod schema;
 mod stock;
@@ -36,6 +39,7 @@ use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
 use crate::order::Order;
+use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::payment::PaymentProvider;
 use crate::service::{CheckoutRequest, Created, OrderLimits};
@@ -43,6 +47,7 @@ use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
 
+pub use outbox::OUTBOX_LEASE_MS;
 pub use schema::SCHEMA_VERSION;
 
 type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
@@ -85,6 +90,8 @@ pub struct PgBackend {
     pool: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
+    /// This back end's name in outbox leases (one per process).
+    node: String,
 }
 
 /// Maps a driver error: a refused statement is `Postgres`; a connection
@@ -160,6 +167,7 @@ impl PgBackend {
             pool,
             provider,
             durable_writes: AtomicU64::new(0),
+            node: format!("node_{}", uuid::Uuid::new_v4().simple()),
         };
         let mut client = backend.pool.get().map_err(pool_err)?;
         schema::migrate(&mut client)?;
@@ -275,6 +283,15 @@ impl OrderBackend for PgBackend {
 
     fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError> {
         reconcile::expire_holds(self, now_ms, limit)
+    }
+
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError> {
+        outbox::relay_once(self, sink, limit, now_ms)
     }
 
     fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError> {

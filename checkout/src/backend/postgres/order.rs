@@ -65,15 +65,22 @@ pub(super) fn load_existing(
     load(client, order_id)?.ok_or_else(|| StoreError::UnknownOrder(order_id.to_owned()))
 }
 
-fn event(
-    tx: &mut Transaction<'_>,
-    order_id: &str,
-    state: OrderState,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
+/// The outbox event of `order`'s change (its state now), in the same
+/// transaction as the change.
+fn event(tx: &mut Transaction<'_>, order: &Order, now_ms: UnixMs) -> Result<(), StoreError> {
+    let event_id = format!("evt_{}", uuid::Uuid::new_v4().simple());
+    let payload = serde_json::to_string(&order.view())
+        .map_err(|e| StoreError::InvalidArgument(format!("order not serializable: {e}")))?;
     tx.execute(
-        "INSERT INTO outbox (order_id, event_type, state, created_at_ms) VALUES ($1, $2, $3, $4)",
-        &[&order_id, &state.event_type(), &state.as_str(), &now_ms],
+        "INSERT INTO outbox (event_id, order_id, event_type, payload, created_at_ms)
+         VALUES ($1, $2, $3, $4, $5)",
+        &[
+            &event_id,
+            &order.order_id,
+            &order.state.event_type(),
+            &payload,
+            &now_ms,
+        ],
     )
     .map_err(pg_err)?;
     Ok(())
@@ -103,7 +110,7 @@ pub(super) fn insert(tx: &mut Transaction<'_>, order: &Order) -> Result<(), Stor
         ],
     )
     .map_err(pg_err)?;
-    event(tx, &order.order_id, order.state, order.created_at_ms)
+    event(tx, order, order.created_at_ms)
 }
 
 /// `from → to` if the table allows it and the order is still `from`;
@@ -134,8 +141,9 @@ pub(super) fn transition(
             to,
         });
     };
-    event(tx, order_id, to, now_ms)?;
-    from_row(&row)
+    let order = from_row(&row)?;
+    event(tx, &order, now_ms)?;
+    Ok(order)
 }
 
 /// Sets the payment's state (and its provider id, once known).

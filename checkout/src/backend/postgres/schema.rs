@@ -99,14 +99,17 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         updated_at_ms bigint NOT NULL
     );
     CREATE TABLE outbox (
-        id bigserial PRIMARY KEY,
+        seq bigserial PRIMARY KEY,
+        event_id text NOT NULL UNIQUE,
         order_id text NOT NULL,
         event_type text NOT NULL,
-        state text NOT NULL,
+        payload text NOT NULL,
         created_at_ms bigint NOT NULL,
-        published_at_ms bigint
+        published_at_ms bigint,
+        lease_owner text,
+        lease_until_ms bigint
     );
-    CREATE INDEX outbox_pending ON outbox (id) WHERE published_at_ms IS NULL;",
+    CREATE INDEX outbox_pending ON outbox (seq) WHERE published_at_ms IS NULL;",
 )];
 
 /// The version this binary leaves a database at.
