@@ -70,6 +70,14 @@ pub trait OrderBackend: Send + Sync {
     /// `GET /orders/{id}`: `NotFound` for anyone but its subject.
     fn get_order(&self, subject: &str, order_id: &str) -> Result<Order, CheckoutError>;
 
+    /// `POST /orders/{id}/cancel`, idempotent: a `reserved` order is
+    /// cancelled and its stock released; a `confirmed` one refunded and its
+    /// units put back on sale; an `authorizing` one has the cancel
+    /// recorded; an ended one is returned as it is. `NotFound` for anyone
+    /// but its subject.
+    fn cancel(&self, subject: &str, order_id: &str, now_ms: UnixMs)
+        -> Result<Order, CheckoutError>;
+
     /// One SKU's counts (the sum of its partitions).
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError>;
 

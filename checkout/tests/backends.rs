@@ -101,6 +101,7 @@ on_both!(
     the_reconciler_expires_overdue_holds_once,
     the_purchase_limit_refuses_without_burning_the_key,
     the_outbox_relays_every_event_at_least_once,
+    cancel_releases_a_hold_and_refunds_a_sale_once,
     partitions_never_exceed_the_total_over_random_interleavings,
 );
 
@@ -420,6 +421,75 @@ fn the_outbox_relays_every_event_at_least_once(f: &Fixture) {
         0,
         "nothing left"
     );
+}
+
+fn cancel_releases_a_hold_and_refunds_a_sale_once(f: &Fixture) {
+    f.seed(&[("sku-a", 4, 2)]);
+    let limits = OrderLimits::UNLIMITED;
+    let (held, _) = f
+        .backend
+        .begin_within(
+            "sub",
+            &key("cancel-held-1"),
+            &request("sku-a", 1, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    let (sold, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("cancel-sold-1"),
+            &request("sku-a", 2, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(sold.state, OrderState::Confirmed);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (1, 1, 2)
+    );
+    let hidden = f.backend.cancel("someone-else", &held.order_id, T0_MS);
+    assert!(matches!(hidden, Err(CheckoutError::NotFound)));
+
+    let cancelled = f.backend.cancel("sub", &held.order_id, T0_MS + 1).unwrap();
+    assert_eq!(cancelled.state, OrderState::Cancelled);
+    let refunded = f.backend.cancel("sub", &sold.order_id, T0_MS + 2).unwrap();
+    assert_eq!(refunded.state, OrderState::Refunded);
+    assert_eq!(refunded.payment_state, PaymentState::Refunded);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (4, 0, 0)
+    );
+    // Again: nothing moves twice.
+    assert_eq!(
+        f.backend
+            .cancel("sub", &held.order_id, T0_MS + 3)
+            .unwrap()
+            .state,
+        OrderState::Cancelled
+    );
+    assert_eq!(
+        f.backend
+            .cancel("sub", &sold.order_id, T0_MS + 3)
+            .unwrap()
+            .state,
+        OrderState::Refunded
+    );
+    assert_eq!(f.backend.stock("sku-a").unwrap().available, 4);
+    let payment_id = sold.payment_id.as_deref().unwrap();
+    let payment = f
+        .provider
+        .payments()
+        .into_iter()
+        .find(|p| p.payment_id == payment_id)
+        .expect("the sale's payment");
+    assert_eq!(payment.refunds, 1, "{payment:?}");
+    f.assert_books_balance();
 }
 
 fn the_purchase_limit_refuses_without_burning_the_key(f: &Fixture) {

@@ -80,6 +80,15 @@ impl OrderBackend for SqliteBackend {
         self.service.get_order(subject, order_id)
     }
 
+    fn cancel(
+        &self,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        self.service.cancel(subject, order_id, now_ms)
+    }
+
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {
         self.store().stock(sku)
     }

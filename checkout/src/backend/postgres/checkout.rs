@@ -225,7 +225,7 @@ fn complete_key(
 }
 
 /// Stores an attempt before it is sent; returns its key.
-fn insert_attempt(
+pub(super) fn insert_attempt(
     tx: &mut Transaction<'_>,
     order: &Order,
     operation: Operation,
@@ -254,7 +254,7 @@ fn insert_attempt(
     Ok(key)
 }
 
-fn record_attempt(
+pub(super) fn record_attempt(
     tx: &mut Transaction<'_>,
     key: &str,
     outcome: &str,
@@ -271,7 +271,7 @@ fn record_attempt(
 }
 
 /// A provider operation's answer once ambiguity is resolved (or not).
-enum Answer {
+pub(super) enum Answer {
     Succeeded(String),
     Refused(String),
     Unknown,
@@ -279,7 +279,7 @@ enum Answer {
 
 /// Sends `send` with one key: an ambiguous answer is looked up first, then
 /// sent again with the same key, at most [`SEND_TRIES_MAX`] times.
-fn resolve(
+pub(super) fn resolve(
     provider: &dyn PaymentProvider,
     key: &str,
     mut send: impl FnMut() -> Result<Answer, PaymentError>,

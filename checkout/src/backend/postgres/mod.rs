@@ -11,6 +11,7 @@
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
+//! - `cancel`: cancel and refund, idempotent;
 //! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
 //!   a fleet;
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
@@ -20,6 +21,7 @@
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
 //! the sync face of `tokio-postgres`, pooled by `r2d2`.
 
+mod cancel;
 mod checkout;
 mod order;
 mod outbox;
@@ -267,6 +269,15 @@ impl OrderBackend for PgBackend {
             Some(order) if order.subject == subject => Ok(order),
             _ => Err(CheckoutError::NotFound),
         }
+    }
+
+    fn cancel(
+        &self,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        cancel::cancel(self, subject, order_id, now_ms)
     }
 
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {

@@ -109,7 +109,11 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         lease_owner text,
         lease_until_ms bigint
     );
-    CREATE INDEX outbox_pending ON outbox (seq) WHERE published_at_ms IS NULL;",
+    CREATE INDEX outbox_pending ON outbox (seq) WHERE published_at_ms IS NULL;
+    CREATE TABLE cancel_requests (
+        order_id text PRIMARY KEY REFERENCES orders (order_id),
+        requested_at_ms bigint NOT NULL
+    );",
 )];
 
 /// The version this binary leaves a database at.

@@ -364,6 +364,8 @@ pub(super) enum HoldMove {
     Commit,
     /// held → released (declined, cancelled, expired).
     Release,
+    /// committed → returned (refunded: the units go back on sale).
+    Return,
 }
 
 /// Moves the hold of `order_id` once; false when it was already moved (or
@@ -374,23 +376,31 @@ pub(super) fn move_hold(
     step: HoldMove,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
-    let (to, stock_sql) = match step {
+    let (from, to, stock_sql) = match step {
         HoldMove::Commit => (
+            "held",
             "committed",
             "UPDATE stock_partitions SET reserved = reserved - $3, committed = committed + $3
              WHERE sku = $1 AND part = $2 AND reserved >= $3",
         ),
         HoldMove::Release => (
+            "held",
             "released",
             "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
              WHERE sku = $1 AND part = $2 AND reserved >= $3",
+        ),
+        HoldMove::Return => (
+            "committed",
+            "returned",
+            "UPDATE stock_partitions SET committed = committed - $3, available = available + $3
+             WHERE sku = $1 AND part = $2 AND committed >= $3",
         ),
     };
     let moved = tx
         .query_opt(
             "UPDATE reservations SET state = $2, settled_at_ms = $3
-             WHERE order_id = $1 AND state = 'held' RETURNING sku, part, quantity",
-            &[&order_id, &to, &now_ms],
+             WHERE order_id = $1 AND state = $4 RETURNING sku, part, quantity",
+            &[&order_id, &to, &now_ms, &from],
         )
         .map_err(pg_err)?;
     let Some(row) = moved else {
