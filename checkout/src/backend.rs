@@ -23,7 +23,7 @@ use crate::idempotency::IdempotencyKey;
 use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
-use crate::service::{CheckoutRequest, Created, OrderLimits};
+use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::ProductSeed;
@@ -77,6 +77,10 @@ pub trait OrderBackend: Send + Sync {
     /// but its subject.
     fn cancel(&self, subject: &str, order_id: &str, now_ms: UnixMs)
         -> Result<Order, CheckoutError>;
+
+    /// The orders `subject` has created, and how many are still open
+    /// (`reserved` or `authorizing`): whether a pass is spent.
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError>;
 
     /// One SKU's counts (the sum of its partitions).
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError>;

@@ -506,6 +506,8 @@ fn the_purchase_limit_refuses_without_burning_the_key(f: &Fixture) {
         .checkout_within("pass-1", &key("second-key"), &body, one, T0_MS)
         .unwrap_err();
     assert!(matches!(err, CheckoutError::PurchaseLimit), "{err:?}");
+    let counted = f.backend.subject_orders("pass-1").unwrap();
+    assert_eq!((counted.started, counted.open), (1, 0));
     let two = OrderLimits {
         orders_per_subject_max: 2,
     };

@@ -15,7 +15,7 @@ use crate::order::Order;
 use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::reconciler::reconcile_once;
-use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits};
+use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
@@ -87,6 +87,10 @@ impl OrderBackend for SqliteBackend {
         now_ms: UnixMs,
     ) -> Result<Order, CheckoutError> {
         self.service.cancel(subject, order_id, now_ms)
+    }
+
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
+        self.service.subject_orders(subject)
     }
 
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {

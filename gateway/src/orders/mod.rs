@@ -3,7 +3,11 @@
 //! worker and the sold-out hook.
 //!
 //! The core (`sluice-checkout`) is synchronous and durable: each call
-//! returns once its transaction is on disk. Every call, and the sold-out
+//! returns once its transaction is on disk. Checkout, order look-up,
+//! cancel and the pass's order count go through its store boundary
+//! (`OrderBackend`, today the embedded SQLite back end); webhooks,
+//! adjustments, the worker's passes and the books still use the SQLite
+//! `Store` directly. Every call, and the sold-out
 //! refresh after it, runs on a bounded blocking pool (`pool`): checkouts,
 //! which wait on the provider, on their own budget
 //! (`gateway.checkouts_in_flight_max`), the short store calls on another;
@@ -34,7 +38,7 @@ use sluice_admission::PassOrders;
 use sluice_checkout::webhook::WebhookEvent;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
-    OrderLimits, OrderState, ProductSeed, Store,
+    OrderBackend, OrderLimits, OrderState, ProductSeed, SqliteBackend, Store,
 };
 use sluice_policies::Config;
 use tokio::sync::mpsc;
@@ -60,6 +64,10 @@ pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
 
 pub struct Orders {
     service: Arc<CheckoutService>,
+    /// The checkout hot path (checkout, order look-up, cancel, the pass's
+    /// order count) goes through the store boundary; today the embedded
+    /// SQLite back end over `service`.
+    backend: Arc<dyn OrderBackend>,
     /// Checkouts in flight (store and provider calls, retry waits).
     checkouts: BlockingPool,
     /// Every other call into the core.
@@ -145,8 +153,10 @@ impl Orders {
             provider,
             sluice_checkout::PaymentsConfig::default(),
         ));
+        let backend: Arc<dyn OrderBackend> = Arc::new(SqliteBackend::new(service.clone()));
         let orders = Self {
             service,
+            backend,
             checkouts: BlockingPool::new(config.gateway.checkouts_in_flight_max.get()),
             calls: BlockingPool::new(STORE_CALLS_IN_FLIGHT_MAX),
             outbox: config.outbox.clone(),
@@ -353,7 +363,7 @@ impl Orders {
             return invalid_pass(config);
         };
         let subject = format!("{room}/{}", pass.sub);
-        let service = self.service.clone();
+        let backend = self.backend.clone();
         match route {
             OrderRoute::Checkout => {
                 let started = std::time::Instant::now();
@@ -370,7 +380,7 @@ impl Orders {
                 let id = id.to_string();
                 match self
                     .calls
-                    .run(move || service.get_order(&subject, &id))
+                    .run(move || backend.get_order(&subject, &id))
                     .await
                 {
                     Ok(result) => order_answer(result, StatusCode::OK),
@@ -380,10 +390,11 @@ impl Orders {
             OrderRoute::Cancel(id) => {
                 let id = id.to_string();
                 let stock = self.stock.clone();
+                let service = self.service.clone();
                 let cancelled = self.calls.run(move || {
-                    let result = service.cancel(&subject, &id, now_ms() as i64);
+                    let result = backend.cancel(&subject, &id, now_ms() as i64);
                     refresh(&stock, service.store());
-                    let orders = result.is_ok().then(|| service.subject_orders(&subject));
+                    let orders = result.is_ok().then(|| backend.subject_orders(&subject));
                     (result, orders)
                 });
                 let Ok((result, orders)) = cancelled.await else {
@@ -466,15 +477,19 @@ impl Orders {
                 0
             },
         };
-        let (service, stock) = (self.service.clone(), self.stock.clone());
+        let (service, backend, stock) = (
+            self.service.clone(),
+            self.backend.clone(),
+            self.stock.clone(),
+        );
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
         let ran = self.checkouts.run(move || {
-            let result = service.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
+            let result = backend.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
             refresh(&stock, service.store());
             // Counted after refusals too: a pass over a limit lowered by a
             // reload gives its slot back here.
-            let orders = Some(service.subject_orders(&subject));
+            let orders = Some(backend.subject_orders(&subject));
             (result, orders)
         });
         let Ok((result, orders)) = ran.await else {

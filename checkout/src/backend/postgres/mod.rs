@@ -44,7 +44,7 @@ use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::payment::PaymentProvider;
-use crate::service::{CheckoutRequest, Created, OrderLimits};
+use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
@@ -278,6 +278,11 @@ impl OrderBackend for PgBackend {
         now_ms: UnixMs,
     ) -> Result<Order, CheckoutError> {
         cancel::cancel(self, subject, order_id, now_ms)
+    }
+
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
+        let (started, open) = self.read(|client| order::subject_orders(client, subject))?;
+        Ok(SubjectOrders { started, open })
     }
 
     fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {

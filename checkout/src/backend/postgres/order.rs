@@ -165,7 +165,7 @@ pub(super) fn set_payment(
 
 /// Orders of `subject`: created, and still `reserved` or `authorizing`.
 pub(super) fn subject_orders(
-    tx: &mut Transaction<'_>,
+    tx: &mut impl GenericClient,
     subject: &str,
 ) -> Result<(u32, u32), StoreError> {
     let row = tx
