@@ -6,11 +6,12 @@
 //! had the units in the statement's snapshot, nearest first from the one
 //! the order id points at, skipping rows another transaction holds (so
 //! shoppers spread over the rows instead of queueing on one); having lost
-//! those races, every live partition in ascending order as committed now;
-//! when the units exist but are scattered, they are gathered into one by
-//! logged moves. "Sold out" is said only when every partition lacked the
-//! units. Whenever a transaction here waits for a partition's lock while
-//! holding another's, it takes them in ascending order: no deadlock.
+//! those races (or when the units are scattered), every partition is
+//! locked in ascending order and read as committed now, and the units are
+//! taken from one, or gathered into one by logged moves. "Sold out" is
+//! said only when every partition lacked the units. The only place a
+//! transaction waits for a partition's lock while holding another's is
+//! that ascending lock of all.
 //! Free units move between partitions only by logged moves
 //! (`rebalances`), planned by [`plan_even`], a plain function.
 
@@ -289,25 +290,29 @@ pub(super) fn take(
             }
         }
         drop(spread);
-        // Lost every race or every row was busy: each live partition as
-        // committed now, waiting for its lock, in ascending order (the
-        // order every multi-row lock here is taken in).
-        for part in 0..live {
-            if try_take(tx, sku, part, units)? {
-                return Ok(Some(part));
-            }
-        }
     }
     let free: i64 = snapshot.iter().map(|(_, available)| available).sum();
     if candidates.is_empty() && free < units {
         // Sold out as of the snapshot: every partition lacked the units.
         return Ok(None);
     }
-    // No partition has `units` alone: gather them into the first one if
-    // the SKU has them in all.
+    // Lost every race, every row was busy, or the units are scattered:
+    // every partition locked (in order), then read as committed now.
     let (available, live) = lock_all(tx, sku)?;
-    let into = usize::try_from(start).unwrap_or(0);
-    let moves = plan_gather(&available[..live.min(available.len())], into, units);
+    let available = &available[..live.min(available.len())];
+    let n = available.len();
+    let start_at = usize::try_from(start).unwrap_or(0);
+    if let Some(part) = (0..n)
+        .map(|step| (start_at + step) % n)
+        .find(|&part| available[part] >= units)
+    {
+        let part = part as i32;
+        return Ok(try_take(tx, sku, part, units)?.then_some(part));
+    }
+    // No partition has `units` alone: gather them into one if the SKU has
+    // them in all.
+    let into = start_at;
+    let moves = plan_gather(available, into, units);
     if moves.is_empty() {
         return Ok(None);
     }
