@@ -23,6 +23,7 @@ use crate::idempotency::IdempotencyKey;
 use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
+use crate::retention::PruneOutcome;
 use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
@@ -96,6 +97,11 @@ pub trait OrderBackend: Send + Sync {
     /// past its TTL become `expired` and their units go back, at most
     /// `limit` per pass. Returns how many expired.
     fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError>;
+
+    /// One bounded retention pass: per kind (idempotency keys, published
+    /// outbox events, provider webhook ids, ended holds), at most `limit`
+    /// of the oldest rows past their retention (see [`crate::retention`]).
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError>;
 
     /// One bounded outbox relay pass: publishes up to `limit` pending
     /// events, oldest first, at least once, and marks them published after

@@ -102,6 +102,7 @@ on_both!(
     the_purchase_limit_refuses_without_burning_the_key,
     the_outbox_relays_every_event_at_least_once,
     cancel_releases_a_hold_and_refunds_a_sale_once,
+    retention_forgets_keys_events_and_ended_holds_in_bounded_passes,
     partitions_never_exceed_the_total_over_random_interleavings,
 );
 
@@ -489,6 +490,58 @@ fn cancel_releases_a_hold_and_refunds_a_sale_once(f: &Fixture) {
         .find(|p| p.payment_id == payment_id)
         .expect("the sale's payment");
     assert_eq!(payment.refunds, 1, "{payment:?}");
+    f.assert_books_balance();
+}
+
+fn retention_forgets_keys_events_and_ended_holds_in_bounded_passes(f: &Fixture) {
+    const HOUR_MS: i64 = 3_600_000;
+    f.seed(&[("sku-a", 5, 1)]);
+    let limits = OrderLimits::UNLIMITED;
+    let body = request("sku-a", 1, PM_OK);
+    for i in 0..3 {
+        let k = key(&format!("kept-key-{i}"));
+        f.backend
+            .checkout_within("sub", &k, &body, limits, T0_MS)
+            .unwrap();
+    }
+    let declined = request("sku-a", 1, PM_DECLINE);
+    f.backend
+        .checkout_within("sub", &key("declined-key"), &declined, limits, T0_MS)
+        .unwrap();
+    relay_all(f.backend.as_ref(), &mut CollectSink::default(), T0_MS);
+
+    let early = f.backend.prune_once(T0_MS + HOUR_MS, 100).unwrap();
+    assert_eq!(
+        (
+            early.idempotency_keys,
+            early.outbox_events,
+            early.ended_holds
+        ),
+        (0, 0, 0)
+    );
+    // Past 25 h the keys go, two per pass at this limit.
+    let day = T0_MS + 25 * HOUR_MS + 1;
+    let first = f.backend.prune_once(day, 2).unwrap();
+    assert_eq!(first.idempotency_keys, 2);
+    assert!(first.more_due(2));
+    assert_eq!(f.backend.prune_once(day, 2).unwrap().idempotency_keys, 2);
+    assert_eq!(f.backend.prune_once(day, 2).unwrap().idempotency_keys, 0);
+    // A forgotten key is a new key.
+    let (again, created) = f
+        .backend
+        .checkout_within("sub", &key("kept-key-0"), &body, limits, day)
+        .unwrap();
+    assert_eq!(
+        (created, again.state),
+        (Created::Created, OrderState::Confirmed)
+    );
+    // Past 7 days the published events and the released hold go too.
+    let week = T0_MS + 7 * 24 * HOUR_MS + 1;
+    let later = f.backend.prune_once(week, 1000).unwrap();
+    assert!(later.outbox_events >= 8, "{later:?}");
+    assert_eq!(later.ended_holds, 1, "the declined order's hold");
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.committed), (1, 4));
     f.assert_books_balance();
 }
 

@@ -15,6 +15,7 @@ use crate::order::Order;
 use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::reconciler::reconcile_once;
+use crate::retention::{prune_once, PruneOutcome};
 use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
@@ -109,6 +110,10 @@ impl OrderBackend for SqliteBackend {
         // Nothing is reported stuck: only the expiry is asked for here.
         let never_stuck_ms = i64::MAX / 2;
         Ok(reconcile_once(self.store(), now_ms, never_stuck_ms, limit)?.expired)
+    }
+
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError> {
+        prune_once(self.store(), now_ms, limit)
     }
 
     fn relay_outbox_once(

@@ -14,6 +14,8 @@
 //! - `cancel`: cancel and refund, idempotent;
 //! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
 //!   a fleet;
+//! - `retention`: bounded pruning passes (keys, published events, ended
+//!   holds);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it.
 //!
@@ -26,6 +28,7 @@ mod checkout;
 mod order;
 mod outbox;
 mod reconcile;
+mod retention;
 mod schema;
 mod stock;
 
@@ -44,6 +47,7 @@ use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::payment::PaymentProvider;
+use crate::retention::PruneOutcome;
 use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
@@ -299,6 +303,10 @@ impl OrderBackend for PgBackend {
 
     fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError> {
         reconcile::expire_holds(self, now_ms, limit)
+    }
+
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError> {
+        retention::prune_once(self, now_ms, limit)
     }
 
     fn relay_outbox_once(

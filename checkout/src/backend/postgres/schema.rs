@@ -110,6 +110,10 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         lease_until_ms bigint
     );
     CREATE INDEX outbox_pending ON outbox (seq) WHERE published_at_ms IS NULL;
+    CREATE INDEX idempotency_by_age ON idempotency (created_at_ms);
+    CREATE INDEX outbox_published ON outbox (published_at_ms) WHERE published_at_ms IS NOT NULL;
+    CREATE INDEX reservations_ended ON reservations (settled_at_ms)
+        WHERE state IN ('released', 'returned');
     CREATE TABLE cancel_requests (
         order_id text PRIMARY KEY REFERENCES orders (order_id),
         requested_at_ms bigint NOT NULL
