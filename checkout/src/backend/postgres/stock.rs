@@ -5,10 +5,11 @@
 //! (`available >= n`, so the database decides): first the partitions that
 //! had the units in the statement's snapshot, nearest first from the one
 //! the order id points at, skipping rows another transaction holds (so
-//! shoppers spread over the rows instead of queueing on one); having lost
-//! those races (or when the units are scattered), every partition is
-//! locked in ascending order and read as committed now, and the units are
-//! taken from one, or gathered into one by logged moves. "Sold out" is
+//! shoppers spread over the rows instead of queueing on one); then,
+//! waiting, the nearest of them; having lost those races too (or when the
+//! units are scattered), every partition is locked in ascending order and
+//! read as committed now, and the units are taken from one, or gathered
+//! into one by logged moves. "Sold out" is
 //! said only when every partition lacked the units. The only place a
 //! transaction waits for a partition's lock while holding another's is
 //! that ascending lock of all.
@@ -290,6 +291,16 @@ pub(super) fn take(
             }
         }
         drop(spread);
+        // Every candidate was busy or taken: wait for the nearest one
+        // alone (in a savepoint again, so a failed re-check, which keeps
+        // the row's lock, is undone before `lock_all` waits below). Only
+        // when that one is gone too does the SKU lock as a whole.
+        let mut nearest = tx.savepoint("take_nearest").map_err(pg_err)?;
+        if try_take(&mut nearest, sku, candidates[0], units)? {
+            nearest.commit().map_err(pg_err)?;
+            return Ok(Some(candidates[0]));
+        }
+        drop(nearest);
     }
     let free: i64 = snapshot.iter().map(|(_, available)| available).sum();
     if candidates.is_empty() && free < units {
