@@ -10,6 +10,15 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// A statement the PostgreSQL server refused (constraint, syntax,
+    /// deadlock): a bug or a damaged schema, not an outage.
+    #[error("postgres: {0}")]
+    Postgres(String),
+    /// The shared store cannot be reached (connection refused or lost,
+    /// no pooled connection in time): `503 store_unavailable`; nothing was
+    /// acknowledged, so a retry with the same key is safe.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
     /// A stored row that this code did not write (or a bug wrote): refused,
     /// never unwrapped.
     #[error("corrupt row in {table}: {detail}")]
@@ -58,8 +67,9 @@ pub enum CheckoutError {
 }
 
 impl CheckoutError {
-    /// The contract's error code. Storage failures are not in the contract's
-    /// list; they are `internal` (500) and must be logged by the caller.
+    /// The contract's error code. A shared store that cannot be reached is
+    /// `store_unavailable` (503, with `Retry-After`); other storage failures
+    /// are `internal` (500) and must be logged by the caller.
     pub fn code(&self) -> &'static str {
         match self {
             CheckoutError::BadRequest(_) => "bad_request",
@@ -68,6 +78,7 @@ impl CheckoutError {
             CheckoutError::Mismatch => "idempotency_mismatch",
             CheckoutError::PurchaseLimit => "purchase_limit",
             CheckoutError::Store(StoreError::UnknownSku(_)) => "not_found",
+            CheckoutError::Store(StoreError::Unavailable(_)) => "store_unavailable",
             CheckoutError::Store(_) => "internal",
         }
     }
@@ -80,6 +91,7 @@ impl CheckoutError {
             "idempotency_conflict" => 409,
             "idempotency_mismatch" => 422,
             "purchase_limit" => 403,
+            "store_unavailable" => 503,
             _ => 500,
         }
     }

@@ -18,6 +18,9 @@
 //!
 //! Map of the crate, one concept per file:
 //!
+//! - [`backend`]: the store boundary of the checkout hot path
+//!   ([`OrderBackend`]) and its two back ends: embedded SQLite (below) and
+//!   PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL).
 //! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
 //!   seeding products, inventory adjustments, the write path.
 //! - `schema`: the tables and their CHECK constraints, as numbered
@@ -64,6 +67,7 @@
 
 pub mod attempt;
 pub mod audit;
+pub mod backend;
 pub mod books;
 pub mod clock;
 pub mod driver;
@@ -93,6 +97,7 @@ pub mod webhook;
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
+pub use backend::{OrderBackend, PgBackend, PgConfig, SqliteBackend};
 pub use books::Books;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
 pub use driver::PaymentsConfig;

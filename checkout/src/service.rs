@@ -48,7 +48,7 @@ pub struct CheckoutRequest {
 }
 
 impl CheckoutRequest {
-    fn validate(&self) -> Result<(), CheckoutError> {
+    pub(crate) fn validate(&self) -> Result<(), CheckoutError> {
         validate_sku(&self.sku).map_err(|e| CheckoutError::BadRequest(e.to_string()))?;
         if !(1..=ORDER_QUANTITY_MAX).contains(&self.quantity) {
             return Err(CheckoutError::BadRequest(format!(
@@ -67,7 +67,7 @@ impl CheckoutRequest {
         Ok(())
     }
 
-    fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         request_hash(&[&self.sku, &self.quantity.to_string(), &self.payment_method])
     }
 }
@@ -446,7 +446,7 @@ impl CheckoutService {
     }
 }
 
-fn validate_subject(subject: &str) -> Result<(), CheckoutError> {
+pub(crate) fn validate_subject(subject: &str) -> Result<(), CheckoutError> {
     if subject.is_empty() || subject.len() > SUBJECT_LEN_MAX {
         return Err(CheckoutError::BadRequest(format!(
             "subject must be 1 to {SUBJECT_LEN_MAX} bytes"

@@ -3,7 +3,11 @@
 //! worker and the sold-out hook.
 //!
 //! The core (`sluice-checkout`) is synchronous and durable: each call
-//! returns once its transaction is on disk. Every call, and the sold-out
+//! returns once its transaction is on disk. Checkout, order look-up,
+//! cancel and the pass's order count go through its store boundary
+//! (`OrderBackend`, today the embedded SQLite back end); webhooks,
+//! adjustments, the worker's passes and the books still use the SQLite
+//! `Store` directly. Every call, and the sold-out
 //! refresh after it, runs on a bounded blocking pool (`pool`): checkouts,
 //! which wait on the provider, on their own budget
 //! (`gateway.checkouts_in_flight_max`), the short store calls on another;
@@ -34,7 +38,7 @@ use sluice_admission::PassOrders;
 use sluice_checkout::webhook::WebhookEvent;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
-    OrderLimits, OrderState, ProductSeed, Store,
+    OrderBackend, OrderLimits, OrderState, ProductSeed, SqliteBackend, Store,
 };
 use sluice_policies::Config;
 use tokio::sync::mpsc;
@@ -60,6 +64,10 @@ pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
 
 pub struct Orders {
     service: Arc<CheckoutService>,
+    /// The checkout hot path (checkout, order look-up, cancel, the pass's
+    /// order count) goes through the store boundary; today the embedded
+    /// SQLite back end over `service`.
+    backend: Arc<dyn OrderBackend>,
     /// Checkouts in flight (store and provider calls, retry waits).
     checkouts: BlockingPool,
     /// Every other call into the core.
@@ -114,6 +122,16 @@ impl Orders {
     /// Opens the store in `gateway.data_dir` and seeds the configured
     /// products (first time only).
     pub fn open(config: &Config, metrics: &Metrics) -> Result<Self, String> {
+        if config.cluster.postgres_url.is_some() {
+            // Each gateway selling from its own data_dir while the operator
+            // counts on one shared stock would oversell by the fleet's size.
+            return Err(
+                "[cluster] postgres_url: the gateway's order routes do not run on PostgreSQL yet \
+                 (the core's PostgreSQL back end exists, see docs/orders.md); leave it out to \
+                 keep stock and orders in data_dir (one gateway per stock)"
+                    .into(),
+            );
+        }
         let group_commit = GroupCommitConfig {
             commit_delay: config.gateway.test_store_commit_delay,
             ..GroupCommitConfig::default()
@@ -135,8 +153,10 @@ impl Orders {
             provider,
             sluice_checkout::PaymentsConfig::default(),
         ));
+        let backend: Arc<dyn OrderBackend> = Arc::new(SqliteBackend::new(service.clone()));
         let orders = Self {
             service,
+            backend,
             checkouts: BlockingPool::new(config.gateway.checkouts_in_flight_max.get()),
             calls: BlockingPool::new(STORE_CALLS_IN_FLIGHT_MAX),
             outbox: config.outbox.clone(),
@@ -343,7 +363,7 @@ impl Orders {
             return invalid_pass(config);
         };
         let subject = format!("{room}/{}", pass.sub);
-        let service = self.service.clone();
+        let backend = self.backend.clone();
         match route {
             OrderRoute::Checkout => {
                 let started = std::time::Instant::now();
@@ -360,7 +380,7 @@ impl Orders {
                 let id = id.to_string();
                 match self
                     .calls
-                    .run(move || service.get_order(&subject, &id))
+                    .run(move || backend.get_order(&subject, &id))
                     .await
                 {
                     Ok(result) => order_answer(result, StatusCode::OK),
@@ -370,10 +390,11 @@ impl Orders {
             OrderRoute::Cancel(id) => {
                 let id = id.to_string();
                 let stock = self.stock.clone();
+                let service = self.service.clone();
                 let cancelled = self.calls.run(move || {
-                    let result = service.cancel(&subject, &id, now_ms() as i64);
+                    let result = backend.cancel(&subject, &id, now_ms() as i64);
                     refresh(&stock, service.store());
-                    let orders = result.is_ok().then(|| service.subject_orders(&subject));
+                    let orders = result.is_ok().then(|| backend.subject_orders(&subject));
                     (result, orders)
                 });
                 let Ok((result, orders)) = cancelled.await else {
@@ -456,15 +477,19 @@ impl Orders {
                 0
             },
         };
-        let (service, stock) = (self.service.clone(), self.stock.clone());
+        let (service, backend, stock) = (
+            self.service.clone(),
+            self.backend.clone(),
+            self.stock.clone(),
+        );
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
         let ran = self.checkouts.run(move || {
-            let result = service.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
+            let result = backend.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
             refresh(&stock, service.store());
             // Counted after refusals too: a pass over a limit lowered by a
             // reload gives its slot back here.
-            let orders = Some(service.subject_orders(&subject));
+            let orders = Some(backend.subject_orders(&subject));
             (result, orders)
         });
         let ran = ran.await;
@@ -682,12 +707,20 @@ fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> Loc
                 CheckoutError::Store(sluice_checkout::StoreError::UnknownSku(_)) => {
                     ErrorCode::NotFound
                 }
+                CheckoutError::Store(sluice_checkout::StoreError::Unavailable(ref s)) => {
+                    tracing::warn!("order store unavailable: {s}");
+                    ErrorCode::StoreUnavailable
+                }
                 CheckoutError::Store(ref s) => {
                     tracing::error!("order store: {s}");
                     ErrorCode::Internal
                 }
             };
             let message = match &e {
+                CheckoutError::Store(sluice_checkout::StoreError::Unavailable(_)) => {
+                    "The order store cannot be reached; retry with the same Idempotency-Key."
+                        .to_string()
+                }
                 CheckoutError::Store(_) => {
                     "The order could not be stored; retry with the same Idempotency-Key."
                         .to_string()
@@ -695,8 +728,9 @@ fn order_answer(result: Result<Order, CheckoutError>, status: StatusCode) -> Loc
                 other => sentence(&other.to_string()),
             };
             let mut api = ApiError::new(code, message);
-            if code == ErrorCode::IdempotencyConflict {
-                // The first request is still running: say when to retry.
+            if code == ErrorCode::IdempotencyConflict || code == ErrorCode::StoreUnavailable {
+                // The first request is still running, or the store is
+                // back soon: say when to retry.
                 api = api.retry_after(1);
             }
             LocalResponse::error(&api)
@@ -720,6 +754,35 @@ fn sentence(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_is_refused_rather_than_ignored() {
+        let src = "[gateway]\n[cluster]\npostgres_url = \"postgres://u@127.0.0.1:7/db\"\n";
+        let config =
+            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
+                None
+            })
+            .unwrap();
+        let err = Orders::open(&config, &Metrics::new("test"))
+            .err()
+            .expect("refused");
+        assert!(err.contains("do not run on PostgreSQL yet"), "{err}");
+    }
+
+    #[test]
+    fn an_unreachable_store_is_503_store_unavailable_with_retry_after() {
+        let e = CheckoutError::Store(sluice_checkout::StoreError::Unavailable("down".into()));
+        let response = order_answer(Err(e), StatusCode::OK);
+        assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+        let retry = response
+            .headers
+            .iter()
+            .find(|(name, _)| name == header::RETRY_AFTER)
+            .map(|(_, value)| value.to_str().unwrap().to_owned());
+        assert_eq!(retry.as_deref(), Some("1"));
+        let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(body["error"], "store_unavailable");
+    }
 
     #[test]
     fn order_routes_are_recognised_exactly() {

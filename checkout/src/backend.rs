@@ -1,0 +1,126 @@
+//! The store boundary of the checkout hot path: what the gateway and the
+//! shared test suite ask of an order back end, whichever database holds the
+//! stock and the orders.
+//!
+//! Two back ends implement [`OrderBackend`]:
+//! - [`sqlite::SqliteBackend`]: the embedded store of one gateway (the
+//!   default), the existing [`crate::Store`] and [`crate::CheckoutService`];
+//! - [`postgres::PgBackend`]: one PostgreSQL database shared by a fleet
+//!   (`[cluster] postgres_url`), its SQL in `backend/postgres/`.
+//!
+//! The trait is synchronous on purpose: both back ends run on the gateway's
+//! bounded blocking pool (`gateway/src/orders/pool.rs`), and the payment
+//! provider seam ([`crate::PaymentProvider`]) is synchronous too. A
+//! checkout is the same three durable waits on both (see
+//! `docs/orders.md`); no transaction is open across a provider call.
+
+pub mod postgres;
+pub mod sqlite;
+
+use crate::clock::UnixMs;
+use crate::error::{CheckoutError, StoreError};
+use crate::idempotency::IdempotencyKey;
+use crate::order::Order;
+use crate::outbox::{RelayError, RelayOutcome, Sink};
+use crate::partition::Partition;
+use crate::retention::PruneOutcome;
+use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
+use crate::state::OrderState;
+use crate::stock::StockLevel;
+use crate::store::ProductSeed;
+
+pub use postgres::{PgBackend, PgConfig};
+pub use sqlite::SqliteBackend;
+
+/// One stock and order authority, as the checkout hot path sees it.
+pub trait OrderBackend: Send + Sync {
+    /// `"sqlite"` or `"postgres"` (logs, `/admin/state`, test names).
+    fn kind(&self) -> &'static str;
+
+    /// Seeds SKUs not seen before (their stock split over `partitions`
+    /// rows) and makes every SKU follow its seed's price, TTL and
+    /// partition count; returns how many were new.
+    fn seed_products_at(
+        &self,
+        products: &[ProductSeed],
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError>;
+
+    /// `POST /checkout`: claim the key, reserve and create the order, then
+    /// the payment, in three durable waits for a confirmed order.
+    fn checkout_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError>;
+
+    /// The first durable wait alone: the order `reserved` with its hold
+    /// (or `rejected`), no payment started.
+    fn begin_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError>;
+
+    /// `GET /orders/{id}`: `NotFound` for anyone but its subject.
+    fn get_order(&self, subject: &str, order_id: &str) -> Result<Order, CheckoutError>;
+
+    /// `POST /orders/{id}/cancel`, idempotent: a `reserved` order is
+    /// cancelled and its stock released; a `confirmed` one refunded and its
+    /// units put back on sale; an `authorizing` one has the cancel
+    /// recorded; an ended one is returned as it is. `NotFound` for anyone
+    /// but its subject.
+    fn cancel(&self, subject: &str, order_id: &str, now_ms: UnixMs)
+        -> Result<Order, CheckoutError>;
+
+    /// The orders `subject` has created, and how many are still open
+    /// (`reserved` or `authorizing`): whether a pass is spent.
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError>;
+
+    /// One SKU's counts (the sum of its partitions).
+    fn stock(&self, sku: &str) -> Result<StockLevel, StoreError>;
+
+    /// Every partition of `sku`, live and retired, by number.
+    fn partitions(&self, sku: &str) -> Result<Vec<Partition>, StoreError>;
+
+    /// Evens out `sku`'s free units over its live partitions, each move
+    /// logged; returns the units moved.
+    fn rebalance(&self, sku: &str, now_ms: UnixMs) -> Result<i64, StoreError>;
+
+    /// The reservation reconciler's expiry: `reserved` orders whose hold is
+    /// past its TTL become `expired` and their units go back, at most
+    /// `limit` per pass. Returns how many expired.
+    fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError>;
+
+    /// One bounded retention pass: per kind (idempotency keys, published
+    /// outbox events, provider webhook ids, ended holds), at most `limit`
+    /// of the oldest rows past their retention (see [`crate::retention`]).
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError>;
+
+    /// One bounded outbox relay pass: publishes up to `limit` pending
+    /// events, oldest first, at least once, and marks them published after
+    /// the sink acknowledged them.
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError>;
+
+    /// Orders per state, every state listed.
+    fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError>;
+
+    /// The books' checks: each SKU conserved, its partitions summing to
+    /// it, and its reserved and committed units equal to its holds.
+    /// Returns what does not add up (empty when the books balance).
+    fn check_books(&self, now_ms: UnixMs) -> Result<Vec<String>, StoreError>;
+
+    /// Durable waits (committed transactions) since the back end opened.
+    fn durable_writes(&self) -> u64;
+}

@@ -1,0 +1,332 @@
+//! The PostgreSQL back end: one database shared by a fleet of gateways
+//! (`[cluster] postgres_url`), behind [`OrderBackend`].
+//!
+//! Map:
+//! - this file: the pool, opening (migrations at start), one transaction
+//!   per durable wait, error mapping (unreachable → `Unavailable`, which
+//!   the gateway answers `503 store_unavailable`);
+//! - `schema`: numbered migrations recorded in `schema_migrations`;
+//! - `stock`: partitions (seed, the conditional take, hold moves,
+//!   logged rebalances) and the books' sums;
+//! - `order`: the order row, its guarded transitions and outbox events;
+//! - `checkout`: the idempotent checkout in three transactions, provider
+//!   calls between them with no transaction open;
+//! - `cancel`: cancel and refund, idempotent;
+//! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
+//!   a fleet;
+//! - `retention`: bounded pruning passes (keys, published events, ended
+//!   holds);
+//! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
+//!   passes split the work instead of repeating it.
+//!
+//! Sync on purpose: the gateway already runs the core on a bounded
+//! blocking pool, and the provider seam is sync; the `postgres` crate is
+//! the sync face of `tokio-postgres`, pooled by `r2d2`.
+
+mod cancel;
+mod checkout;
+mod order;
+mod outbox;
+mod reconcile;
+mod retention;
+mod schema;
+mod stock;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::{NoTls, Transaction};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::backend::OrderBackend;
+use crate::clock::UnixMs;
+use crate::error::{CheckoutError, StoreError};
+use crate::idempotency::IdempotencyKey;
+use crate::order::Order;
+use crate::outbox::{RelayError, RelayOutcome, Sink};
+use crate::partition::Partition;
+use crate::payment::PaymentProvider;
+use crate::retention::PruneOutcome;
+use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
+use crate::state::OrderState;
+use crate::stock::StockLevel;
+use crate::store::{ProductSeed, Store};
+
+pub use outbox::OUTBOX_LEASE_MS;
+pub use schema::SCHEMA_VERSION;
+
+type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+
+/// How to reach the database and how many connections to keep.
+#[derive(Clone)]
+pub struct PgConfig {
+    /// `postgres://…` (a secret: never logged).
+    pub url: String,
+    /// Connections at most (each is one durable wait in flight).
+    pub pool_max: u32,
+    /// How long a caller waits for a connection before the store counts as
+    /// unavailable.
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for PgConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &"<secret>")
+            .field("pool_max", &self.pool_max)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl PgConfig {
+    /// 16 connections, 2 s to get one.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            pool_max: 16,
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Stock, orders, holds, attempts and outbox in one PostgreSQL database.
+pub struct PgBackend {
+    pool: Pool,
+    provider: Arc<dyn PaymentProvider>,
+    durable_writes: AtomicU64,
+    /// This back end's name in outbox leases (one per process).
+    node: String,
+}
+
+/// Maps a driver error: a refused statement is `Postgres`; a connection
+/// that cannot be made, was lost or whose server is shutting down is
+/// `Unavailable`.
+pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        // 08: connection exception; 57P: operator intervention (shutdown,
+        // crash recovery, cannot connect now).
+        Some(db) if db.code().code().starts_with("08") || db.code().code().starts_with("57P") => {
+            StoreError::Unavailable(db.message().to_owned())
+        }
+        Some(db) => StoreError::Postgres(format!("{}: {}", db.code().code(), db.message())),
+        None if e.is_closed() || io_failure(&e) => StoreError::Unavailable(e.to_string()),
+        // Client-side (a value that does not fit its column): a bug.
+        None => StoreError::Postgres(e.to_string()),
+    }
+}
+
+/// Whether the driver error comes from the socket (reset, refused, EOF).
+fn io_failure(e: &postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// Runs of one transaction, at most, when the server aborts it as a
+/// deadlock victim or a serialisation failure (SQLSTATE 40P01, 40001).
+pub const TX_TRIES_MAX: u32 = 5;
+
+/// Errors after which running the whole transaction again is safe and
+/// expected to succeed.
+pub(crate) trait Retryable {
+    fn is_retryable(&self) -> bool;
+}
+
+impl Retryable for StoreError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Postgres(m) if m.starts_with("40P01") || m.starts_with("40001"))
+    }
+}
+
+impl Retryable for CheckoutError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, CheckoutError::Store(e) if e.is_retryable())
+    }
+}
+
+fn pool_err(e: r2d2::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl PgBackend {
+    /// Connects, applies the migrations the database lacks, and keeps a
+    /// pool. Fails with `Unavailable` when the server cannot be reached.
+    pub fn open(config: &PgConfig, provider: Arc<dyn PaymentProvider>) -> Result<Self, StoreError> {
+        let pg: postgres::Config = config
+            .url
+            .parse()
+            .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
+        let manager = PostgresConnectionManager::new(pg, NoTls);
+        let pool = r2d2::Pool::builder()
+            .max_size(config.pool_max.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(config.connect_timeout)
+            .build_unchecked(manager);
+        let backend = Self {
+            pool,
+            provider,
+            durable_writes: AtomicU64::new(0),
+            node: format!("node_{}", uuid::Uuid::new_v4().simple()),
+        };
+        let mut client = backend.pool.get().map_err(pool_err)?;
+        schema::migrate(&mut client)?;
+        Ok(backend)
+    }
+
+    /// The schema version stored in the database.
+    pub fn schema_version(&self) -> Result<i32, StoreError> {
+        let mut client = self.pool.get().map_err(pool_err)?;
+        schema::version(&mut client)
+    }
+
+    /// Runs `f` in one transaction and commits it: one durable wait. An
+    /// `Err` from `f` rolls everything back; one the server chose as a
+    /// deadlock victim or serialisation failure is run again, from the
+    /// start, up to [`TX_TRIES_MAX`] times. No provider call may happen
+    /// inside `f`: the rows it locks stay locked until the commit.
+    pub(crate) fn write<T, E>(
+        &self,
+        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Retryable,
+    {
+        let mut client = self.pool.get().map_err(pool_err)?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut tx = client.transaction().map_err(pg_err)?;
+            let value = match f(&mut tx) {
+                Ok(value) => value,
+                Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+                Err(e) => return Err(e),
+            };
+            match tx.commit().map_err(pg_err) {
+                Ok(()) => {}
+                Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+                Err(e) => return Err(e.into()),
+            }
+            self.durable_writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(value);
+        }
+    }
+
+    /// Runs `f` on a pooled connection outside any explicit transaction.
+    pub(crate) fn read<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.pool.get().map_err(pool_err)?;
+        f(&mut client)
+    }
+
+    pub(crate) fn provider(&self) -> &dyn PaymentProvider {
+        self.provider.as_ref()
+    }
+}
+
+impl OrderBackend for PgBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn seed_products_at(
+        &self,
+        products: &[ProductSeed],
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError> {
+        Store::check_seeds(products)?;
+        self.write(|tx| stock::seed(tx, products, now_ms))
+    }
+
+    fn checkout_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        checkout::checkout(self, subject, key, request, limits, true, now_ms)
+    }
+
+    fn begin_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        checkout::checkout(self, subject, key, request, limits, false, now_ms)
+    }
+
+    fn get_order(&self, subject: &str, order_id: &str) -> Result<Order, CheckoutError> {
+        match self.read(|client| order::load(client, order_id))? {
+            Some(order) if order.subject == subject => Ok(order),
+            _ => Err(CheckoutError::NotFound),
+        }
+    }
+
+    fn cancel(
+        &self,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        cancel::cancel(self, subject, order_id, now_ms)
+    }
+
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
+        let (started, open) = self.read(|client| order::subject_orders(client, subject))?;
+        Ok(SubjectOrders { started, open })
+    }
+
+    fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {
+        self.read(|client| stock::level(client, sku))
+    }
+
+    fn partitions(&self, sku: &str) -> Result<Vec<Partition>, StoreError> {
+        self.read(|client| stock::partitions(client, sku))
+    }
+
+    fn rebalance(&self, sku: &str, now_ms: UnixMs) -> Result<i64, StoreError> {
+        self.write(|tx| stock::rebalance(tx, sku, "rebalance", now_ms))
+    }
+
+    fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError> {
+        reconcile::expire_holds(self, now_ms, limit)
+    }
+
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError> {
+        retention::prune_once(self, now_ms, limit)
+    }
+
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError> {
+        outbox::relay_once(self, sink, limit, now_ms)
+    }
+
+    fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError> {
+        self.read(order::counts)
+    }
+
+    fn check_books(&self, _now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        self.read(stock::check_books)
+    }
+
+    fn durable_writes(&self) -> u64 {
+        self.durable_writes.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,604 @@
+//! Stock in PostgreSQL: a SKU is K rows of `stock_partitions`, and its
+//! counts are their sum.
+//!
+//! A reservation is one conditional statement on one partition
+//! (`available >= n`, so the database decides): first the partitions that
+//! had the units in the statement's snapshot, nearest first from the one
+//! the order id points at, skipping rows another transaction holds (so
+//! shoppers spread over the rows instead of queueing on one); then,
+//! waiting, the nearest of them; having lost those races too (or when the
+//! units are scattered), every partition is locked in ascending order and
+//! read as committed now, and the units are taken from one, or gathered
+//! into one by logged moves. "Sold out" is
+//! said only when every partition lacked the units. The only place a
+//! transaction waits for a partition's lock while holding another's is
+//! that ascending lock of all.
+//! Free units move between partitions only by logged moves
+//! (`rebalances`), planned by [`plan_even`], a plain function.
+
+use postgres::{GenericClient, Transaction};
+
+use super::pg_err;
+use crate::clock::UnixMs;
+use crate::error::StoreError;
+use crate::partition::{self, Partition};
+use crate::stock::StockLevel;
+use crate::store::ProductSeed;
+
+/// Seeds new SKUs with their stock split evenly over their partitions;
+/// every SKU takes its seed's price, TTL and partition count (a changed
+/// count is followed by a logged rebalance). Returns how many were new.
+pub(super) fn seed(
+    tx: &mut Transaction<'_>,
+    products: &[ProductSeed],
+    now_ms: UnixMs,
+) -> Result<usize, StoreError> {
+    let mut seeded = 0;
+    for product in products {
+        let price = i64::try_from(product.price_cents).map_err(|_| {
+            StoreError::InvalidArgument(format!("price of {} too large", product.sku))
+        })?;
+        let parts = i32::try_from(product.partitions).unwrap_or(i32::MAX);
+        let new = tx
+            .execute(
+                "INSERT INTO products (sku, price_cents, reservation_ttl_ms, partitions)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (sku) DO NOTHING",
+                &[&product.sku, &price, &product.reservation_ttl_ms, &parts],
+            )
+            .map_err(pg_err)?;
+        if new == 1 {
+            let total = i64::from(product.total);
+            for part in 0..parts {
+                let share = even_share(total, parts, part);
+                tx.execute(
+                    "INSERT INTO stock_partitions (sku, part, share, available, reserved, committed)
+                     VALUES ($1, $2, $3, $3, 0, 0)",
+                    &[&product.sku, &part, &share],
+                )
+                .map_err(pg_err)?;
+            }
+            seeded += 1;
+            continue;
+        }
+        let before: i32 = tx
+            .query_one(
+                "SELECT partitions FROM products WHERE sku = $1 FOR UPDATE",
+                &[&product.sku],
+            )
+            .map_err(pg_err)?
+            .get(0);
+        tx.execute(
+            "UPDATE products SET price_cents = $2, reservation_ttl_ms = $3, partitions = $4
+             WHERE sku = $1",
+            &[&product.sku, &price, &product.reservation_ttl_ms, &parts],
+        )
+        .map_err(pg_err)?;
+        if before != parts {
+            for part in 0..parts {
+                tx.execute(
+                    "INSERT INTO stock_partitions (sku, part, share, available, reserved, committed)
+                     VALUES ($1, $2, 0, 0, 0, 0) ON CONFLICT (sku, part) DO NOTHING",
+                    &[&product.sku, &part],
+                )
+                .map_err(pg_err)?;
+            }
+            rebalance(tx, &product.sku, "partitions changed", now_ms)?;
+        }
+    }
+    Ok(seeded)
+}
+
+/// Partition `part`'s share of `total` split over `parts`: the remainder
+/// goes to the first ones.
+fn even_share(total: i64, parts: i32, part: i32) -> i64 {
+    let parts = i64::from(parts.max(1));
+    let part = i64::from(part);
+    total / parts + i64::from(part < total % parts)
+}
+
+/// The moves `(from, to, units)` that leave `available[i]` even over the
+/// first `live` partitions and empty on the rest (retired ones).
+pub(crate) fn plan_even(available: &[i64], live: usize) -> Vec<(usize, usize, i64)> {
+    let live = live.clamp(1, available.len().max(1));
+    let free: i64 = available.iter().sum();
+    let target = |i: usize| -> i64 {
+        if i >= live {
+            0
+        } else {
+            free / live as i64 + i64::from((i as i64) < free % live as i64)
+        }
+    };
+    let mut surplus: Vec<(usize, i64)> = Vec::new();
+    let mut deficit: Vec<(usize, i64)> = Vec::new();
+    for (i, &have) in available.iter().enumerate() {
+        let want = target(i);
+        if have > want {
+            surplus.push((i, have - want));
+        } else if have < want {
+            deficit.push((i, want - have));
+        }
+    }
+    plan_moves(surplus, deficit)
+}
+
+/// The moves that bring `need` units into partition `into`, taken from the
+/// others in order; empty when the others do not have them.
+pub(crate) fn plan_gather(available: &[i64], into: usize, need: i64) -> Vec<(usize, usize, i64)> {
+    let Some(&have) = available.get(into) else {
+        return Vec::new();
+    };
+    let missing = need - have;
+    let others: i64 = available.iter().sum::<i64>() - have;
+    if missing <= 0 || others < missing {
+        return Vec::new();
+    }
+    let surplus = available
+        .iter()
+        .enumerate()
+        .filter(|&(i, &units)| i != into && units > 0)
+        .map(|(i, &units)| (i, units))
+        .collect();
+    plan_moves(surplus, vec![(into, missing)])
+}
+
+fn plan_moves(
+    mut surplus: Vec<(usize, i64)>,
+    deficit: Vec<(usize, i64)>,
+) -> Vec<(usize, usize, i64)> {
+    let mut moves = Vec::new();
+    let mut from = 0;
+    for (to, mut want) in deficit {
+        while want > 0 && from < surplus.len() {
+            let (part, ref mut spare) = surplus[from];
+            let units = want.min(*spare);
+            moves.push((part, to, units));
+            *spare -= units;
+            want -= units;
+            if *spare == 0 {
+                from += 1;
+            }
+        }
+    }
+    moves
+}
+
+/// Moves `units` free units and their share from `from` to `to`, logged.
+fn move_free(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    (from, to, units): (i32, i32, i64),
+    reason: &str,
+    now_ms: UnixMs,
+) -> Result<(), StoreError> {
+    let taken = tx
+        .execute(
+            "UPDATE stock_partitions SET available = available - $3, share = share - $3
+             WHERE sku = $1 AND part = $2 AND available >= $3",
+            &[&sku, &from, &units],
+        )
+        .map_err(pg_err)?;
+    if taken != 1 {
+        return Err(StoreError::Corrupt {
+            table: "stock_partitions",
+            detail: format!("partition {from} of {sku} lost {units} free units under its lock"),
+        });
+    }
+    tx.execute(
+        "UPDATE stock_partitions SET available = available + $3, share = share + $3
+         WHERE sku = $1 AND part = $2",
+        &[&sku, &to, &units],
+    )
+    .map_err(pg_err)?;
+    tx.execute(
+        "INSERT INTO rebalances (sku, from_part, to_part, units, reason, at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&sku, &from, &to, &units, &reason, &now_ms],
+    )
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+/// Locks every partition of `sku` (in order, so two of these never
+/// deadlock) and returns their free units and the live count.
+fn lock_all(tx: &mut Transaction<'_>, sku: &str) -> Result<(Vec<i64>, usize), StoreError> {
+    let live: i32 = tx
+        .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
+        .map_err(pg_err)?
+        .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))?
+        .get(0);
+    let rows = tx
+        .query(
+            "SELECT part, available FROM stock_partitions WHERE sku = $1 ORDER BY part FOR UPDATE",
+            &[&sku],
+        )
+        .map_err(pg_err)?;
+    let mut available = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let part: i32 = row.get(0);
+        if usize::try_from(part).ok() != Some(i) {
+            return Err(StoreError::Corrupt {
+                table: "stock_partitions",
+                detail: format!("{sku} has a gap before partition {part}"),
+            });
+        }
+        available.push(row.get(1));
+    }
+    Ok((available, usize::try_from(live).unwrap_or(1)))
+}
+
+/// Evens out `sku`'s free units over its live partitions (retired ones are
+/// emptied), each move logged; returns the units moved.
+pub(super) fn rebalance(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    reason: &str,
+    now_ms: UnixMs,
+) -> Result<i64, StoreError> {
+    let (available, live) = lock_all(tx, sku)?;
+    let mut moved = 0;
+    for (from, to, units) in plan_even(&available, live) {
+        move_free(tx, sku, (from as i32, to as i32, units), reason, now_ms)?;
+        moved += units;
+    }
+    Ok(moved)
+}
+
+/// Takes `units` for a hold: the partition it came from, or `None` when
+/// the SKU does not have them (sold out). See the module map for the order
+/// partitions are tried in.
+pub(super) fn take(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    units: i64,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<Option<i32>, StoreError> {
+    let live: i32 = tx
+        .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
+        .map_err(pg_err)?
+        .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))?
+        .get(0);
+    let live = live.max(1);
+    let start = (partition::start_of(order_id) % live as u32) as i32;
+    // The live partitions as of this statement's snapshot; no row is
+    // locked by reading them.
+    let snapshot: Vec<(i32, i64)> = tx
+        .query(
+            "SELECT part, available FROM stock_partitions
+              WHERE sku = $1 AND part < $2 ORDER BY part",
+            &[&sku, &live],
+        )
+        .map_err(pg_err)?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let mut candidates: Vec<i32> = snapshot
+        .iter()
+        .filter(|(_, available)| *available >= units)
+        .map(|(part, _)| *part)
+        .collect();
+    candidates.sort_by_key(|part| (part + live - start) % live);
+    if !candidates.is_empty() {
+        // Nearest first, skipping rows another transaction holds, so
+        // shoppers spread instead of queueing. Inside a savepoint: a
+        // failed try may leave a row locked, and rolling back releases it
+        // before anything below waits.
+        let mut spread = tx.savepoint("take_spread").map_err(pg_err)?;
+        for &part in &candidates {
+            if try_take_unlocked(&mut spread, sku, part, units)? {
+                spread.commit().map_err(pg_err)?;
+                return Ok(Some(part));
+            }
+        }
+        drop(spread);
+        // Every candidate was busy or taken: wait for the nearest one
+        // alone (in a savepoint again, so a failed re-check, which keeps
+        // the row's lock, is undone before `lock_all` waits below). Only
+        // when that one is gone too does the SKU lock as a whole.
+        let mut nearest = tx.savepoint("take_nearest").map_err(pg_err)?;
+        if try_take(&mut nearest, sku, candidates[0], units)? {
+            nearest.commit().map_err(pg_err)?;
+            return Ok(Some(candidates[0]));
+        }
+        drop(nearest);
+    }
+    let free: i64 = snapshot.iter().map(|(_, available)| available).sum();
+    if candidates.is_empty() && free < units {
+        // Sold out as of the snapshot: every partition lacked the units.
+        return Ok(None);
+    }
+    // Lost every race, every row was busy, or the units are scattered:
+    // every partition locked (in order), then read as committed now.
+    let (available, live) = lock_all(tx, sku)?;
+    let available = &available[..live.min(available.len())];
+    let n = available.len();
+    let start_at = usize::try_from(start).unwrap_or(0);
+    if let Some(part) = (0..n)
+        .map(|step| (start_at + step) % n)
+        .find(|&part| available[part] >= units)
+    {
+        let part = part as i32;
+        return Ok(try_take(tx, sku, part, units)?.then_some(part));
+    }
+    // No partition has `units` alone: gather them into one if the SKU has
+    // them in all.
+    let into = start_at;
+    let moves = plan_gather(available, into, units);
+    if moves.is_empty() {
+        return Ok(None);
+    }
+    for (from, to, moved) in moves {
+        move_free(tx, sku, (from as i32, to as i32, moved), "gather", now_ms)?;
+    }
+    let into = into as i32;
+    Ok(try_take(tx, sku, into, units)?.then_some(into))
+}
+
+/// [`try_take`] unless another transaction holds the row (then false at
+/// once, without waiting).
+fn try_take_unlocked(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    part: i32,
+    units: i64,
+) -> Result<bool, StoreError> {
+    let taken = tx
+        .execute(
+            "UPDATE stock_partitions SET available = available - $3, reserved = reserved + $3
+             WHERE sku = $1 AND available >= $3 AND part = (
+                SELECT part FROM stock_partitions
+                 WHERE sku = $1 AND part = $2 AND available >= $3
+                 FOR UPDATE SKIP LOCKED)",
+            &[&sku, &part, &units],
+        )
+        .map_err(pg_err)?;
+    Ok(taken == 1)
+}
+
+/// The reservation itself: one conditional statement on one partition
+/// (waits for its row lock; takes nothing unless `available >= units`).
+fn try_take(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    part: i32,
+    units: i64,
+) -> Result<bool, StoreError> {
+    let taken = tx
+        .execute(
+            "UPDATE stock_partitions SET available = available - $3, reserved = reserved + $3
+             WHERE sku = $1 AND part = $2 AND available >= $3",
+            &[&sku, &part, &units],
+        )
+        .map_err(pg_err)?;
+    Ok(taken == 1)
+}
+
+/// One move of a hold's units between two columns of its partition.
+#[derive(Clone, Copy)]
+pub(super) enum HoldMove {
+    /// held → committed (paid).
+    Commit,
+    /// held → released (declined, cancelled, expired).
+    Release,
+    /// committed → returned (refunded: the units go back on sale).
+    Return,
+}
+
+/// Moves the hold of `order_id` once; false when it was already moved (or
+/// never held): the idempotent no-op.
+pub(super) fn move_hold(
+    tx: &mut Transaction<'_>,
+    order_id: &str,
+    step: HoldMove,
+    now_ms: UnixMs,
+) -> Result<bool, StoreError> {
+    let (from, to, stock_sql) = match step {
+        HoldMove::Commit => (
+            "held",
+            "committed",
+            "UPDATE stock_partitions SET reserved = reserved - $3, committed = committed + $3
+             WHERE sku = $1 AND part = $2 AND reserved >= $3",
+        ),
+        HoldMove::Release => (
+            "held",
+            "released",
+            "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
+             WHERE sku = $1 AND part = $2 AND reserved >= $3",
+        ),
+        HoldMove::Return => (
+            "committed",
+            "returned",
+            "UPDATE stock_partitions SET committed = committed - $3, available = available + $3
+             WHERE sku = $1 AND part = $2 AND committed >= $3",
+        ),
+    };
+    let moved = tx
+        .query_opt(
+            "UPDATE reservations SET state = $2, settled_at_ms = $3
+             WHERE order_id = $1 AND state = $4 RETURNING sku, part, quantity",
+            &[&order_id, &to, &now_ms, &from],
+        )
+        .map_err(pg_err)?;
+    let Some(row) = moved else {
+        return Ok(false);
+    };
+    let (sku, part, quantity): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
+    let changed = tx
+        .execute(stock_sql, &[&sku, &part, &quantity])
+        .map_err(pg_err)?;
+    if changed != 1 {
+        return Err(StoreError::Corrupt {
+            table: "stock_partitions",
+            detail: format!("hold of {order_id} ({quantity} of {sku}) is not in partition {part}"),
+        });
+    }
+    Ok(true)
+}
+
+/// Releases the holds of `order_ids` still `held`: the holds in one
+/// statement, then one statement per partition with the units summed, in
+/// (sku, partition) order. Returns how many holds were released.
+pub(super) fn release_holds(
+    tx: &mut Transaction<'_>,
+    order_ids: &[String],
+    now_ms: UnixMs,
+) -> Result<usize, StoreError> {
+    if order_ids.is_empty() {
+        return Ok(0);
+    }
+    let rows = tx
+        .query(
+            "WITH released AS (
+                UPDATE reservations SET state = 'released', settled_at_ms = $2
+                 WHERE order_id = ANY($1) AND state = 'held'
+                 RETURNING sku, part, quantity)
+             SELECT sku, part, SUM(quantity)::bigint, COUNT(*) FROM released
+              GROUP BY sku, part ORDER BY sku, part",
+            &[&order_ids, &now_ms],
+        )
+        .map_err(pg_err)?;
+    let mut released = 0;
+    for row in rows {
+        let (sku, part, units, holds): (String, i32, i64, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let changed = tx
+            .execute(
+                "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
+                 WHERE sku = $1 AND part = $2 AND reserved >= $3",
+                &[&sku, &part, &units],
+            )
+            .map_err(pg_err)?;
+        if changed != 1 {
+            return Err(StoreError::Corrupt {
+                table: "stock_partitions",
+                detail: format!("partition {part} of {sku} does not hold {units} released units"),
+            });
+        }
+        released += usize::try_from(holds).unwrap_or(0);
+    }
+    Ok(released)
+}
+
+/// One SKU's counts: the sum of its partitions.
+pub(super) fn level(client: &mut impl GenericClient, sku: &str) -> Result<StockLevel, StoreError> {
+    let row = client
+        .query_one(
+            "SELECT COUNT(*), COALESCE(SUM(share), 0)::bigint, COALESCE(SUM(available), 0)::bigint,
+                    COALESCE(SUM(reserved), 0)::bigint, COALESCE(SUM(committed), 0)::bigint
+             FROM stock_partitions WHERE sku = $1",
+            &[&sku],
+        )
+        .map_err(pg_err)?;
+    let parts: i64 = row.get(0);
+    if parts == 0 {
+        return Err(StoreError::UnknownSku(sku.to_owned()));
+    }
+    Ok(StockLevel {
+        sku: sku.to_owned(),
+        total: row.get(1),
+        available: row.get(2),
+        reserved: row.get(3),
+        committed: row.get(4),
+    })
+}
+
+/// Every partition of `sku`, by number.
+pub(super) fn partitions(
+    client: &mut impl GenericClient,
+    sku: &str,
+) -> Result<Vec<Partition>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT part, share, available, reserved, committed FROM stock_partitions
+             WHERE sku = $1 ORDER BY part",
+            &[&sku],
+        )
+        .map_err(pg_err)?;
+    if rows.is_empty() {
+        return Err(StoreError::UnknownSku(sku.to_owned()));
+    }
+    Ok(rows
+        .iter()
+        .map(|row| Partition {
+            part: u32::try_from(row.get::<_, i32>(0)).unwrap_or(0),
+            share: row.get(1),
+            available: row.get(2),
+            reserved: row.get(3),
+            committed: row.get(4),
+        })
+        .collect())
+}
+
+/// What does not add up: a partition whose reserved or committed units
+/// differ from its holds (the schema's CHECKs already keep each partition
+/// conserved and non-negative).
+pub(super) fn check_books(client: &mut postgres::Client) -> Result<Vec<String>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT p.sku, p.part, p.reserved, p.committed,
+                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'held'), 0)::bigint,
+                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'committed'), 0)::bigint,
+                    p.share, p.available
+             FROM stock_partitions p
+             LEFT JOIN reservations r ON r.sku = p.sku AND r.part = p.part
+             GROUP BY p.sku, p.part ORDER BY p.sku, p.part",
+            &[],
+        )
+        .map_err(pg_err)?;
+    let mut violations = Vec::new();
+    for row in rows {
+        let (sku, part): (String, i32) = (row.get(0), row.get(1));
+        let (reserved, committed, held, sold): (i64, i64, i64, i64) =
+            (row.get(2), row.get(3), row.get(4), row.get(5));
+        let (share, available): (i64, i64) = (row.get(6), row.get(7));
+        if reserved != held || committed != sold {
+            violations.push(format!(
+                "{sku} partition {part}: reserved {reserved} / committed {committed}, \
+                 holds {held} / {sold}"
+            ));
+        }
+        if available < 0 || share != available + reserved + committed {
+            violations.push(format!("{sku} partition {part} is not conserved"));
+        }
+    }
+    Ok(violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(available: &mut [i64], moves: &[(usize, usize, i64)]) {
+        for &(from, to, units) in moves {
+            assert!(units > 0 && available[from] >= units);
+            available[from] -= units;
+            available[to] += units;
+        }
+    }
+
+    #[test]
+    fn even_plans_spread_free_units_and_empty_retired_partitions() {
+        let mut available = vec![10, 0, 1, 5];
+        let moves = plan_even(&available, 3);
+        apply(&mut available, &moves);
+        assert_eq!(available, vec![6, 5, 5, 0]);
+        assert!(plan_even(&available, 3).is_empty(), "already even");
+    }
+
+    #[test]
+    fn gather_plans_bring_the_units_or_nothing() {
+        let mut available = vec![1, 2, 0, 3];
+        let moves = plan_gather(&available, 2, 5);
+        apply(&mut available, &moves);
+        assert_eq!(available[2], 5);
+        assert_eq!(available.iter().sum::<i64>(), 6);
+        assert!(plan_gather(&[1, 1], 0, 3).is_empty(), "not enough in all");
+        assert!(plan_gather(&[4, 1], 0, 3).is_empty(), "enough already");
+    }
+
+    #[test]
+    fn even_shares_add_up_to_the_total() {
+        let shares: Vec<i64> = (0..4).map(|p| even_share(10, 4, p)).collect();
+        assert_eq!(shares, vec![3, 3, 2, 2]);
+    }
+}

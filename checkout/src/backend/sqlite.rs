@@ -1,0 +1,145 @@
+//! The embedded back end behind [`OrderBackend`]: the existing SQLite
+//! [`Store`] (single writer, group commit) and [`CheckoutService`] (the
+//! payment driver with its retries), unchanged. Its SQL stays where it was
+//! (`store`, `stock`, `partition`, `order`, `service`, …).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::audit::audit;
+use crate::backend::OrderBackend;
+use crate::clock::UnixMs;
+use crate::error::{CheckoutError, StoreError};
+use crate::idempotency::IdempotencyKey;
+use crate::order::Order;
+use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
+use crate::partition::Partition;
+use crate::reconciler::reconcile_once;
+use crate::retention::{prune_once, PruneOutcome};
+use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
+use crate::state::OrderState;
+use crate::stock::StockLevel;
+use crate::store::{ProductSeed, Store};
+
+/// The SQLite store of one gateway and the service over it.
+pub struct SqliteBackend {
+    service: Arc<CheckoutService>,
+}
+
+impl SqliteBackend {
+    pub fn new(service: Arc<CheckoutService>) -> Self {
+        Self { service }
+    }
+
+    pub fn service(&self) -> &Arc<CheckoutService> {
+        &self.service
+    }
+
+    fn store(&self) -> &Arc<Store> {
+        self.service.store()
+    }
+}
+
+impl OrderBackend for SqliteBackend {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn seed_products_at(
+        &self,
+        products: &[ProductSeed],
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError> {
+        self.store().seed_products_at(products, now_ms)
+    }
+
+    fn checkout_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        self.service
+            .checkout_within(subject, key, request, limits, now_ms)
+    }
+
+    fn begin_within(
+        &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        self.service
+            .begin_within(subject, key, request, limits, now_ms)
+    }
+
+    fn get_order(&self, subject: &str, order_id: &str) -> Result<Order, CheckoutError> {
+        self.service.get_order(subject, order_id)
+    }
+
+    fn cancel(
+        &self,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        self.service.cancel(subject, order_id, now_ms)
+    }
+
+    fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
+        self.service.subject_orders(subject)
+    }
+
+    fn stock(&self, sku: &str) -> Result<StockLevel, StoreError> {
+        self.store().stock(sku)
+    }
+
+    fn partitions(&self, sku: &str) -> Result<Vec<Partition>, StoreError> {
+        self.store().partitions(sku)
+    }
+
+    fn rebalance(&self, sku: &str, now_ms: UnixMs) -> Result<i64, StoreError> {
+        self.store().rebalance(sku, now_ms)
+    }
+
+    fn expire_holds(&self, now_ms: UnixMs, limit: usize) -> Result<usize, StoreError> {
+        // Nothing is reported stuck: only the expiry is asked for here.
+        let never_stuck_ms = i64::MAX / 2;
+        Ok(reconcile_once(self.store(), now_ms, never_stuck_ms, limit)?.expired)
+    }
+
+    fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError> {
+        prune_once(self.store(), now_ms, limit)
+    }
+
+    fn relay_outbox_once(
+        &self,
+        sink: &mut dyn Sink,
+        limit: usize,
+        now_ms: UnixMs,
+    ) -> Result<RelayOutcome, RelayError> {
+        relay_once(self.store(), sink, limit, now_ms)
+    }
+
+    fn order_counts(&self) -> Result<Vec<(OrderState, u64)>, StoreError> {
+        self.store().order_counts()
+    }
+
+    fn check_books(&self, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        Ok(audit(self.store().data_dir(), now_ms)?
+            .into_iter()
+            .map(|violation| format!("{violation:?}"))
+            .collect())
+    }
+
+    fn durable_writes(&self) -> u64 {
+        self.store()
+            .metrics()
+            .durable_writes
+            .load(Ordering::Relaxed)
+    }
+}

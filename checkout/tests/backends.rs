@@ -1,0 +1,1007 @@
+//! The core's key suites run against both back ends in one binary: the
+//! embedded SQLite store and PostgreSQL (a throwaway cluster this binary
+//! starts on a free loopback port and removes). Every scenario is one
+//! function taking a [`Fixture`]; `on_both!` makes a `sqlite::` and a
+//! `postgres::` test of each. No environment variable chooses.
+
+mod common;
+#[path = "common/pg.rs"]
+mod pg;
+
+use std::any::Any;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{key, request, test_payments, PRICE_CENTS, T0_MS, TTL_MS};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sluice_checkout::{
+    CheckoutError, CheckoutService, Created, OrderBackend, OrderLimits, OrderState, OutboxEvent,
+    PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink, SinkError,
+    SqliteBackend, Store, PM_DECLINE, PM_OK,
+};
+
+struct Fixture {
+    backend: Arc<dyn OrderBackend>,
+    provider: Arc<SimulatedProvider>,
+    /// The temp dir or the database cluster, kept alive.
+    _keep: Box<dyn Any>,
+}
+
+impl Fixture {
+    fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(Store::open(dir.path()).expect("open store"));
+        let provider = Arc::new(SimulatedProvider::default());
+        let service = CheckoutService::with_payments(store, provider.clone(), test_payments());
+        Self {
+            backend: Arc::new(SqliteBackend::new(Arc::new(service))),
+            provider,
+            _keep: Box::new(dir),
+        }
+    }
+
+    fn postgres() -> Self {
+        let cluster = pg::shared();
+        let url = cluster.create_database();
+        let provider = Arc::new(SimulatedProvider::default());
+        let mut config = PgConfig::new(url);
+        config.pool_max = 24;
+        let backend = PgBackend::open(&config, provider.clone()).expect("open postgres");
+        Self {
+            backend: Arc::new(backend),
+            provider,
+            _keep: Box::new(cluster),
+        }
+    }
+
+    fn seed(&self, products: &[(&str, u32, u32)]) {
+        let seeds: Vec<ProductSeed> = products
+            .iter()
+            .map(|&(sku, total, partitions)| ProductSeed {
+                sku: sku.to_owned(),
+                total,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions,
+            })
+            .collect();
+        self.backend.seed_products_at(&seeds, T0_MS).expect("seed");
+    }
+
+    fn assert_books_balance(&self) {
+        let violations = self.backend.check_books(T0_MS).expect("check books");
+        assert!(violations.is_empty(), "{violations:?}");
+    }
+
+    fn count(&self, state: OrderState) -> u64 {
+        let counts = self.backend.order_counts().expect("counts");
+        counts.iter().find(|(s, _)| *s == state).map_or(0, |c| c.1)
+    }
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(&super::Fixture::sqlite()); } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(&super::Fixture::postgres()); } )*
+        }
+    };
+}
+
+on_both!(
+    a_thousand_buyers_for_ten_units_buy_exactly_ten,
+    a_thousand_buyers_for_ten_units_in_four_partitions_buy_exactly_ten,
+    racing_duplicates_of_one_key_make_exactly_one_order,
+    a_key_replays_its_order_and_refuses_another_body,
+    checkout_outcomes_and_their_durable_waits,
+    the_reconciler_expires_overdue_holds_once,
+    the_purchase_limit_refuses_without_burning_the_key,
+    the_outbox_relays_every_event_at_least_once,
+    cancel_releases_a_hold_and_refunds_a_sale_once,
+    retention_forgets_keys_events_and_ended_holds_in_bounded_passes,
+    partitions_never_exceed_the_total_over_random_interleavings,
+);
+
+fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let backend = Arc::clone(&f.backend);
+            let barrier = Arc::clone(&barrier);
+            let sku = sku.to_owned();
+            thread::spawn(move || {
+                barrier.wait();
+                let mut outcomes = Vec::new();
+                for i in (t..buyers).step_by(threads) {
+                    let subject = format!("buyer-{i}");
+                    let result = backend.checkout_within(
+                        &subject,
+                        &key(&format!("key-{i:08}")),
+                        &request(&sku, 1, PM_OK),
+                        OrderLimits::UNLIMITED,
+                        T0_MS,
+                    );
+                    outcomes.push(result.expect("checkout").0.state);
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let states: Vec<OrderState> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("buyer thread"))
+        .collect();
+    let confirmed = states
+        .iter()
+        .filter(|s| **s == OrderState::Confirmed)
+        .count();
+    let rejected = states
+        .iter()
+        .filter(|s| **s == OrderState::Rejected)
+        .count();
+    assert_eq!((confirmed, rejected), (10, buyers - 10), "{states:?}");
+}
+
+fn a_thousand_buyers_for_ten_units_buy_exactly_ten(f: &Fixture) {
+    f.seed(&[("hot", 10, 1)]);
+    buy_all(f, "hot", 1000, 16);
+    let stock = f.backend.stock("hot").unwrap();
+    assert_eq!(
+        (
+            stock.total,
+            stock.available,
+            stock.reserved,
+            stock.committed
+        ),
+        (10, 0, 0, 10)
+    );
+    assert_eq!(f.count(OrderState::Confirmed), 10);
+    assert_eq!(f.provider.total_captures(), 10);
+    f.assert_books_balance();
+}
+
+fn a_thousand_buyers_for_ten_units_in_four_partitions_buy_exactly_ten(f: &Fixture) {
+    f.seed(&[("hot", 10, 4)]);
+    let parts = f.backend.partitions("hot").unwrap();
+    assert_eq!(parts.len(), 4);
+    assert_eq!(parts.iter().map(|p| p.share).sum::<i64>(), 10);
+    buy_all(f, "hot", 1000, 16);
+    let parts = f.backend.partitions("hot").unwrap();
+    assert!(parts.iter().all(|p| p.available == 0), "{parts:?}");
+    assert_eq!(parts.iter().map(|p| p.committed).sum::<i64>(), 10);
+    assert_eq!(f.provider.total_captures(), 10);
+    f.assert_books_balance();
+}
+
+fn racing_duplicates_of_one_key_make_exactly_one_order(f: &Fixture) {
+    const RACERS: usize = 16;
+    f.seed(&[("sku-a", 100, 1)]);
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let handles: Vec<_> = (0..RACERS)
+        .map(|_| {
+            let backend = Arc::clone(&f.backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                backend.checkout_within(
+                    "sub-1",
+                    &key("same-key-123"),
+                    &request("sku-a", 1, PM_OK),
+                    OrderLimits::UNLIMITED,
+                    T0_MS,
+                )
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let created: Vec<String> = results
+        .iter()
+        .filter_map(|r| match r {
+            Ok((order, Created::Created)) => Some(order.order_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 1, "{results:?}");
+    for result in &results {
+        match result {
+            Ok((order, _)) => assert_eq!(order.order_id, created[0]),
+            Err(CheckoutError::Conflict) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    let total: u64 = f.backend.order_counts().unwrap().iter().map(|c| c.1).sum();
+    assert_eq!(total, 1);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.committed), (99, 1));
+    assert_eq!(f.provider.total_captures(), 1);
+}
+
+fn a_key_replays_its_order_and_refuses_another_body(f: &Fixture) {
+    f.seed(&[("sku-a", 5, 1)]);
+    let k = key("replay-key-1");
+    let limits = OrderLimits::UNLIMITED;
+    let body = request("sku-a", 2, PM_OK);
+    let (first, created) = f
+        .backend
+        .checkout_within("sub", &k, &body, limits, T0_MS)
+        .unwrap();
+    assert_eq!(
+        (created, first.state),
+        (Created::Created, OrderState::Confirmed)
+    );
+    let (again, replay) = f
+        .backend
+        .checkout_within("sub", &k, &body, limits, T0_MS + 1)
+        .unwrap();
+    assert_eq!(replay, Created::Replay);
+    assert_eq!(again, first);
+    let other = request("sku-a", 3, PM_OK);
+    let err = f
+        .backend
+        .checkout_within("sub", &k, &other, limits, T0_MS)
+        .unwrap_err();
+    assert!(matches!(err, CheckoutError::Mismatch), "{err:?}");
+    // The same key of another subject is another key.
+    let (theirs, created) = f
+        .backend
+        .checkout_within("sub-2", &k, &body, limits, T0_MS)
+        .unwrap();
+    assert_eq!(created, Created::Created);
+    assert_ne!(theirs.order_id, first.order_id);
+    // An unknown SKU does not burn the key.
+    let k2 = key("unknown-sku-key");
+    let err = f
+        .backend
+        .checkout_within("sub", &k2, &request("nope", 1, PM_OK), limits, T0_MS)
+        .unwrap_err();
+    assert_eq!(err.code(), "not_found");
+    let (_, created) = f
+        .backend
+        .checkout_within("sub", &k2, &request("sku-a", 1, PM_OK), limits, T0_MS)
+        .unwrap();
+    assert_eq!(created, Created::Created);
+    f.assert_books_balance();
+}
+
+fn checkout_outcomes_and_their_durable_waits(f: &Fixture) {
+    f.seed(&[("sku-a", 1, 1)]);
+    let limits = OrderLimits::UNLIMITED;
+    let before = f.backend.durable_writes();
+    let (declined, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("declined-1"),
+            &request("sku-a", 1, PM_DECLINE),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(declined.state, OrderState::Declined);
+    assert_eq!(declined.payment_state, PaymentState::Declined);
+    assert_eq!(f.backend.durable_writes() - before, 2, "declined: 2 waits");
+    assert_eq!(f.backend.stock("sku-a").unwrap().available, 1, "released");
+
+    let before = f.backend.durable_writes();
+    let (confirmed, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("confirmed-1"),
+            &request("sku-a", 1, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(confirmed.state, OrderState::Confirmed);
+    assert_eq!(confirmed.payment_state, PaymentState::Captured);
+    assert!(confirmed.payment_id.is_some());
+    assert_eq!(f.backend.durable_writes() - before, 3, "confirmed: 3 waits");
+
+    let before = f.backend.durable_writes();
+    let (rejected, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("sold-out-1"),
+            &request("sku-a", 1, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(rejected.state, OrderState::Rejected);
+    assert_eq!(rejected.reservation_expires_at_ms, None);
+    assert_eq!(f.backend.durable_writes() - before, 1, "sold out: 1 wait");
+
+    let seen = f.backend.get_order("sub", &confirmed.order_id).unwrap();
+    assert_eq!(seen, confirmed);
+    let hidden = f.backend.get_order("someone-else", &confirmed.order_id);
+    assert!(matches!(hidden, Err(CheckoutError::NotFound)));
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (0, 0, 1)
+    );
+    f.assert_books_balance();
+}
+
+fn the_reconciler_expires_overdue_holds_once(f: &Fixture) {
+    f.seed(&[("sku-a", 3, 1)]);
+    let (order, _) = f
+        .backend
+        .begin_within(
+            "sub",
+            &key("hold-only-1"),
+            &request("sku-a", 2, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Reserved);
+    assert_eq!(order.reservation_expires_at_ms, Some(T0_MS + TTL_MS));
+    assert_eq!(f.backend.stock("sku-a").unwrap().reserved, 2);
+    assert_eq!(f.backend.expire_holds(T0_MS + TTL_MS - 1, 100).unwrap(), 0);
+    assert_eq!(f.backend.expire_holds(T0_MS + TTL_MS, 100).unwrap(), 1);
+    assert_eq!(f.backend.expire_holds(T0_MS + TTL_MS + 1, 100).unwrap(), 0);
+    let order = f.backend.get_order("sub", &order.order_id).unwrap();
+    assert_eq!(order.state, OrderState::Expired);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.reserved), (3, 0));
+    f.assert_books_balance();
+}
+
+/// Collects what it is given; refuses while `refuse` is set.
+#[derive(Default)]
+struct CollectSink {
+    events: Vec<OutboxEvent>,
+    refuse: bool,
+}
+
+impl Sink for CollectSink {
+    fn publish(&mut self, events: &[OutboxEvent]) -> Result<(), SinkError> {
+        if self.refuse {
+            return Err(SinkError::Refused("scripted".into()));
+        }
+        self.events.extend_from_slice(events);
+        Ok(())
+    }
+}
+
+fn relay_all(backend: &dyn OrderBackend, sink: &mut CollectSink, now_ms: i64) -> usize {
+    let mut published = 0;
+    loop {
+        let pass = backend.relay_outbox_once(sink, 2, now_ms).expect("relay");
+        published += pass.published;
+        if !pass.more_pending {
+            return published;
+        }
+    }
+}
+
+fn the_outbox_relays_every_event_at_least_once(f: &Fixture) {
+    f.seed(&[("sku-a", 5, 1)]);
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("outbox-key-1"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    let mut refusing = CollectSink {
+        refuse: true,
+        ..CollectSink::default()
+    };
+    assert!(f
+        .backend
+        .relay_outbox_once(&mut refusing, 10, T0_MS)
+        .is_err());
+    let mut sink = CollectSink::default();
+    let published = relay_all(f.backend.as_ref(), &mut sink, T0_MS);
+    assert!(published >= 2, "the order's events: {:?}", sink.events);
+    assert_eq!(published, sink.events.len());
+    let ids: std::collections::HashSet<&str> = sink.events.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids.len(), sink.events.len(), "each event once");
+    assert!(sink.events.iter().all(|e| e.order_id == order.order_id));
+    assert!(
+        sink.events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "oldest first"
+    );
+    let last = sink.events.last().unwrap();
+    assert_eq!(last.event_type, OrderState::Confirmed.event_type());
+    assert_eq!(last.data["state"], "confirmed");
+    assert_eq!(
+        relay_all(f.backend.as_ref(), &mut sink, T0_MS),
+        0,
+        "nothing left"
+    );
+}
+
+fn cancel_releases_a_hold_and_refunds_a_sale_once(f: &Fixture) {
+    f.seed(&[("sku-a", 4, 2)]);
+    let limits = OrderLimits::UNLIMITED;
+    let (held, _) = f
+        .backend
+        .begin_within(
+            "sub",
+            &key("cancel-held-1"),
+            &request("sku-a", 1, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    let (sold, _) = f
+        .backend
+        .checkout_within(
+            "sub",
+            &key("cancel-sold-1"),
+            &request("sku-a", 2, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(sold.state, OrderState::Confirmed);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (1, 1, 2)
+    );
+    let hidden = f.backend.cancel("someone-else", &held.order_id, T0_MS);
+    assert!(matches!(hidden, Err(CheckoutError::NotFound)));
+
+    let cancelled = f.backend.cancel("sub", &held.order_id, T0_MS + 1).unwrap();
+    assert_eq!(cancelled.state, OrderState::Cancelled);
+    let refunded = f.backend.cancel("sub", &sold.order_id, T0_MS + 2).unwrap();
+    assert_eq!(refunded.state, OrderState::Refunded);
+    assert_eq!(refunded.payment_state, PaymentState::Refunded);
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (4, 0, 0)
+    );
+    // Again: nothing moves twice.
+    assert_eq!(
+        f.backend
+            .cancel("sub", &held.order_id, T0_MS + 3)
+            .unwrap()
+            .state,
+        OrderState::Cancelled
+    );
+    assert_eq!(
+        f.backend
+            .cancel("sub", &sold.order_id, T0_MS + 3)
+            .unwrap()
+            .state,
+        OrderState::Refunded
+    );
+    assert_eq!(f.backend.stock("sku-a").unwrap().available, 4);
+    let payment_id = sold.payment_id.as_deref().unwrap();
+    let payment = f
+        .provider
+        .payments()
+        .into_iter()
+        .find(|p| p.payment_id == payment_id)
+        .expect("the sale's payment");
+    assert_eq!(payment.refunds, 1, "{payment:?}");
+    f.assert_books_balance();
+}
+
+fn retention_forgets_keys_events_and_ended_holds_in_bounded_passes(f: &Fixture) {
+    const HOUR_MS: i64 = 3_600_000;
+    f.seed(&[("sku-a", 5, 1)]);
+    let limits = OrderLimits::UNLIMITED;
+    let body = request("sku-a", 1, PM_OK);
+    for i in 0..3 {
+        let k = key(&format!("kept-key-{i}"));
+        f.backend
+            .checkout_within("sub", &k, &body, limits, T0_MS)
+            .unwrap();
+    }
+    let declined = request("sku-a", 1, PM_DECLINE);
+    f.backend
+        .checkout_within("sub", &key("declined-key"), &declined, limits, T0_MS)
+        .unwrap();
+    relay_all(f.backend.as_ref(), &mut CollectSink::default(), T0_MS);
+
+    let early = f.backend.prune_once(T0_MS + HOUR_MS, 100).unwrap();
+    assert_eq!(
+        (
+            early.idempotency_keys,
+            early.outbox_events,
+            early.ended_holds
+        ),
+        (0, 0, 0)
+    );
+    // Past 25 h the keys go, two per pass at this limit.
+    let day = T0_MS + 25 * HOUR_MS + 1;
+    let first = f.backend.prune_once(day, 2).unwrap();
+    assert_eq!(first.idempotency_keys, 2);
+    assert!(first.more_due(2));
+    assert_eq!(f.backend.prune_once(day, 2).unwrap().idempotency_keys, 2);
+    assert_eq!(f.backend.prune_once(day, 2).unwrap().idempotency_keys, 0);
+    // A forgotten key is a new key.
+    let (again, created) = f
+        .backend
+        .checkout_within("sub", &key("kept-key-0"), &body, limits, day)
+        .unwrap();
+    assert_eq!(
+        (created, again.state),
+        (Created::Created, OrderState::Confirmed)
+    );
+    // Past 7 days the published events and the released hold go too.
+    let week = T0_MS + 7 * 24 * HOUR_MS + 1;
+    let later = f.backend.prune_once(week, 1000).unwrap();
+    assert!(later.outbox_events >= 8, "{later:?}");
+    assert_eq!(later.ended_holds, 1, "the declined order's hold");
+    let stock = f.backend.stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.committed), (1, 4));
+    f.assert_books_balance();
+}
+
+fn the_purchase_limit_refuses_without_burning_the_key(f: &Fixture) {
+    f.seed(&[("sku-a", 5, 1)]);
+    let one = OrderLimits {
+        orders_per_subject_max: 1,
+    };
+    let body = request("sku-a", 1, PM_OK);
+    f.backend
+        .checkout_within("pass-1", &key("first-key-1"), &body, one, T0_MS)
+        .unwrap();
+    let err = f
+        .backend
+        .checkout_within("pass-1", &key("second-key"), &body, one, T0_MS)
+        .unwrap_err();
+    assert!(matches!(err, CheckoutError::PurchaseLimit), "{err:?}");
+    let counted = f.backend.subject_orders("pass-1").unwrap();
+    assert_eq!((counted.started, counted.open), (1, 0));
+    let two = OrderLimits {
+        orders_per_subject_max: 2,
+    };
+    let (_, created) = f
+        .backend
+        .checkout_within("pass-1", &key("second-key"), &body, two, T0_MS)
+        .unwrap();
+    assert_eq!(created, Created::Created, "the refused key was not kept");
+}
+
+/// Random interleavings of reserve, commit (paid), release (declined,
+/// expired) and rebalance over four partitions: after every step the SKU
+/// holds exactly its total, its partitions add up to it, and a reservation
+/// is refused only when the whole SKU lacks the units.
+fn partitions_never_exceed_the_total_over_random_interleavings(f: &Fixture) {
+    const TOTAL: i64 = 24;
+    f.seed(&[("p", TOTAL as u32, 4)]);
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut now = T0_MS;
+    let limits = OrderLimits::UNLIMITED;
+    for step in 0..120 {
+        let before = f.backend.stock("p").unwrap();
+        let quantity = rng.random_range(1..=3u32);
+        let k = key(&format!("step-key-{step:04}"));
+        let subject = format!("s{step}");
+        match rng.random_range(0..5) {
+            0 | 1 => {
+                let (order, _) = f
+                    .backend
+                    .begin_within(&subject, &k, &request("p", quantity, PM_OK), limits, now)
+                    .unwrap();
+                let fits = before.available >= i64::from(quantity);
+                let held = order.state == OrderState::Reserved;
+                assert_eq!(held, fits, "step {step}: {before:?} for {quantity}");
+            }
+            2 => {
+                let (order, _) = f
+                    .backend
+                    .checkout_within(&subject, &k, &request("p", quantity, PM_OK), limits, now)
+                    .unwrap();
+                let fits = before.available >= i64::from(quantity);
+                assert_eq!(order.state == OrderState::Confirmed, fits, "step {step}");
+            }
+            3 => {
+                f.backend
+                    .checkout_within(
+                        &subject,
+                        &k,
+                        &request("p", quantity, PM_DECLINE),
+                        limits,
+                        now,
+                    )
+                    .unwrap();
+                let after = f.backend.stock("p").unwrap();
+                assert_eq!(after.available, before.available, "declined gives back");
+            }
+            _ => {
+                if rng.random_bool(0.5) {
+                    now += TTL_MS;
+                    f.backend.expire_holds(now, 10_000).unwrap();
+                    now += 1;
+                    assert_eq!(f.backend.stock("p").unwrap().reserved, 0, "all expired");
+                } else {
+                    f.backend.rebalance("p", now).unwrap();
+                }
+            }
+        }
+        let level = f.backend.stock("p").unwrap();
+        assert!(level.is_conserved(), "step {step}: {level:?}");
+        assert_eq!(level.total, TOTAL, "step {step}");
+        let parts = f.backend.partitions("p").unwrap();
+        assert_eq!(
+            parts.iter().map(|p| p.available).sum::<i64>(),
+            level.available
+        );
+        assert_eq!(
+            parts.iter().map(|p| p.reserved).sum::<i64>(),
+            level.reserved
+        );
+        assert_eq!(
+            parts.iter().map(|p| p.committed).sum::<i64>(),
+            level.committed
+        );
+        assert!(parts.iter().all(|p| p.available >= 0 && p.reserved >= 0));
+    }
+    let level = f.backend.stock("p").unwrap();
+    assert!(level.committed > 0, "the walk sold something: {level:?}");
+    f.assert_books_balance();
+}
+
+// PostgreSQL only: migrations and an unreachable server.
+
+#[test]
+fn postgres_migrations_are_recorded_and_applied_once() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let first = PgBackend::open(&PgConfig::new(url.clone()), provider.clone()).unwrap();
+    assert_eq!(
+        first.schema_version().unwrap(),
+        sluice_checkout::backend::postgres::SCHEMA_VERSION
+    );
+    // A second gateway on the same database finds it migrated.
+    let second = PgBackend::open(&PgConfig::new(url.clone()), provider.clone()).unwrap();
+    assert_eq!(
+        second.schema_version().unwrap(),
+        first.schema_version().unwrap()
+    );
+    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let rows: i64 = client
+        .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows,
+        i64::from(sluice_checkout::backend::postgres::SCHEMA_VERSION)
+    );
+    // A database from a newer binary is refused.
+    client
+        .execute("INSERT INTO schema_migrations (version) VALUES (999)", &[])
+        .unwrap();
+    let err = PgBackend::open(&PgConfig::new(url), provider)
+        .err()
+        .expect("a newer schema is refused");
+    assert!(err.to_string().contains("newer"), "{err}");
+}
+
+#[test]
+fn postgres_stopped_answers_store_unavailable_and_service_resumes() {
+    let cluster = pg::own();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let mut config = PgConfig::new(url);
+    config.connect_timeout = Duration::from_millis(500);
+    let backend = PgBackend::open(&config, provider.clone()).unwrap();
+    let seed = ProductSeed {
+        sku: "sku-a".into(),
+        total: 5,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 2,
+    };
+    backend.seed_products_at(&[seed], T0_MS).unwrap();
+    let limits = OrderLimits::UNLIMITED;
+    let body = request("sku-a", 1, PM_OK);
+    let (before, _) = backend
+        .checkout_within("sub", &key("before-outage"), &body, limits, T0_MS)
+        .unwrap();
+    assert_eq!(before.state, OrderState::Confirmed);
+
+    cluster.pg_ctl_stop();
+    let err = backend
+        .checkout_within("sub", &key("during-outage"), &body, limits, T0_MS)
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.status()),
+        ("store_unavailable", 503),
+        "{err:?}"
+    );
+    assert!(matches!(
+        backend.stock("sku-a"),
+        Err(sluice_checkout::StoreError::Unavailable(_))
+    ));
+
+    cluster.pg_ctl_start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (during, created) = loop {
+        match backend.checkout_within("sub", &key("during-outage"), &body, limits, T0_MS) {
+            Ok(done) => break done,
+            Err(e) if e.code() == "store_unavailable" && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("service did not resume: {e:?}"),
+        }
+    };
+    assert_eq!(
+        created,
+        Created::Created,
+        "nothing was kept of the refused try"
+    );
+    assert_eq!(during.state, OrderState::Confirmed);
+    // Nothing acknowledged was lost, nothing doubled.
+    assert_eq!(backend.get_order("sub", &before.order_id).unwrap(), before);
+    let stock = backend.stock("sku-a").unwrap();
+    assert_eq!((stock.total, stock.committed, stock.available), (5, 2, 3));
+    assert_eq!(provider.total_captures(), 2);
+    let violations = backend.check_books(T0_MS).unwrap();
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// Three back ends (three gateways' pools) on one database: one stock
+/// authority for the fleet.
+/// The back ends, their provider, the cluster (kept alive) and the URL.
+type Fleet = (
+    Vec<Arc<dyn OrderBackend>>,
+    Arc<SimulatedProvider>,
+    Arc<pg::ThrowawayPg>,
+    String,
+);
+
+fn fleet_of_three() -> Fleet {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let fleet: Vec<Arc<dyn OrderBackend>> = (0..3)
+        .map(|_| {
+            let mut config = PgConfig::new(url.clone());
+            config.pool_max = 8;
+            let backend: Arc<dyn OrderBackend> =
+                Arc::new(PgBackend::open(&config, provider.clone()).expect("open"));
+            backend
+        })
+        .collect();
+    (fleet, provider, cluster, url)
+}
+
+#[test]
+fn postgres_fleet_of_three_sells_ten_units_to_a_thousand_buyers_exactly_once() {
+    let (fleet, provider, _cluster, _) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "hot".into(),
+        total: 10,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 8,
+    };
+    // Every gateway seeds at start; only the first seed sets the stock.
+    for backend in &fleet {
+        backend
+            .seed_products_at(std::slice::from_ref(&seed), T0_MS)
+            .unwrap();
+    }
+    const BUYERS: usize = 1000;
+    const THREADS: usize = 15;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let backend = Arc::clone(&fleet[t % fleet.len()]);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                (t..BUYERS)
+                    .step_by(THREADS)
+                    .map(|i| {
+                        backend
+                            .checkout_within(
+                                &format!("buyer-{i}"),
+                                &key(&format!("key-{i:08}")),
+                                &request("hot", 1, PM_OK),
+                                OrderLimits::UNLIMITED,
+                                T0_MS,
+                            )
+                            .expect("checkout")
+                            .0
+                            .state
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let states: Vec<OrderState> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let sold = states
+        .iter()
+        .filter(|s| **s == OrderState::Confirmed)
+        .count();
+    assert_eq!(sold, 10);
+    assert_eq!(states.len(), BUYERS);
+    for backend in &fleet {
+        let stock = backend.stock("hot").unwrap();
+        assert_eq!((stock.total, stock.committed, stock.available), (10, 10, 0));
+        assert!(backend.check_books(T0_MS).unwrap().is_empty());
+    }
+    assert_eq!(provider.total_captures(), 10);
+}
+
+#[test]
+fn postgres_fleet_expiry_passes_run_each_hold_out_once() {
+    let (fleet, _provider, _cluster, _) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-a".into(),
+        total: 300,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 4,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    for i in 0..300 {
+        let backend = &fleet[i % fleet.len()];
+        let (order, _) = backend
+            .begin_within(
+                &format!("s{i}"),
+                &key(&format!("hold-key-{i:04}")),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+        assert_eq!(order.state, OrderState::Reserved);
+    }
+    // The three gateways' reconcilers run at once, in small passes.
+    let barrier = Arc::new(Barrier::new(fleet.len()));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut expired = 0;
+                loop {
+                    let n = backend.expire_holds(T0_MS + TTL_MS, 7).unwrap();
+                    if n == 0 {
+                        return expired;
+                    }
+                    expired += n;
+                }
+            })
+        })
+        .collect();
+    let per_gateway: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(per_gateway.iter().sum::<usize>(), 300, "{per_gateway:?}");
+    assert_eq!(fleet[0].count_expired(), 300);
+    let stock = fleet[1].stock("sku-a").unwrap();
+    assert_eq!((stock.available, stock.reserved), (300, 0));
+    assert!(fleet[2].check_books(T0_MS).unwrap().is_empty());
+}
+
+trait CountExpired {
+    fn count_expired(&self) -> u64;
+}
+
+impl CountExpired for Arc<dyn OrderBackend> {
+    fn count_expired(&self) -> u64 {
+        let counts = self.order_counts().unwrap();
+        counts
+            .iter()
+            .find(|(s, _)| *s == OrderState::Expired)
+            .map_or(0, |c| c.1)
+    }
+}
+
+#[test]
+fn postgres_fleet_relays_each_event_once_and_takes_over_a_dead_relay() {
+    let (fleet, _provider, _cluster, url) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-a".into(),
+        total: 100,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 2,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    let checkout = |backend: &Arc<dyn OrderBackend>, i: usize| {
+        backend
+            .checkout_within(
+                &format!("s{i}"),
+                &key(&format!("relay-key-{i:04}")),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+    };
+    for i in 0..20 {
+        checkout(&fleet[i % 3], i);
+    }
+    let pending = |url: &str| -> i64 {
+        let mut client = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+        client
+            .query_one(
+                "SELECT COUNT(*) FROM outbox WHERE published_at_ms IS NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let expected = usize::try_from(pending(&url)).unwrap();
+    assert!(expected >= 40, "{expected}");
+    // Three relays at once, small passes: every event published once.
+    let barrier = Arc::new(Barrier::new(3));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                let mut sink = CollectSink::default();
+                barrier.wait();
+                while backend
+                    .relay_outbox_once(&mut sink, 3, T0_MS)
+                    .unwrap()
+                    .published
+                    > 0
+                {}
+                sink.events
+            })
+        })
+        .collect();
+    let mut all: Vec<OutboxEvent> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let mut last = CollectSink::default();
+    relay_all(fleet[0].as_ref(), &mut last, T0_MS);
+    all.extend(last.events);
+    let ids: std::collections::HashSet<String> = all.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        (all.len(), ids.len()),
+        (expected, expected),
+        "each event exactly once"
+    );
+    assert_eq!(pending(&url), 0);
+
+    // A relay that dies mid-pass (its sink never returns) keeps its lease;
+    // another gateway's relay takes the events once the lease runs out.
+    for i in 20..25 {
+        checkout(&fleet[0], i);
+    }
+    struct Dies;
+    impl Sink for Dies {
+        fn publish(&mut self, _: &[OutboxEvent]) -> Result<(), SinkError> {
+            panic!("the gateway died mid-pass");
+        }
+    }
+    let dead = Arc::clone(&fleet[0]);
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = dead.relay_outbox_once(&mut Dies, 1000, T0_MS);
+    }));
+    assert!(died.is_err());
+    let mut taker = CollectSink::default();
+    let soon = fleet[1]
+        .relay_outbox_once(&mut taker, 1000, T0_MS + 1)
+        .unwrap();
+    assert_eq!(soon.published, 0, "still leased by the dead relay");
+    let lease = sluice_checkout::backend::postgres::OUTBOX_LEASE_MS;
+    let later = fleet[1]
+        .relay_outbox_once(&mut taker, 1000, T0_MS + lease)
+        .unwrap();
+    assert!(later.published >= 10, "{later:?}");
+    assert_eq!(pending(&url), 0);
+}
