@@ -910,6 +910,15 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("opens_at"), "{err}");
+        // A fleet that sells would sell each gateway's own stock: refused
+        // until the orders run on PostgreSQL.
+        let selling = format!(
+            "{src}{keys}[[products]]\nsku = \"a\"\nstock = 1\nprice_cents = 1\nroom = \"r\"\n"
+        );
+        let err = Rooms::open(&parse(&selling), false, stock.clone())
+            .err()
+            .unwrap();
+        assert!(err.contains("sell the stock N times"), "{err}");
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
     }

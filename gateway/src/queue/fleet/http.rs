@@ -27,6 +27,17 @@ pub fn check_config(config: &Config) -> Result<(), String> {
                 .into(),
         );
     }
+    // One line for the fleet but a stock per gateway would sell the stock
+    // once per gateway: until the gateway's orders run on PostgreSQL, a
+    // fleet that sells is refused (tests of the line alone opt in).
+    let knobs =
+        std::env::var(sluice_policies::validate::ALLOW_TEST_KNOBS_ENV).as_deref() == Ok("1");
+    if !config.products.is_empty() && !knobs {
+        return Err(format!(
+            "[cluster] redis_url: the rooms would be one line for the fleet but each              gateway would sell its own stock from its data_dir (the orders cannot run              on [cluster] postgres_url yet), so N gateways would sell the stock N times;              refused (set {}=1 to run a fleet's line alone, for tests)",
+            sluice_policies::validate::ALLOW_TEST_KNOBS_ENV
+        ));
+    }
     if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
         return Err(format!(
             "room {:?}: a fair start (opens_at) is not built for rooms on [cluster] \

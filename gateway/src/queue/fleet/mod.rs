@@ -45,15 +45,17 @@ pub const JOIN_BATCH_MAX: usize = 512;
 /// Joins waiting for the batcher, at most; beyond, a join is refused with
 /// `store_unavailable` rather than queued without bound.
 pub const JOINS_WAITING_MAX: usize = 8192;
-/// A join or a claim waits this long for the store at most.
+/// A claim waits this long for the store at most.
 pub const ANSWER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// A join waits this long at most: the warm-up wait, one more call
+/// (bounded at 1.5 s by the store) and a margin, so a joiner is still
+/// waiting when its place is given (a place granted to a joiner who gave
+/// up would be a ghost that later spends rate and a slot).
+pub const JOIN_WAIT_MAX: Duration = Duration::from_millis(2_500 + 1_500 + 500);
 /// How long a batch of joins waits for a store that is warming up (a new
-/// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`).
-/// With one more call (bounded at 1.5 s by the store) it stays inside
-/// [`ANSWER_WAIT_MAX`], so a joiner is still waiting when its place is
-/// given: a place granted to a joiner who gave up would be a ghost that
-/// later spends rate and a slot.
-const WARMING_WAIT_MAX: Duration = Duration::from_millis(1200);
+/// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`);
+/// inside [`JOIN_WAIT_MAX`] with one more call.
+const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
 /// Passes given back that this gateway remembers (each until it expires).
 const GIVEN_BACK_MAX: usize = 65_536;
 
@@ -255,7 +257,7 @@ impl SharedRoom {
         if self.joins.try_send(tx).is_err() {
             return Err(unavailable);
         }
-        match tokio::time::timeout(ANSWER_WAIT_MAX, rx).await {
+        match tokio::time::timeout(JOIN_WAIT_MAX, rx).await {
             Ok(Ok(answer)) => answer,
             _ => Err(unavailable),
         }
