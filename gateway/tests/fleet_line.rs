@@ -415,3 +415,41 @@ async fn redis_back_with_its_data_resumes_the_line_in_order() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collected_pass_is_shown_again_from_memory_while_redis_is_away() {
+    // Before, every poll of a released ticket asked Redis to claim again
+    // (a flood of replayed polls was a flood of FCALLs), and with Redis
+    // away the shopper who had their pass was told "paused".
+    let mut redis = Redis::start();
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 5\nmax_active = 10\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let fleet = start_fleet(&redis, 1, None, rooms);
+    let client = client();
+    let t = ticket(&client, &fleet[0], "drop").await;
+    let admitted = eventually_await(Duration::from_secs(10), || async {
+        status(&client, &fleet[0], "drop", &t).await.1["state"] == "admitted"
+    })
+    .await;
+    assert!(
+        admitted.is_some(),
+        "the ticket is released and collects its pass"
+    );
+    let (_, body) = status(&client, &fleet[0], "drop", &t).await;
+    let pass = body["pass"]
+        .as_str()
+        .expect("an admitted status carries the pass")
+        .to_owned();
+
+    redis.stop();
+    let stale = eventually_await(Duration::from_secs(5), || async {
+        watermark(&client, &fleet[0], "drop").await["state"] == "paused"
+    })
+    .await;
+    assert!(stale.is_some(), "without Redis the room counts as paused");
+    for _ in 0..5 {
+        let (code, body) = status(&client, &fleet[0], "drop", &t).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["state"], "admitted", "{body}");
+        assert_eq!(body["pass"].as_str(), Some(pass.as_str()), "the same pass");
+    }
+}

@@ -73,6 +73,11 @@ fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
 impl Rooms {
     /// The status of a verified ticket: from memory, or the pass.
     async fn shared_decide(&self, shared: &SharedRoom, ticket: &Presented, now: u64) -> Status {
+        // A pass already collected is shown again from memory, also while
+        // the store is away: passes already issued keep working.
+        if let Some(known) = shared.known_claim(ticket.seq) {
+            return decide::claimed(ticket, known, &shared.policy());
+        }
         match shared.decide_poll(ticket, now) {
             PollDecision::Answer(status) => status,
             PollDecision::Claim => match shared.claim(ticket.seq).await {

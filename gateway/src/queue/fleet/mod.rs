@@ -58,6 +58,14 @@ pub const JOIN_WAIT_MAX: Duration = Duration::from_millis(2_500 + 1_500 + 500);
 const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
 /// Passes given back that this gateway remembers (each until it expires).
 const GIVEN_BACK_MAX: usize = 65_536;
+/// Claim answers a room remembers (a pass until it expires, a spent place
+/// for good), so a ticket polled again and again after its release asks the
+/// store once; beyond, the memory is emptied and filled again.
+const CLAIMS_REMEMBERED_MAX: usize = 131_072;
+/// Claims of one room in flight to the store at once, at most; beyond, a
+/// poll is answered "at the front, ask again" without a store call, so a
+/// flood of polls cannot queue without bound in front of Redis.
+const CLAIMS_IN_FLIGHT_MAX: usize = 256;
 
 const STATE_NONE: u8 = 0;
 const STATE_OPEN: u8 = 1;
@@ -128,6 +136,8 @@ impl Fleet {
             joins,
             state_wanted: AtomicU8::new(STATE_NONE),
             config_paused: Mutex::new(None),
+            claims: Mutex::new(HashMap::new()),
+            claims_in_flight: Arc::new(tokio::sync::Semaphore::new(CLAIMS_IN_FLIGHT_MAX)),
             version_seen: AtomicU64::new(0),
             given_back: Mutex::new(HashMap::new()),
             reachable: AtomicBool::new(true),
@@ -162,6 +172,9 @@ pub struct SharedRoom {
     /// restart or an unrelated reload of one gateway never un-pauses the
     /// fleet.
     config_paused: Mutex<Option<bool>>,
+    /// Claim answers already known (seq → answer).
+    claims: Mutex<HashMap<u64, ClaimReply>>,
+    claims_in_flight: Arc<tokio::sync::Semaphore>,
     /// The store's state version last seen: going backwards means the
     /// store lost the room (restarted empty), and the config's state is
     /// written again.
@@ -265,6 +278,35 @@ impl SharedRoom {
 
     /// The pass of released place `seq`, from the store.
     pub async fn claim(&self, seq: u64) -> Result<ClaimReply, StoreError> {
+        if let Some(known) = self.known_claim(seq) {
+            return Ok(known);
+        }
+        let Ok(permit) = self.claims_in_flight.clone().try_acquire_owned() else {
+            return Err(StoreError::Unavailable("too many claims in flight".into()));
+        };
+        let reply = self.claim_from_store(seq).await;
+        drop(permit);
+        if let Ok(answer @ (ClaimReply::Admitted { .. } | ClaimReply::Gone)) = &reply {
+            let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            if claims.len() >= CLAIMS_REMEMBERED_MAX {
+                claims.clear();
+            }
+            claims.insert(seq, *answer);
+        }
+        reply
+    }
+
+    /// What the store already answered for `seq`, while it still holds: a
+    /// pass until it expires, a spent place for good.
+    fn known_claim(&self, seq: u64) -> Option<ClaimReply> {
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        match claims.get(&seq)? {
+            ClaimReply::Admitted { expires_at_ms } if *expires_at_ms <= now_ms() => None,
+            known => Some(*known),
+        }
+    }
+
+    async fn claim_from_store(&self, seq: u64) -> Result<ClaimReply, StoreError> {
         let store = self.fleet.store.clone();
         let name = self.name.clone();
         let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
