@@ -37,7 +37,9 @@ fn redis_restarts_empty_or_with_its_data_as_asked() {
 
 #[test]
 fn postgres_is_its_own_cluster_and_keeps_commits_across_a_crash() {
-    let mut pg = ThrowawayPostgres::start(Durability::Fast).unwrap();
+    let pg = ThrowawayPostgres::start(Durability::Fast).unwrap();
+    let db = pg.create_database().unwrap();
+    assert!(db.contains(&format!(":{}/t", pg.port())), "{db}");
     assert_ne!(pg.port(), 5432);
     pg.psql("CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
         .unwrap();

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -32,7 +33,7 @@ pub struct ThrowawayPostgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
-    running: bool,
+    running: AtomicBool,
     durability: Durability,
 }
 
@@ -57,7 +58,7 @@ impl ThrowawayPostgres {
             dir,
             bin,
             port: 0,
-            running: false,
+            running: AtomicBool::new(false),
             durability,
         };
         let mut last = None;
@@ -73,7 +74,29 @@ impl ThrowawayPostgres {
 
     /// `postgres://postgres@127.0.0.1:<port>/postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.url_of("postgres")
+    }
+
+    /// The URL of `database` on this cluster (a 2 s connect timeout, so a
+    /// stopped server is an error at once, not a hang).
+    pub fn url_of(&self, database: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{database}?connect_timeout=2",
+            self.port
+        )
+    }
+
+    /// A new, empty database (a fresh name per call in this process);
+    /// its URL. Tests sharing one cluster each take their own.
+    pub fn create_database(&self) -> Result<String> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "t{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        self.psql(&format!("CREATE DATABASE {name}"))?;
+        Ok(self.url_of(&name))
     }
 
     pub fn port(&self) -> u16 {
@@ -81,13 +104,13 @@ impl ThrowawayPostgres {
     }
 
     pub fn is_running(&self) -> bool {
-        self.running
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Stops it at once (`pg_ctl stop -m immediate`: like a crash; the next
     /// start replays the WAL).
-    pub fn stop(&mut self) {
-        if !self.running {
+    pub fn stop(&self) {
+        if !self.running.swap(false, Ordering::SeqCst) {
             return;
         }
         let _ = run(
@@ -97,11 +120,10 @@ impl ThrowawayPostgres {
                 .args(["stop", "-m", "immediate", "-w"]),
             "pg_ctl stop",
         );
-        self.running = false;
     }
 
     /// Starts it again on the same port, with its data.
-    pub fn restart(&mut self) -> Result<()> {
+    pub fn restart(&self) -> Result<()> {
         self.stop();
         self.spawn()
     }
@@ -125,7 +147,7 @@ impl ThrowawayPostgres {
         self.dir.path().join("data")
     }
 
-    fn spawn(&mut self) -> Result<()> {
+    fn spawn(&self) -> Result<()> {
         let socket_dir = self.dir.path().join("socket");
         std::fs::create_dir_all(&socket_dir)?;
         hand_over(&socket_dir)?;
@@ -153,7 +175,7 @@ impl ThrowawayPostgres {
             let log = std::fs::read_to_string(&log).unwrap_or_default();
             bail!("{e}\n{log}");
         }
-        self.running = true;
+        self.running.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + READY_WAIT_MAX;
         while Instant::now() < deadline {
             if self.psql("SELECT 1").is_ok() {
