@@ -272,6 +272,9 @@ fn a_signed_body_round_trips_through_verify_and_parse() {
 struct WebhookBeforeAnswer {
     sim: SimulatedProvider,
     store: OnceLock<Arc<Store>>,
+    /// After the webhook, a reconciler pass has marked the capture it
+    /// stored as sent (and is sending it), before the answer arrives.
+    reconciler_took_capture: bool,
 }
 
 impl PaymentProvider for WebhookBeforeAnswer {
@@ -302,6 +305,19 @@ impl PaymentProvider for WebhookBeforeAnswer {
                 apply_webhook(store, &authorized, T0_MS).unwrap(),
                 WebhookOutcome::Processed
             );
+            if self.reconciler_took_capture {
+                let conn = rusqlite::Connection::open(store.db_path()).unwrap();
+                conn.busy_timeout(std::time::Duration::from_secs(5))
+                    .unwrap();
+                let marked = conn
+                    .execute(
+                        "UPDATE payment_attempts SET transport = 'sent', next_try_at_ms = ?2
+                         WHERE idempotency_key = ?1 AND transport = 'pending'",
+                        rusqlite::params![format!("{order_id}:capture"), T0_MS + 60_000],
+                    )
+                    .unwrap();
+                assert_eq!(marked, 1, "the webhook stored the capture");
+            }
         }
         Ok(answer)
     }
@@ -322,17 +338,25 @@ impl PaymentProvider for WebhookBeforeAnswer {
     }
 }
 
-#[test]
-fn a_webhook_ahead_of_the_answer_does_not_leave_the_checkout_authorizing() {
+fn webhook_first(
+    reconciler_took_capture: bool,
+) -> (tempfile::TempDir, Arc<WebhookBeforeAnswer>, CheckoutService) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path()).unwrap());
     store.seed_products(&seeds(&[("sku-a", 10)])).unwrap();
     let provider = Arc::new(WebhookBeforeAnswer {
         sim: SimulatedProvider::default(),
         store: OnceLock::new(),
+        reconciler_took_capture,
     });
     provider.store.set(store.clone()).ok().unwrap();
-    let service = CheckoutService::with_payments(store.clone(), provider.clone(), test_payments());
+    let service = CheckoutService::with_payments(store, provider.clone(), test_payments());
+    (dir, provider, service)
+}
+
+#[test]
+fn a_webhook_ahead_of_the_answer_does_not_leave_the_checkout_authorizing() {
+    let (_dir, provider, service) = webhook_first(false);
     let (order, _) = service
         .checkout(
             "sub-1",
@@ -352,5 +376,31 @@ fn a_webhook_ahead_of_the_answer_does_not_leave_the_checkout_authorizing() {
     // Nothing is left for the reconciler: the capture is not sent twice.
     let pass = service.reconcile_payments_once(T0_MS + 1, 100).unwrap();
     assert_eq!(pass.attempts_driven, 0);
+    assert_eq!(provider.sim.total_captures(), 1);
+}
+
+#[test]
+fn a_capture_the_reconciler_is_sending_is_left_to_it() {
+    let (_dir, provider, service) = webhook_first(true);
+    let (order, _) = service
+        .checkout(
+            "sub-1",
+            &key("key-00001"),
+            &request("sku-a", 1, "pm_ok"),
+            T0_MS,
+        )
+        .unwrap();
+    // Not sent twice at once: the checkout answers with what it knows.
+    assert_eq!(
+        (order.state, order.payment_state),
+        (OrderState::Authorizing, PaymentState::Authorized)
+    );
+    assert_eq!(provider.sim.total_captures(), 0);
+    // The reconciler's retry (due once its in-flight bound is over) ends it.
+    service
+        .reconcile_payments_once(T0_MS + 60_000, 100)
+        .unwrap();
+    let order = service.get_order("sub-1", &order.order_id).unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
     assert_eq!(provider.sim.total_captures(), 1);
 }
