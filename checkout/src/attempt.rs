@@ -409,6 +409,22 @@ pub(crate) fn record_unresolved(
     Ok(())
 }
 
+/// Takes over an attempt a provider event stored due at once and nobody
+/// has sent yet (never tried, still `pending`, due at its creation): due
+/// again only after [`PAYMENT_IN_FLIGHT_MS`], as if the caller had stored
+/// it, because the caller sends it now. False (nothing written) for any
+/// other attempt: answered, tried, being retried, or already taken over.
+pub(crate) fn adopt(tx: &Transaction<'_>, key: &str, now_ms: UnixMs) -> Result<bool, StoreError> {
+    let changed = tx
+        .prepare_cached(
+            "UPDATE payment_attempts SET next_try_at_ms = ?2 + ?3, updated_at_ms = ?2
+             WHERE idempotency_key = ?1 AND outcome = 'unknown' AND transport = 'pending'
+                AND tries = 0 AND next_try_at_ms <= created_at_ms",
+        )?
+        .execute(params![key, now_ms, PAYMENT_IN_FLIGHT_MS])?;
+    Ok(changed == 1)
+}
+
 /// A retry of an unresolved attempt is under way (reconciler).
 pub(crate) fn mark_sent(tx: &Transaction<'_>, key: &str, now_ms: UnixMs) -> Result<(), StoreError> {
     tx.prepare_cached(

@@ -8,6 +8,10 @@
 //! key and the stored parameters — with full-jitter backoff between tries.
 //! Past the bound the attempt is recorded `timed_out` and the reconciler
 //! owns it; the order stays where it is (`authorizing`, stock held).
+//! An answer that finds its attempt settled already (a provider event came
+//! first) changes nothing, and the drive goes on with the follow-up that
+//! event stored (`settle::adopt_follow_up`), so the checkout still ends
+//! `confirmed` in the same call.
 
 use std::sync::Arc;
 
@@ -127,7 +131,15 @@ impl Driver {
                     let k = key.clone();
                     self.store.write(move |tx, metrics| {
                         let follow = FollowUp::Driven;
-                        let next = settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?;
+                        let settled_first = attempt::load(tx, &k)?
+                            .is_some_and(|a| a.outcome != AttemptOutcome::Unknown);
+                        let next = if settled_first {
+                            // A webhook got there before our answer: go on
+                            // with what it left for the reconciler.
+                            settle::adopt_follow_up(tx, &k, at_ms)?
+                        } else {
+                            settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?
+                        };
                         if let (None, Some(claimed)) = (&next, &ends_key) {
                             claimed.complete(tx, at_ms)?;
                         }

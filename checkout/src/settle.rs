@@ -17,6 +17,9 @@
 //!   authorization's follow-up into a void, and a capture into a refund.
 //!
 //! A second outcome for an attempt changes nothing, so every path may race.
+//! A call whose answer comes second (a webhook got there first) adopts the
+//! follow-up the first one stored for the reconciler and drives it itself
+//! ([`adopt_follow_up`]).
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -254,6 +257,39 @@ pub(crate) fn settle(
             Ok(None)
         }
     }
+}
+
+/// The attempt `key` was settled by someone else (a provider event, which
+/// may well arrive before the call's own answer) while this call waited on
+/// the provider. That settle stored the follow-up due at once, for the
+/// reconciler's next pass, as nobody was about to send it; this call is,
+/// so it adopts the follow-up (see [`attempt::adopt`]) and returns its key
+/// to drive. `None` when there is no such follow-up (the event went further
+/// itself, or the reconciler has it already).
+pub(crate) fn adopt_follow_up(
+    tx: &Transaction<'_>,
+    key: &str,
+    now_ms: UnixMs,
+) -> Result<Next, StoreError> {
+    let Some(settled) = attempt::load(tx, key)? else {
+        return Ok(None);
+    };
+    // What `settle` stores after each outcome (see the table at the top).
+    let follow_ups: &[Operation] = match (settled.operation, settled.outcome) {
+        (Operation::Authorize, AttemptOutcome::Succeeded) => &[Operation::Capture, Operation::Void],
+        (Operation::Capture, AttemptOutcome::Succeeded) => &[Operation::Refund],
+        (Operation::Capture, AttemptOutcome::Declined | AttemptOutcome::Failed) => {
+            &[Operation::Void]
+        }
+        _ => &[],
+    };
+    for &operation in follow_ups {
+        let next = attempt::attempt_key(&settled.order_id, operation);
+        if attempt::adopt(tx, &next, now_ms)? {
+            return Ok(Some(next));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether the shopper cancelled the order while its payment was in flight.

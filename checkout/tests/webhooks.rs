@@ -4,10 +4,14 @@
 
 mod common;
 
-use common::{key, request, Harness, PM_LOST, PRICE_CENTS, T0_MS};
+use std::sync::{Arc, OnceLock};
+
+use common::{key, request, seeds, test_payments, Harness, PM_LOST, PRICE_CENTS, T0_MS};
 use sluice_checkout::{
-    apply_webhook, parse_event, sign, verify_signature, EventData, EventType, Order, OrderState,
-    PaymentState, SimPaymentState, WebhookEvent, WebhookOutcome,
+    apply_webhook, parse_event, sign, verify_signature, AuthorizeOutcome, CheckoutService,
+    EventData, EventPage, EventType, OperationOutcome, Order, OrderState, PaymentError,
+    PaymentProvider, PaymentState, SimPaymentState, SimulatedProvider, Store, WebhookEvent,
+    WebhookOutcome,
 };
 
 /// An order left `authorizing` (answer and look-ups lost) with a real
@@ -260,4 +264,143 @@ fn a_signed_body_round_trips_through_verify_and_parse() {
         state(&h, &order),
         (OrderState::Confirmed, PaymentState::Captured)
     );
+}
+
+/// A provider whose `payment.authorized` webhook reaches the store before
+/// the authorize call's own answer reaches the caller (paysim, like a
+/// card provider, sends the event as soon as it has processed the call).
+struct WebhookBeforeAnswer {
+    sim: SimulatedProvider,
+    store: OnceLock<Arc<Store>>,
+    /// After the webhook, a reconciler pass has marked the capture it
+    /// stored as sent (and is sending it), before the answer arrives.
+    reconciler_took_capture: bool,
+}
+
+impl PaymentProvider for WebhookBeforeAnswer {
+    fn name(&self) -> &str {
+        "webhook-first"
+    }
+    fn authorize(
+        &self,
+        key: &str,
+        order_id: &str,
+        amount_cents: u64,
+        method: &str,
+    ) -> Result<AuthorizeOutcome, PaymentError> {
+        let answer = self.sim.authorize(key, order_id, amount_cents, method)?;
+        if let AuthorizeOutcome::Authorized { payment_id } = &answer {
+            let authorized = WebhookEvent {
+                id: format!("evt_{order_id}"),
+                event_type: EventType::Authorized,
+                created: T0_MS / 1000,
+                data: EventData {
+                    payment_id: payment_id.clone(),
+                    order_id: order_id.to_owned(),
+                    amount_cents,
+                },
+            };
+            let store = self.store.get().expect("the store is set");
+            assert_eq!(
+                apply_webhook(store, &authorized, T0_MS).unwrap(),
+                WebhookOutcome::Processed
+            );
+            if self.reconciler_took_capture {
+                let conn = rusqlite::Connection::open(store.db_path()).unwrap();
+                conn.busy_timeout(std::time::Duration::from_secs(5))
+                    .unwrap();
+                let marked = conn
+                    .execute(
+                        "UPDATE payment_attempts SET transport = 'sent', next_try_at_ms = ?2
+                         WHERE idempotency_key = ?1 AND transport = 'pending'",
+                        rusqlite::params![format!("{order_id}:capture"), T0_MS + 60_000],
+                    )
+                    .unwrap();
+                assert_eq!(marked, 1, "the webhook stored the capture");
+            }
+        }
+        Ok(answer)
+    }
+    fn capture(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+        self.sim.capture(key, payment_id, amount_cents)
+    }
+    fn void(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+        self.sim.void(key, payment_id, amount_cents)
+    }
+    fn refund(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+        self.sim.refund(key, payment_id, amount_cents)
+    }
+    fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+        self.sim.lookup(key)
+    }
+    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+        self.sim.events_since(cursor, limit)
+    }
+}
+
+fn webhook_first(
+    reconciler_took_capture: bool,
+) -> (tempfile::TempDir, Arc<WebhookBeforeAnswer>, CheckoutService) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    store.seed_products(&seeds(&[("sku-a", 10)])).unwrap();
+    let provider = Arc::new(WebhookBeforeAnswer {
+        sim: SimulatedProvider::default(),
+        store: OnceLock::new(),
+        reconciler_took_capture,
+    });
+    provider.store.set(store.clone()).ok().unwrap();
+    let service = CheckoutService::with_payments(store, provider.clone(), test_payments());
+    (dir, provider, service)
+}
+
+#[test]
+fn a_webhook_ahead_of_the_answer_does_not_leave_the_checkout_authorizing() {
+    let (_dir, provider, service) = webhook_first(false);
+    let (order, _) = service
+        .checkout(
+            "sub-1",
+            &key("key-00001"),
+            &request("sku-a", 1, "pm_ok"),
+            T0_MS,
+        )
+        .unwrap();
+    // The webhook settled the authorization first; the checkout still
+    // captures in the same call instead of leaving the capture to the
+    // reconciler's next pass.
+    assert_eq!(
+        (order.state, order.payment_state),
+        (OrderState::Confirmed, PaymentState::Captured)
+    );
+    assert_eq!(provider.sim.total_captures(), 1);
+    // Nothing is left for the reconciler: the capture is not sent twice.
+    let pass = service.reconcile_payments_once(T0_MS + 1, 100).unwrap();
+    assert_eq!(pass.attempts_driven, 0);
+    assert_eq!(provider.sim.total_captures(), 1);
+}
+
+#[test]
+fn a_capture_the_reconciler_is_sending_is_left_to_it() {
+    let (_dir, provider, service) = webhook_first(true);
+    let (order, _) = service
+        .checkout(
+            "sub-1",
+            &key("key-00001"),
+            &request("sku-a", 1, "pm_ok"),
+            T0_MS,
+        )
+        .unwrap();
+    // Not sent twice at once: the checkout answers with what it knows.
+    assert_eq!(
+        (order.state, order.payment_state),
+        (OrderState::Authorizing, PaymentState::Authorized)
+    );
+    assert_eq!(provider.sim.total_captures(), 0);
+    // The reconciler's retry (due once its in-flight bound is over) ends it.
+    service
+        .reconcile_payments_once(T0_MS + 60_000, 100)
+        .unwrap();
+    let order = service.get_order("sub-1", &order.order_id).unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    assert_eq!(provider.sim.total_captures(), 1);
 }

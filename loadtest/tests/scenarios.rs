@@ -413,14 +413,17 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
         degraded.rate_mean < 0.8 * healthy.rate_mean,
         "followed down: {healthy:?} then {degraded:?}"
     );
-    // Back up after the recovery is not asserted: it does not come back.
-    // Sampled (below, `release_source.reason` every 5 s) and traced on
-    // the gateway in session 4: from about 20 s in, nearly every `pm_ok`
-    // checkout answers fast but still `authorizing` (238 of 290 created
-    // orders in one run; 60-70 ms each once the provider recovered),
-    // which the controller counts as a backend failure, so the error
-    // ratio holds the rate at its floor (reason `bound`); the harness
-    // counts those 2xx answers as successes. See docs/waiting-room.md.
+    // Back up after the recovery: it used to stay at its floor, because a
+    // `payment.authorized` webhook that beat the authorize answer left the
+    // checkout `authorizing` (capture left to the reconciler), which the
+    // controller counted as a backend failure. Within ±15 % of the
+    // healthy rate is not asserted: checkouts now include their capture,
+    // two calls through paysim's one worker, so p99 stays above the target
+    // under the crowd's bursts (see docs/waiting-room.md).
+    assert!(
+        recovered.rate_mean > 1.5 * degraded.rate_mean,
+        "back up after the recovery: {degraded:?} then {recovered:?}"
+    );
     println!("recovered: {recovered:?}");
     let reasons: Vec<String> = r
         .samples
