@@ -708,6 +708,27 @@ impl Rooms {
         }
     }
 
+    /// The ticket a status poll carries (bearer or cookie), verified for
+    /// `room`; otherwise the `401 invalid_ticket` answer, counted by reason.
+    pub(in crate::queue) fn verified_ticket<'h>(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        headers: &'h HeaderMap,
+        now: u64,
+        metrics: &Metrics,
+    ) -> Result<(&'h str, Claims), LocalResponse> {
+        let token = bearer(headers)
+            .or_else(|| cookie(headers, TICKET_COOKIE))
+            .ok_or_else(|| invalid_ticket(metrics, room, "missing"))?;
+        let claims = self
+            .keyring
+            .load()
+            .verify(token, &entry.expect_ticket(room), now / 1000)
+            .map_err(|e| invalid_ticket(metrics, room, e.reason()))?;
+        Ok((token, claims))
+    }
+
     fn status(
         &self,
         room: &str,
@@ -716,26 +737,10 @@ impl Rooms {
         now: u64,
         metrics: &Metrics,
     ) -> LocalResponse {
-        let invalid = |reason: &str| {
-            metrics
-                .ticket_rejections
-                .with_label_values(&[room, reason])
-                .inc();
-            LocalResponse::error(&ApiError::new(
-                ErrorCode::InvalidTicket,
-                "This queue ticket is not valid; please join again.",
-            ))
-        };
-        let Some(token) = bearer(headers).or_else(|| cookie(headers, TICKET_COOKIE)) else {
-            return invalid("missing");
-        };
-        let claims = match self
-            .keyring
-            .load()
-            .verify(token, &entry.expect_ticket(room), now / 1000)
-        {
-            Ok(claims) => claims,
-            Err(e) => return invalid(e.reason()),
+        let invalid = |reason: &str| invalid_ticket(metrics, room, reason);
+        let (token, claims) = match self.verified_ticket(room, entry, headers, now, metrics) {
+            Ok(verified) => verified,
+            Err(refused) => return refused,
         };
         let Some(id) = TicketId::parse(&claims.sub) else {
             return invalid("malformed");
@@ -870,6 +875,23 @@ fn claimed_room(token: &str) -> Option<String> {
         .decode(payload)
         .ok()?;
     serde_json::from_slice::<Aud>(&json).ok().map(|a| a.aud)
+}
+
+/// `401 invalid_ticket`, counted in `sluice_ticket_rejections_total` by
+/// `reason`.
+pub(in crate::queue) fn invalid_ticket(
+    metrics: &Metrics,
+    room: &str,
+    reason: &str,
+) -> LocalResponse {
+    metrics
+        .ticket_rejections
+        .with_label_values(&[room, reason])
+        .inc();
+    LocalResponse::error(&ApiError::new(
+        ErrorCode::InvalidTicket,
+        "This queue ticket is not valid; please join again.",
+    ))
 }
 
 /// The token of `Authorization: Bearer <token>`. A repeated

@@ -14,7 +14,9 @@ use sluice_policies::Config;
 use super::SharedRoom;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
-use crate::queue::{bearer, cookie, join_refused, limit_join, RoomEntry, Rooms, TICKET_COOKIE};
+use crate::queue::{
+    bearer, cookie, invalid_ticket, join_refused, limit_join, RoomEntry, Rooms, TICKET_COOKIE,
+};
 use crate::route::LocalResponse;
 
 /// What a fleet's config must hold beyond a single gateway's.
@@ -161,26 +163,10 @@ impl Rooms {
         now: u64,
         metrics: &Metrics,
     ) -> LocalResponse {
-        let invalid = |reason: &str| {
-            metrics
-                .ticket_rejections
-                .with_label_values(&[room, reason])
-                .inc();
-            LocalResponse::error(&ApiError::new(
-                ErrorCode::InvalidTicket,
-                "This queue ticket is not valid; please join again.",
-            ))
-        };
-        let Some(token) = bearer(headers).or_else(|| cookie(headers, TICKET_COOKIE)) else {
-            return invalid("missing");
-        };
-        let claims = match self
-            .keyring
-            .load()
-            .verify(token, &entry.expect_ticket(room), now / 1000)
-        {
-            Ok(claims) => claims,
-            Err(e) => return invalid(e.reason()),
+        let invalid = |reason: &str| invalid_ticket(metrics, room, reason);
+        let (token, claims) = match self.verified_ticket(room, entry, headers, now, metrics) {
+            Ok(verified) => verified,
+            Err(refused) => return refused,
         };
         let Some(ticket) = presented(&claims) else {
             return invalid("malformed");
