@@ -170,13 +170,13 @@ impl RoomStore for RedisStore {
         let [line, _] = keys(room);
         let r: Vec<u64> = self
             .fcall(
-                "sluice_join",
+                "sluice_1_join",
                 &[line],
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
         let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_join gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_1_join gave {r:?}")));
         };
         Ok(JoinReply {
             first,
@@ -191,7 +191,7 @@ impl RoomStore for RedisStore {
     async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_tick",
+                "sluice_1_tick",
                 &keys(room),
                 &[
                     u64::from(a.release_per_second),
@@ -205,7 +205,7 @@ impl RoomStore for RedisStore {
             )
             .await?;
         let [next, serving, held, paused, sold_out, version, released, now_ms] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_tick gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_1_tick gave {r:?}")));
         };
         Ok(Tick {
             numbers: LineNumbers {
@@ -229,18 +229,18 @@ impl RoomStore for RedisStore {
         pass_ttl_ms: u64,
     ) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
-            .fcall("sluice_claim", &keys(room), &[seq, pass_ttl_ms])
+            .fcall("sluice_1_claim", &keys(room), &[seq, pass_ttl_ms])
             .await?;
         match r[..] {
             [0, serving] => Ok(ClaimReply::Waiting { serving }),
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
-            _ => Err(StoreError::Protocol(format!("sluice_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_1_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError> {
-        let freed: u64 = self.fcall("sluice_give_back", &keys(room), &[seq]).await?;
+        let freed: u64 = self.fcall("sluice_1_give_back", &keys(room), &[seq]).await?;
         Ok(freed == 1)
     }
 
@@ -253,7 +253,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _] = keys(room);
         self.fcall(
-            "sluice_set_state",
+            "sluice_1_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -263,12 +263,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_heartbeat",
+                "sluice_1_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_1_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

@@ -1,8 +1,14 @@
-#!lua name=sluice
+#!lua name=sluice_1
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
-these Functions, so each is atomic, and each reads Redis's own clock (TIME),
-so the gateways' clocks do not matter.
+these Functions, so each is atomic, and each reads Redis's own clock (TIME).
+
+The library and every function carry a version (`sluice_1`): a change of a
+function's arguments or of the keys' layout makes a new version, so during a
+rolling upgrade the old gateways keep calling their own library (FUNCTION
+LOAD REPLACE of one version never removes another's functions). Both
+versions then share the room's keys, so a layout change also needs its own
+key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot:
   sluice:{R}        HASH  next (next seq to give), serving (seqs below it are
@@ -59,7 +65,7 @@ local function load(key, hw_next, hw_serving, ms)
   return r
 end
 
--- FCALL sluice_join 1 <room> <n> <capacity> <hw_next>
+-- FCALL sluice_1_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
 -- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
@@ -79,7 +85,7 @@ local function join(keys, args)
   return {first, granted, r.serving, r.paused, r.sold_out, warming}
 end
 
--- FCALL sluice_tick 2 <room> <slots> <rate> <burst> <max_active>
+-- FCALL sluice_1_tick 2 <room> <slots> <rate> <burst> <max_active>
 --       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen>
 -- Frees ended slots, then releases the next places while the GCRA
 -- (rate, burst) and the free slots allow; any gateway may call it, as often
@@ -121,7 +127,7 @@ local function tick(keys, args)
   return {r.next, r.serving, held, r.paused, r.sold_out, r.version, released, ms}
 end
 
--- FCALL sluice_claim 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_1_claim 2 <room> <slots> <seq> <pass_ttl_ms>
 -- The pass of a released place: the first claim turns the place's slot into
 -- a pass slot ending at now + pass_ttl; later claims get the same end.
 -- -> {0, serving} still waiting | {1, expires_at_ms} admitted | {2, 0} gone
@@ -144,13 +150,13 @@ local function claim(keys, args)
   return {2, 0}
 end
 
--- FCALL sluice_give_back 2 <room> <slots> <seq>
+-- FCALL sluice_1_give_back 2 <room> <slots> <seq>
 -- A pass that can start no more checkouts frees its slot. -> 1 if it held one
 local function give_back(keys, args)
   return redis.call('ZREM', keys[2], 'c' .. args[1])
 end
 
--- FCALL sluice_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_1_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -171,7 +177,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_1_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -193,9 +199,9 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_heartbeat', heartbeat)
-redis.register_function('sluice_join', join)
-redis.register_function('sluice_tick', tick)
-redis.register_function('sluice_claim', claim)
-redis.register_function('sluice_give_back', give_back)
-redis.register_function('sluice_set_state', set_state)
+redis.register_function('sluice_1_heartbeat', heartbeat)
+redis.register_function('sluice_1_join', join)
+redis.register_function('sluice_1_tick', tick)
+redis.register_function('sluice_1_claim', claim)
+redis.register_function('sluice_1_give_back', give_back)
+redis.register_function('sluice_1_set_state', set_state)
