@@ -240,7 +240,9 @@ impl RoomStore for RedisStore {
     }
 
     async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError> {
-        let freed: u64 = self.fcall("sluice_1_give_back", &keys(room), &[seq]).await?;
+        let freed: u64 = self
+            .fcall("sluice_1_give_back", &keys(room), &[seq])
+            .await?;
         Ok(freed == 1)
     }
 
