@@ -545,6 +545,38 @@ fn start_authorize(
     Ok((order, attempt.idempotency_key))
 }
 
+/// A new order for `request` at `price_cents` a unit: `reserved` until
+/// `held_until` when stock was held, else `rejected` (out of stock). Both
+/// back ends create their orders through it.
+pub(crate) fn new_order(
+    order_id: String,
+    subject: &str,
+    request: &CheckoutRequest,
+    price_cents: i64,
+    held_until: Option<UnixMs>,
+    now_ms: UnixMs,
+) -> Order {
+    Order {
+        order_id,
+        subject: subject.to_owned(),
+        sku: request.sku.clone(),
+        quantity: request.quantity,
+        payment_method: request.payment_method.clone(),
+        amount_cents: u64::try_from(price_cents)
+            .unwrap_or(0)
+            .saturating_mul(u64::from(request.quantity)),
+        state: match held_until {
+            Some(_) => OrderState::Reserved,
+            None => OrderState::Rejected,
+        },
+        payment_state: PaymentState::None,
+        payment_id: None,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        reservation_expires_at_ms: held_until,
+    }
+}
+
 /// Step 1's order row, its hold (if stock allows) and its birth event.
 fn create_order(
     tx: &Transaction<'_>,
@@ -564,26 +596,11 @@ fn create_order(
         expires_at_ms,
     };
     let outcome = stock::reserve(tx, metrics, &hold)?;
-    let (state, reservation_expires_at_ms) = match outcome {
-        ReserveOutcome::Reserved { expires_at_ms } => (OrderState::Reserved, Some(expires_at_ms)),
-        ReserveOutcome::SoldOut => (OrderState::Rejected, None),
+    let held_until = match outcome {
+        ReserveOutcome::Reserved { expires_at_ms } => Some(expires_at_ms),
+        ReserveOutcome::SoldOut => None,
     };
-    let order = Order {
-        order_id,
-        subject: subject.to_owned(),
-        sku: request.sku.clone(),
-        quantity: request.quantity,
-        payment_method: request.payment_method.clone(),
-        amount_cents: u64::try_from(price_cents)
-            .unwrap_or(0)
-            .saturating_mul(u64::from(request.quantity)),
-        state,
-        payment_state: PaymentState::None,
-        payment_id: None,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        reservation_expires_at_ms,
-    };
+    let order = new_order(order_id, subject, request, price_cents, held_until, now_ms);
     order::insert(tx, &order)?;
     Ok(order)
 }

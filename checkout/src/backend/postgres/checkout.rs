@@ -25,7 +25,7 @@ use crate::idempotency::IdempotencyKey;
 use crate::limits::IDEMPOTENCY_LOCK_STALE_MS;
 use crate::order::Order;
 use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
-use crate::service::{validate_subject, CheckoutRequest, Created, OrderLimits};
+use crate::service::{new_order, validate_subject, CheckoutRequest, Created, OrderLimits};
 use crate::state::{OrderState, PaymentState};
 use crate::store::validate_sku;
 
@@ -157,26 +157,15 @@ fn claim_and_create(
     let units = i64::from(request.quantity);
     let expires_at_ms = now_ms.saturating_add(ttl_ms);
     let part = stock::take(tx, &request.sku, units, &order_id, now_ms)?;
-    let (state, reservation_expires_at_ms) = match part {
-        Some(_) => (OrderState::Reserved, Some(expires_at_ms)),
-        None => (OrderState::Rejected, None),
-    };
-    let mut created = Order {
-        order_id: order_id.clone(),
-        subject: subject.to_owned(),
-        sku: request.sku.clone(),
-        quantity: request.quantity,
-        payment_method: request.payment_method.clone(),
-        amount_cents: u64::try_from(price_cents)
-            .unwrap_or(0)
-            .saturating_mul(u64::from(request.quantity)),
-        state,
-        payment_state: PaymentState::None,
-        payment_id: None,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        reservation_expires_at_ms,
-    };
+    let held_until = part.map(|_| expires_at_ms);
+    let mut created = new_order(
+        order_id.clone(),
+        subject,
+        request,
+        price_cents,
+        held_until,
+        now_ms,
+    );
     order::insert(tx, &created)?;
     if let Some(part) = part {
         tx.execute(
