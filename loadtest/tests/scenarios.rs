@@ -129,7 +129,10 @@ fn short_restart() -> Scenario {
     s.limits.max_shoppers = 400;
     s.faults = vec![Fault {
         at_s: 6.0,
-        action: FaultAction::KillRestart { down_s: 1.0 },
+        action: FaultAction::KillRestart {
+            gateway: 0,
+            down_s: 1.0,
+        },
     }];
     // The payment reconciler leaves an attempt alone for 60 s.
     s.books.settle_s_max = 90;
@@ -439,6 +442,85 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
     println!("rate and reason every 5 s: {}", reasons.join(", "));
 }
 
+/// The check named `name` passed (not skipped).
+fn passed(r: &RunResult, name: &str) {
+    let check = r
+        .summary
+        .books
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("a check `{name}`"));
+    assert_eq!(check.result, "pass", "{check:?}");
+}
+
+/// The line's fleet-wide books ran and passed.
+fn fleet_books_passed(r: &RunResult) {
+    for name in [
+        "admissions across the fleet within the rate",
+        "admissions seen by shoppers within the rate",
+        "passes active within max_active",
+        "FIFO across gateways",
+        "no place lost when a shopper moved gateways",
+    ] {
+        passed(r, name);
+    }
+}
+
+/// `fleet-gateway-dies` at test size: 3 gateways, 450 shoppers over 6 s,
+/// 40 let in per second, gateway 1 SIGKILLed at 5 s and back 3 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_gateway_dies_its_shoppers_move_and_keep_their_place() {
+    let mut s = scenario("fleet-gateway-dies").with_shoppers(450);
+    s.arrivals = Arrivals::Spike {
+        shoppers: 450,
+        over_s: 6.0,
+    };
+    s.gateway.release_per_second = 40;
+    s.gateway.burst = Some(40);
+    // 300 slots held 12 s each: at most 25 let in per second once they
+    // are all taken, so max_active binds. A released place may wait
+    // min(2 × poll_max_s + 5 s, pass_ttl_s) to be collected: longer than a
+    // poll plus a failover.
+    s.gateway.max_active = 300;
+    s.gateway.poll_min_s = 1;
+    s.gateway.poll_max_s = 3;
+    s.gateway.pass_ttl_s = 12;
+    s.limits.max_duration_s = 120;
+    s.faults = vec![Fault {
+        at_s: 5.0,
+        action: FaultAction::KillRestart {
+            gateway: 1,
+            down_s: 3.0,
+        },
+    }];
+    let (r, _dir) = play(&s).await;
+    let sum = &r.summary;
+    fleet_books_passed(&r);
+    assert_eq!(sum.gateways.len(), 3);
+    assert!(
+        sum.gateways[1].failed > 0,
+        "requests to the dead gateway failed: {:?}",
+        sum.gateways
+    );
+    assert!(
+        sum.shoppers.moved_waiting > 10,
+        "waiting shoppers moved: {}",
+        sum.shoppers.moved_waiting
+    );
+    assert!(
+        sum.gateways.iter().all(|g| g.admissions > 0),
+        "every gateway let people in: {:?}",
+        sum.gateways
+    );
+    let admitted = sum.outcomes.get(&Outcome::Admitted).copied().unwrap_or(0);
+    assert!(admitted > 300, "most were let in: {:?}", sum.outcomes);
+    assert!(
+        sum.faults.iter().any(|f| f.what == "gateway 1 SIGKILLed"),
+        "{:?}",
+        sum.faults
+    );
+}
+
 #[test]
 fn every_shipped_scenario_file_is_valid() {
     let dir = workspace_root().join("loadtest/scenarios");
@@ -456,6 +538,8 @@ fn every_shipped_scenario_file_is_valid() {
         [
             "backend-degrades",
             "backlog",
+            "fleet-gateway-dies",
+            "fleet-redis-restarts",
             "flash-crowd",
             "hot-item",
             "provider-timeouts",

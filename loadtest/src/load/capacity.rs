@@ -127,7 +127,7 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
     }
     let sc = scenario(o)?;
     let sluice = o.sluice.clone().unwrap_or_else(find_sluice);
-    let target = Target::start(&sluice, None, &sc).await?;
+    let target = Target::start(&sluice, None, &sc, &super::gateway::Membership::alone()).await?;
     let rec = Arc::new(Recorder::new(Instant::now()));
     let http = reqwest::Client::builder()
         .no_proxy()

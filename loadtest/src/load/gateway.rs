@@ -25,6 +25,37 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// per shopper; the harness does not measure the limiter, so it is high.
 pub const JOINS_PER_MINUTE_PER_CLIENT: u32 = 100_000;
 
+/// What the gateways of one run share: the signing key (a ticket from one
+/// gateway is good at another), the `[cluster]` table (empty for a lone
+/// gateway) and extra environment.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    /// Base64url HS256 secret of `[[keys]] kid = "load"`.
+    pub key: String,
+    /// Appended to the config verbatim (`[cluster]` with this gateway's
+    /// relay addresses).
+    pub cluster: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl Membership {
+    /// A gateway of its own: a fresh key, no cluster.
+    pub fn alone() -> Membership {
+        Membership {
+            key: new_key(),
+            cluster: String::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A random 32-byte HS256 secret, base64url.
+pub fn new_key() -> String {
+    let mut secret = [0u8; 32];
+    rand::rng().fill_bytes(&mut secret);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+}
+
 /// How a start ended.
 enum Start {
     Ready,
@@ -117,9 +148,10 @@ impl Target {
         sluice: &Path,
         paysim: Option<&Path>,
         scenario: &Scenario,
+        member: &Membership,
     ) -> Result<Target> {
         for _ in 0..START_TRIES_MAX {
-            if let Some(target) = Self::try_start(sluice, paysim, scenario).await? {
+            if let Some(target) = Self::try_start(sluice, paysim, scenario, member).await? {
                 return Ok(target);
             }
         }
@@ -131,6 +163,7 @@ impl Target {
         sluice: &Path,
         paysim: Option<&Path>,
         scenario: &Scenario,
+        member: &Membership,
     ) -> Result<Option<Target>> {
         let dir = tempfile::Builder::new()
             .prefix("sluice-load-")
@@ -145,7 +178,15 @@ impl Target {
             "<!doctype html><title>load</title>",
         )?;
         let data_dir = dir.path().join("var");
-        let mut config = gateway_config(scenario, &listen, &admin, &data_dir, &static_dir);
+        let mut config = gateway_config(
+            scenario,
+            &listen,
+            &admin,
+            &data_dir,
+            &static_dir,
+            &member.key,
+        );
+        config.push_str(&member.cluster);
         let paysim = match (&scenario.paysim, paysim) {
             (Some(setup), Some(bin)) => {
                 let mut secret = [0u8; 24];
@@ -166,6 +207,7 @@ impl Target {
         let config_path = dir.path().join("sluice.toml");
         std::fs::write(&config_path, config)?;
         let mut env = vec![("SLUICE_LOG".to_string(), "warn".to_string())];
+        env.extend(member.env.iter().cloned());
         if scenario.gateway.test_store_commit_delay_ms.is_some() {
             env.push(("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into()));
         }
@@ -477,6 +519,7 @@ pub fn gateway_config(
     admin: &str,
     data_dir: &Path,
     static_dir: &Path,
+    key: &str,
 ) -> String {
     let g = &scenario.gateway;
     let mut out = format!(
@@ -522,11 +565,8 @@ pub fn gateway_config(
             p.sku, p.stock, p.price_cents, g.room
         ));
     }
-    let mut secret = [0u8; 32];
-    rand::rng().fill_bytes(&mut secret);
     out.push_str(&format!(
-        "\n[[keys]]\nkid = \"load\"\nalg = \"HS256\"\nsecret = \"{}\"\n",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+        "\n[[keys]]\nkid = \"load\"\nalg = \"HS256\"\nsecret = \"{key}\"\n"
     ));
     out
 }

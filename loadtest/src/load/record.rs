@@ -34,6 +34,8 @@ pub enum Outcome {
     Failed,
     /// The order ended in another final state (cancelled, refunded, voided).
     OtherFinal,
+    /// Let in with nothing to buy (a rooms-only fleet rehearsal).
+    Admitted,
 }
 
 impl Outcome {
@@ -48,6 +50,7 @@ impl Outcome {
             Outcome::Expired => "expired",
             Outcome::Failed => "failed",
             Outcome::OtherFinal => "other_final",
+            Outcome::Admitted => "admitted",
         }
     }
 }
@@ -87,8 +90,63 @@ pub struct Sample {
     pub release_reason: String,
 }
 
+/// One gateway's share of the run, as the shoppers saw it.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayStats {
+    /// Requests sent to it, and of them those with no HTTP answer.
+    pub requests: u64,
+    pub failed: u64,
+    /// Every answered request's latency, ms (from when it was due), up to
+    /// [`GATEWAY_LATENCIES_MAX`].
+    pub latencies_ms: Vec<u32>,
+    /// Shoppers whose pass this gateway handed out, and by second.
+    pub admissions: u64,
+    pub admissions_by_s: Vec<u32>,
+}
+
+/// Latencies kept per gateway.
+pub const GATEWAY_LATENCIES_MAX: usize = 4_000_000;
+
+/// One ticket from join to admission or leaving: the FIFO check's input.
+#[derive(Debug, Clone, Serialize)]
+pub struct TicketLife {
+    pub shopper: u32,
+    /// The gateway that answered the join.
+    pub gateway: usize,
+    /// When the join was answered, seconds into the run.
+    pub joined_s: f64,
+    /// When the shopper first saw `admitted` with it.
+    pub admitted_s: Option<f64>,
+    /// When the shopper stopped waiting with it without being let in
+    /// (gave up, lost the ticket, ran out of time).
+    pub left_s: Option<f64>,
+}
+
+/// One gateway's `/admin/state` sample in a fleet.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FleetSample {
+    pub t_s: f64,
+    pub gateway: usize,
+    pub up: bool,
+    pub serving: u64,
+    pub active: u64,
+    pub waiting: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Inner {
+    /// Per gateway of the fleet (one for a lone gateway).
+    pub gateways: Vec<GatewayStats>,
+    pub tickets: Vec<TicketLife>,
+    pub fleet_samples: Vec<FleetSample>,
+    /// Shoppers who moved to another gateway while waiting and polled
+    /// there with the same ticket.
+    pub moved_waiting: u64,
+    /// A moved shopper whose place got worse or whose ticket was refused.
+    pub places_lost: Vec<String>,
+    /// When a shared store came back without its data (the release
+    /// budget starts afresh then).
+    pub store_resets_s: Vec<f64>,
     /// (route, status) → count; status 0 is a timeout or connection error.
     pub responses: BTreeMap<(String, u16), u64>,
     /// Checkout latency in ms, by second of the run (when the call ended).
@@ -224,10 +282,75 @@ impl Recorder {
         });
     }
 
+    /// A request to gateway `g` answered `reply_status` after `elapsed_ms`.
+    pub fn gateway_reply(&self, g: usize, status: u16, elapsed_ms: f64) {
+        self.with(|i| {
+            let s = gateway_stats(i, g);
+            s.requests += 1;
+            if status == 0 {
+                s.failed += 1;
+            } else if s.latencies_ms.len() < GATEWAY_LATENCIES_MAX {
+                s.latencies_ms
+                    .push(elapsed_ms.round().clamp(0.0, u32::MAX as f64) as u32);
+            }
+        });
+    }
+
+    /// Gateway `g` handed a shopper its pass.
+    pub fn gateway_admission(&self, g: usize) {
+        let second = self.now_s() as usize;
+        self.with(|i| {
+            let s = gateway_stats(i, g);
+            s.admissions += 1;
+            if s.admissions_by_s.len() <= second {
+                s.admissions_by_s.resize(second + 1, 0);
+            }
+            s.admissions_by_s[second] += 1;
+        });
+    }
+
+    /// A new ticket; its index in `tickets`.
+    pub fn ticket(&self, shopper: u32, gateway: usize) -> usize {
+        let joined_s = self.now_s();
+        self.with(|i| {
+            i.tickets.push(TicketLife {
+                shopper,
+                gateway,
+                joined_s,
+                admitted_s: None,
+                left_s: None,
+            });
+            i.tickets.len() - 1
+        })
+    }
+
+    /// Ticket `n` ended: let in (`admitted`) or left.
+    pub fn ticket_end(&self, n: usize, admitted: bool) {
+        let t = self.now_s();
+        self.with(|i| {
+            if let Some(life) = i.tickets.get_mut(n) {
+                if life.admitted_s.is_none() && life.left_s.is_none() {
+                    if admitted {
+                        life.admitted_s = Some(t);
+                    } else {
+                        life.left_s = Some(t);
+                    }
+                }
+            }
+        });
+    }
+
     pub fn fault(&self, what: String) {
         let t = self.now_s();
         self.with(|i| i.faults.push((t, what)));
     }
+}
+
+fn gateway_stats(i: &mut Inner, g: usize) -> &mut GatewayStats {
+    if i.gateways.len() <= g {
+        i.gateways.resize(g + 1, GatewayStats::default());
+    }
+    &mut i.gateways[g]
 }
 
 /// The `q`-quantile (0–1) of `sorted` values, nearest rank.

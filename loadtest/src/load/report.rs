@@ -66,6 +66,9 @@ pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
         "admissions / s",
         &[series("admitted", 0, per_s), limit],
     ));
+    if s.gateways.len() > 1 {
+        out.push(gateway_chart(s, rec));
+    }
     let mut p = [Vec::new(), Vec::new(), Vec::new()];
     for (second, bucket) in rec.checkout_ms.iter().enumerate() {
         if bucket.is_empty() {
@@ -136,6 +139,51 @@ pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
         &conversion,
     ));
     out
+}
+
+/// Faults marked on the time axis, at most this many.
+pub const FAULT_MARKS_MAX: usize = 8;
+
+/// Each gateway's admissions per second, with the faults as dashed
+/// vertical lines on the same time axis.
+fn gateway_chart(s: &Summary, rec: &Inner) -> String {
+    let names: Vec<String> = (0..s.gateways.len())
+        .map(|g| format!("gateway {g}"))
+        .collect();
+    let mut lines: Vec<Series> = Vec::new();
+    let mut top: f64 = 1.0;
+    for (g, name) in names.iter().enumerate() {
+        let points: Vec<(f64, f64)> = rec
+            .gateways
+            .get(g)
+            .map(|st| {
+                st.admissions_by_s
+                    .iter()
+                    .enumerate()
+                    .map(|(t, n)| (t as f64, f64::from(*n)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        top = points.iter().map(|p| p.1).fold(top, f64::max);
+        lines.push(series(name, g, points));
+    }
+    let marks: Vec<(String, f64)> = s
+        .faults
+        .iter()
+        .take(FAULT_MARKS_MAX)
+        .map(|f| (format!("{:.0} s: {}", f.t_s, f.what), f.t_s))
+        .collect();
+    for (name, t) in &marks {
+        let mut m = series(name, 5, vec![(*t, 0.0), (*t, top)]);
+        m.dashed = true;
+        lines.push(m);
+    }
+    line_chart(
+        "Admissions by gateway (faults dashed)",
+        "seconds",
+        "shoppers let in / s",
+        &lines,
+    )
 }
 
 fn series(name: &str, color: usize, points: Vec<(f64, f64)>) -> Series<'_> {
@@ -229,6 +277,27 @@ pub fn html(s: &Summary, rec: &Inner) -> String {
             let _ = write!(h, "<li>{:.1} s: {}</li>", f.t_s, esc(&f.what));
         }
         h.push_str("</ul>");
+    }
+    if s.gateways.len() > 1 {
+        h.push_str(
+            "<h2>Gateways</h2><table><tr><th>gateway</th><th>admissions</th><th>requests</th>\
+             <th>no answer</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>",
+        );
+        for g in &s.gateways {
+            let _ = write!(
+                h,
+                "<tr><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
+                g.index,
+                esc(&g.public),
+                g.admissions,
+                g.requests,
+                g.failed,
+                g.latency_ms.p50,
+                g.latency_ms.p99,
+                g.latency_ms.max
+            );
+        }
+        h.push_str("</table>");
     }
     h.push_str("<h2>Charts</h2><div class=\"charts\">");
     for c in charts(s, rec) {

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-use super::books;
+use super::balancer::Balancer;
+use super::books::{self, Check};
+use super::fleet::Fleet;
+use super::fleet_books::{self, Line};
 use super::gateway::{find_sluice, sibling, Target};
 use super::record::{OrderSeen, Recorder, Sample};
 use super::report;
@@ -60,8 +63,8 @@ pub struct RunResult {
 /// Plays `scenario` and checks the books.
 pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
-    let target = Arc::new(match &opts.remote {
-        Some(r) => Target::remote(
+    let fleet = Arc::new(match &opts.remote {
+        Some(r) => Fleet::single(Target::remote(
             &r.public,
             &r.admin,
             r.admin_token.clone(),
@@ -69,14 +72,15 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             r.data_dir.clone(),
             Some(sluice),
             r.paysim_url.clone(),
-        )?,
+        )?),
         None => {
             let paysim = scenario
                 .needs_paysim()
                 .then(|| opts.paysim.clone().unwrap_or_else(|| sibling("paysim")));
-            Target::start(&sluice, paysim.as_deref(), scenario).await?
+            Fleet::start(&sluice, paysim.as_deref(), scenario).await?
         }
     });
+    let target = fleet.first().clone();
     let before = target
         .admin_state()
         .await
@@ -119,10 +123,16 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         .timeout(Duration::from_millis(scenario.shoppers.request_timeout_ms))
         .pool_max_idle_per_host(POOL_IDLE_MAX)
         .build()?;
+    let lb = Arc::new(Balancer::new(
+        fleet.publics(),
+        fleet.gateways.iter().map(|g| g.admin.clone()).collect(),
+    ));
     let shared = Arc::new(Shared {
         http: http.clone(),
-        public: target.public.clone(),
+        lb: lb.clone(),
         room: scenario.gateway.room.clone(),
+        sells: !scenario.rooms_only(),
+        place_slack: (configured.release_per_second + configured.burst).ceil() as u64,
         behaviour: scenario.shoppers.clone(),
         rec: rec.clone(),
         deadline: start + max_duration,
@@ -130,8 +140,9 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let health = tokio::spawn(lb.clone().health_checks(http.clone(), stop_rx.clone()));
     let sampler = tokio::spawn(sampler::run(
-        target.clone(),
+        fleet.clone(),
         scenario.gateway.room.clone(),
         rec.clone(),
         stop_rx.clone(),
@@ -146,7 +157,7 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     });
     let faults = tokio::spawn(faults::play(
         scenario.clone(),
-        target.clone(),
+        fleet.clone(),
         rec.clone(),
         start,
     ));
@@ -176,13 +187,37 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     let duration_s = rec.now_s();
     let _ = stop_tx.send(true);
     let _ = sampler.await;
+    let _ = health.await;
     if let Some(p) = progress {
         let _ = p.await;
     }
 
     let settle = Duration::from_secs(scenario.books.settle_s_max);
-    let (checks, inventory_end) = books::check(&target, &rec, &http, &before, settle).await;
-    let mut checks = checks;
+    let (mut checks, inventory_end) = if scenario.rooms_only() {
+        let served = rec.with(|i| i.impatient_served);
+        let mut c = rooms_only_books();
+        c.push(Check::new(
+            "impatient refreshes held back",
+            if served > 0 {
+                vec![format!("{served} early polls were served instead of 429")]
+            } else {
+                Vec::new()
+            },
+            "a poll before poll_after_s gets 429".into(),
+        ));
+        (c, Default::default())
+    } else {
+        books::check(&target, &rec, &http, &before, settle, !fleet.shared()).await
+    };
+    if scenario.fleet.is_some() {
+        let line = Line {
+            rate: configured.release_per_second,
+            burst: configured.burst,
+            max_active: configured.max_active,
+            poll_s: poll_interval_s(scenario),
+        };
+        checks.extend(rec.with(|i| fleet_checks(i, line, duration_s)));
+    }
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
     let phases = rec.with(|i| follow::phases(scenario, i, duration_s));
     checks.extend(follow::check(scenario, &phases));
@@ -197,6 +232,7 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             managed: target.process.is_some(),
         },
         configured,
+        publics: fleet.publics(),
     };
     let summary = rec.with(|i| Summary::assemble(run_info, i, checks, phases, inventory_end));
     let out = opts
@@ -207,8 +243,15 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     if let Some(text) = target.config_text() {
         let _ = std::fs::write(out.join("sluice.toml"), text);
     }
-    if let Some(log) = target.log() {
-        let _ = std::fs::write(out.join("sluice.log"), log);
+    for (g, gw) in fleet.gateways.iter().enumerate() {
+        let name = if fleet.gateways.len() > 1 {
+            format!("sluice-{g}.log")
+        } else {
+            "sluice.log".to_string()
+        };
+        if let Some(log) = gw.log() {
+            let _ = std::fs::write(out.join(name), log);
+        }
     }
     let (orders, samples) = rec.with(|i| (i.orders.clone(), i.samples.clone()));
     Ok(RunResult {
@@ -217,6 +260,42 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         orders,
         samples,
     })
+}
+
+/// The checks of stock and orders, skipped with the reason: a rooms-only
+/// fleet sells nothing (each gateway would sell from its own data_dir).
+fn rooms_only_books() -> Vec<Check> {
+    const WHY: &str =
+        "rooms-only fleet rehearsal: nothing is sold without `[fleet] postgres = true`";
+    [
+        "stock conserved, no oversell",
+        "no order stuck",
+        "every acknowledged order present",
+        "every accepted order final",
+        "confirmed units = committed units",
+        "one order per Idempotency-Key",
+        "sluice audit",
+    ]
+    .iter()
+    .map(|name| Check::skipped(name, WHY))
+    .collect()
+}
+
+/// The longest a shopper can go between two polls: the room's
+/// `poll_max_s`, the poll jitter, and a request's time.
+pub fn poll_interval_s(scenario: &Scenario) -> f64 {
+    f64::from(scenario.gateway.poll_max_s) + 0.25 + 1.0
+}
+
+/// The line's books, fleet-wide.
+fn fleet_checks(i: &super::record::Inner, line: Line, end_s: f64) -> Vec<Check> {
+    vec![
+        fleet_books::rate_check(&i.samples, line, &i.store_resets_s),
+        fleet_books::seen_rate_check(&i.admitted_seen, line, &i.store_resets_s),
+        fleet_books::max_active_check(&i.fleet_samples, &i.samples, line.max_active),
+        fleet_books::fifo_check(&i.tickets, line.poll_s, end_s),
+        fleet_books::places_check(i.moved_waiting, &i.places_lost),
+    ]
 }
 
 /// `target/sluice-load/<scenario>-<YYYYmmdd-HHMMSS>` (UTC).

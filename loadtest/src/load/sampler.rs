@@ -1,13 +1,16 @@
 //! Samples `/admin/state` every [`SAMPLE_EVERY`] while the run lasts: people
-//! waiting, passes active, admissions so far, stock by state.
+//! waiting, passes active, admissions so far, stock by state. In a fleet
+//! every gateway is sampled ([`FleetSample`]), and the run's sample is the
+//! fleet's line as the most advanced gateway shows it (admissions so far
+//! are the fleet's `serving` watermark: places released).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::gateway::Target;
-use super::record::{Recorder, Sample};
+use super::fleet::Fleet;
+use super::record::{FleetSample, Recorder, Sample};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 /// Samples kept, at most (a day at two a second).
@@ -49,9 +52,33 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
     }
 }
 
+/// The room's fleet numbers in one gateway's `/admin/state` answer.
+pub fn fleet_sample_of(state: Option<&Value>, room: &str, t_s: f64, gateway: usize) -> FleetSample {
+    let Some(state) = state else {
+        return FleetSample {
+            t_s,
+            gateway,
+            ..FleetSample::default()
+        };
+    };
+    let r = state["rooms"]
+        .as_array()
+        .and_then(|rooms| rooms.iter().find(|r| r["name"] == room))
+        .cloned()
+        .unwrap_or(Value::Null);
+    FleetSample {
+        t_s,
+        gateway,
+        up: true,
+        serving: r["serving"].as_u64().unwrap_or(0),
+        active: r["active"].as_u64().unwrap_or(0),
+        waiting: r["waiting"].as_u64().unwrap_or(0),
+    }
+}
+
 /// Samples until `stop` fires.
 pub async fn run(
-    target: Arc<Target>,
+    fleet: Arc<Fleet>,
     room: String,
     rec: Arc<Recorder>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -63,8 +90,35 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let state = target.admin_state().await.ok();
-        let sample = sample_of(state.as_ref(), &room, rec.now_s());
+        let sample = if fleet.shared() {
+            let mut each = Vec::new();
+            let mut best: Option<(u64, Value)> = None;
+            for (g, target) in fleet.gateways.iter().enumerate() {
+                let state = target.admin_state().await.ok();
+                let fs = fleet_sample_of(state.as_ref(), &room, rec.now_s(), g);
+                if let Some(state) = state {
+                    if best
+                        .as_ref()
+                        .is_none_or(|(serving, _)| fs.serving > *serving)
+                    {
+                        best = Some((fs.serving, state));
+                    }
+                }
+                each.push(fs);
+            }
+            let t = rec.now_s();
+            let mut sample = sample_of(best.as_ref().map(|b| &b.1), &room, t);
+            sample.admitted_total = best.as_ref().map_or(0, |b| b.0);
+            rec.with(|i| {
+                if i.fleet_samples.len() < SAMPLES_MAX * 16 {
+                    i.fleet_samples.extend(each);
+                }
+            });
+            sample
+        } else {
+            let state = fleet.first().admin_state().await.ok();
+            sample_of(state.as_ref(), &room, rec.now_s())
+        };
         rec.with(|i| {
             if i.samples.len() < SAMPLES_MAX {
                 i.samples.push(sample);

@@ -24,6 +24,11 @@ pub struct Scenario {
     pub seed: u64,
     pub limits: Limits,
     pub gateway: GatewaySetup,
+    /// Several gateways on shared stores, behind a sticky load balancer.
+    #[serde(default)]
+    pub fleet: Option<FleetSetup>,
+    /// What is on sale; none in a rooms-only fleet rehearsal.
+    #[serde(default)]
     pub products: Vec<Product>,
     pub arrivals: Arrivals,
     #[serde(default)]
@@ -38,6 +43,40 @@ pub struct Scenario {
     /// The bar adaptive release must meet through the scenario's phases.
     #[serde(default)]
     pub adaptive_bar: AdaptiveBar,
+}
+
+/// Most gateways one fleet scenario may start.
+pub const GATEWAYS_MAX: u32 = 16;
+
+/// `[fleet]`: `gateways` `sluice` processes sharing a throwaway Redis (the
+/// line) and PostgreSQL (stock and orders), each through its own relay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSetup {
+    pub gateways: u32,
+    /// The waiting rooms on one shared Redis (`[cluster] redis_url`).
+    #[serde(default)]
+    pub redis: bool,
+    /// Stock and orders on one shared PostgreSQL (`[cluster] postgres_url`).
+    #[serde(default)]
+    pub postgres: bool,
+}
+
+/// Which shared store a relay stands in front of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Store {
+    Redis,
+    Postgres,
+}
+
+/// How a gateway is cut off from a store: connections closed at once
+/// (`refused`) or left hanging (`blackholed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cut {
+    Refused,
+    Blackholed,
 }
 
 /// `release_per_second = "adaptive"` for the room, with its
@@ -218,8 +257,23 @@ pub enum FaultAction {
     PauseAdmissions,
     /// Set `gateway.admissions = "open"` in the config file.
     OpenAdmissions,
-    /// SIGKILL the gateway, wait `down_s`, start it on the same ports and data.
-    KillRestart { down_s: f64 },
+    /// SIGKILL gateway `gateway` (0 for the only one), wait `down_s`,
+    /// start it on the same ports and data.
+    KillRestart { gateway: u32, down_s: f64 },
+    /// SIGKILL the fleet's Redis, wait `down_s`, start it on the same port:
+    /// with its data (`keep_data`, append-only file) or empty.
+    RestartRedis { keep_data: bool, down_s: f64 },
+    /// Stop the fleet's PostgreSQL (immediate shutdown), wait `down_s`,
+    /// start it again with its data.
+    RestartPostgres { down_s: f64 },
+    /// Cut gateway `gateway` off from `store` for `for_s` seconds through
+    /// its relay; the other gateways keep their links.
+    CutOff {
+        gateway: u32,
+        store: Store,
+        how: Cut,
+        for_s: f64,
+    },
     /// Turn paysim's knobs (`GET /admin/faults` keys, e.g. `latency_ms`,
     /// `workers`): the ones given change, the others stay.
     PaysimFaults { knobs: toml::Table },
@@ -229,10 +283,38 @@ pub enum FaultAction {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 enum FaultFile {
-    PauseAdmissions { at_s: f64 },
-    OpenAdmissions { at_s: f64 },
-    KillRestart { at_s: f64, down_s: f64 },
-    PaysimFaults { at_s: f64, knobs: toml::Table },
+    PauseAdmissions {
+        at_s: f64,
+    },
+    OpenAdmissions {
+        at_s: f64,
+    },
+    KillRestart {
+        at_s: f64,
+        down_s: f64,
+        #[serde(default)]
+        gateway: u32,
+    },
+    PaysimFaults {
+        at_s: f64,
+        knobs: toml::Table,
+    },
+    RestartRedis {
+        at_s: f64,
+        keep_data: bool,
+        down_s: f64,
+    },
+    RestartPostgres {
+        at_s: f64,
+        down_s: f64,
+    },
+    CutOff {
+        at_s: f64,
+        gateway: u32,
+        store: Store,
+        how: Cut,
+        for_s: f64,
+    },
 }
 
 impl From<FaultFile> for Fault {
@@ -246,9 +328,40 @@ impl From<FaultFile> for Fault {
                 at_s,
                 action: FaultAction::OpenAdmissions,
             },
-            FaultFile::KillRestart { at_s, down_s } => Fault {
+            FaultFile::KillRestart {
                 at_s,
-                action: FaultAction::KillRestart { down_s },
+                down_s,
+                gateway,
+            } => Fault {
+                at_s,
+                action: FaultAction::KillRestart { gateway, down_s },
+            },
+            FaultFile::RestartRedis {
+                at_s,
+                keep_data,
+                down_s,
+            } => Fault {
+                at_s,
+                action: FaultAction::RestartRedis { keep_data, down_s },
+            },
+            FaultFile::RestartPostgres { at_s, down_s } => Fault {
+                at_s,
+                action: FaultAction::RestartPostgres { down_s },
+            },
+            FaultFile::CutOff {
+                at_s,
+                gateway,
+                store,
+                how,
+                for_s,
+            } => Fault {
+                at_s,
+                action: FaultAction::CutOff {
+                    gateway,
+                    store,
+                    how,
+                    for_s,
+                },
             },
             FaultFile::PaysimFaults { at_s, knobs } => Fault {
                 at_s,
@@ -357,10 +470,13 @@ impl Scenario {
             (1..=60).contains(&g.poll_min_s) && g.poll_min_s <= g.poll_max_s,
             "`gateway.poll_min_s` must be 1 to 60 and at most `poll_max_s`",
         )?;
-        check(
-            !self.products.is_empty(),
-            "at least one [[products]] entry is needed",
-        )?;
+        self.validate_fleet()?;
+        if !self.rooms_only() {
+            check(
+                !self.products.is_empty(),
+                "at least one [[products]] entry is needed",
+            )?;
+        }
         for p in &self.products {
             check(
                 p.weight.is_finite() && p.weight >= 0.0,
@@ -368,7 +484,7 @@ impl Scenario {
             )?;
         }
         check(
-            self.products.iter().any(|p| p.weight > 0.0),
+            self.products.is_empty() || self.products.iter().any(|p| p.weight > 0.0),
             "at least one product needs a positive `weight`",
         )?;
         match &self.arrivals {
@@ -434,9 +550,49 @@ impl Scenario {
                 f.at_s.is_finite() && f.at_s >= 0.0,
                 "a fault's `at_s` must be ≥ 0",
             )?;
+            let gateways = self.gateways();
+            let fleet = self.fleet.as_ref();
             match &f.action {
-                FaultAction::KillRestart { down_s } => {
+                FaultAction::KillRestart { gateway, down_s } => {
                     check((0.0..=600.0).contains(down_s), "`down_s` must be 0 to 600")?;
+                    check(
+                        *gateway < gateways,
+                        &format!("`kill_restart`: `gateway` must be 0 to {}", gateways - 1),
+                    )?;
+                }
+                FaultAction::RestartRedis { down_s, .. } => {
+                    check((0.0..=600.0).contains(down_s), "`down_s` must be 0 to 600")?;
+                    check(
+                        fleet.is_some_and(|f| f.redis),
+                        "`restart_redis` needs `[fleet] redis = true`",
+                    )?;
+                }
+                FaultAction::RestartPostgres { down_s } => {
+                    check((0.0..=600.0).contains(down_s), "`down_s` must be 0 to 600")?;
+                    check(
+                        fleet.is_some_and(|f| f.postgres),
+                        "`restart_postgres` needs `[fleet] postgres = true`",
+                    )?;
+                }
+                FaultAction::CutOff {
+                    gateway,
+                    store,
+                    for_s,
+                    ..
+                } => {
+                    check(
+                        for_s.is_finite() && (0.0..=3600.0).contains(for_s),
+                        "`cut_off`: `for_s` must be 0 to 3600",
+                    )?;
+                    check(
+                        *gateway < gateways,
+                        &format!("`cut_off`: `gateway` must be 0 to {}", gateways - 1),
+                    )?;
+                    let has = fleet.is_some_and(|f| match store {
+                        Store::Redis => f.redis,
+                        Store::Postgres => f.postgres,
+                    });
+                    check(has, "`cut_off` names a store the `[fleet]` does not share")?;
                 }
                 FaultAction::PaysimFaults { knobs } => {
                     check(
@@ -523,6 +679,46 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Gateways the run starts: `[fleet] gateways`, or 1.
+    pub fn gateways(&self) -> u32 {
+        self.fleet.as_ref().map_or(1, |f| f.gateways)
+    }
+
+    /// A fleet whose orders cannot be shared (no PostgreSQL): shoppers
+    /// wait, are let in, and leave; nothing is sold.
+    pub fn rooms_only(&self) -> bool {
+        self.fleet.as_ref().is_some_and(|f| !f.postgres)
+    }
+
+    fn validate_fleet(&self) -> Result<(), String> {
+        let Some(f) = &self.fleet else {
+            return Ok(());
+        };
+        check(
+            (1..=GATEWAYS_MAX).contains(&f.gateways),
+            &format!("`fleet.gateways` must be 1 to {GATEWAYS_MAX}"),
+        )?;
+        check(
+            f.redis || f.gateways == 1,
+            "a `[fleet]` of several gateways shares one line: set `redis = true`",
+        )?;
+        check(
+            f.postgres || self.products.is_empty(),
+            "a `[fleet]` without `postgres = true` is a rooms-only rehearsal: each gateway \
+             would sell the whole stock from its own data_dir, so leave out [[products]]",
+        )?;
+        check(
+            self.paysim.is_none(),
+            "`[paysim]` is not available with `[fleet]` yet",
+        )?;
+        check(
+            self.gateway.adaptive.is_none() && self.gateway.test_store_commit_delay_ms.is_none(),
+            "`[fleet]` runs a fixed release rate and no test knobs",
+        )
+    }
+}
+
 fn check(ok: bool, message: &str) -> Result<(), String> {
     if ok {
         Ok(())
@@ -586,7 +782,13 @@ over_s = 1
             "{MINIMAL}\n[[faults]]\nat_s = 2\naction = \"kill_restart\"\ndown_s = 1\n[[faults]]\nat_s = 1\naction = \"pause_admissions\"\n"
         );
         let s = Scenario::parse(&text, "f.toml").unwrap();
-        assert_eq!(s.faults[0].action, FaultAction::KillRestart { down_s: 1.0 });
+        assert_eq!(
+            s.faults[0].action,
+            FaultAction::KillRestart {
+                gateway: 0,
+                down_s: 1.0
+            }
+        );
         assert_eq!(s.faults[1].action, FaultAction::PauseAdmissions);
     }
 

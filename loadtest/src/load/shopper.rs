@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
+use super::balancer::{Balancer, Sticky};
 use super::http::{send, Reply};
 use super::record::{OrderSeen, Outcome, Recorder};
 use super::scenario::{Behaviour, Scenario};
@@ -108,8 +109,16 @@ fn pick<'a>(rng: &mut ChaCha8Rng, items: impl Iterator<Item = (&'a str, f64)> + 
 /// What every shopper shares.
 pub struct Shared {
     pub http: reqwest::Client,
-    pub public: String,
+    /// The gateways, behind a sticky balancer.
+    pub lb: Arc<Balancer>,
     pub room: String,
+    /// Something is on sale: admitted shoppers check out (a rooms-only
+    /// rehearsal ends the visit at admission).
+    pub sells: bool,
+    /// How much further back a moved shopper's place may look at its new
+    /// gateway (the gateways' views of the line differ by up to one
+    /// tick's releases).
+    pub place_slack: u64,
     pub behaviour: Behaviour,
     pub rec: Arc<Recorder>,
     /// Shoppers stop at this instant, whatever they are doing.
@@ -120,7 +129,8 @@ pub struct Shared {
 
 /// Plays one shopper to the end of the visit.
 pub async fn run(shared: Arc<Shared>, plan: Plan) -> Outcome {
-    let outcome = match visit(&shared, &plan).await {
+    let mut at = Sticky::new(&shared.lb, plan.index);
+    let outcome = match visit(&shared, &plan, &mut at).await {
         Ok(o) | Err(o) => o,
     };
     shared.rec.outcome(outcome);
@@ -128,13 +138,36 @@ pub async fn run(shared: Arc<Shared>, plan: Plan) -> Outcome {
 }
 
 /// `Err` ends the visit early with that outcome.
-async fn visit(s: &Shared, plan: &Plan) -> Result<Outcome, Outcome> {
+async fn visit(s: &Shared, plan: &Plan, at: &mut Sticky) -> Result<Outcome, Outcome> {
     let joined_at = Instant::now();
-    let pass = wait_in_line(s, plan).await?;
+    let pass = wait_in_line(s, plan, at).await?;
     s.rec.admitted(joined_at.elapsed().as_secs_f64());
-    let (order_id, state) = checkout(s, plan, &pass).await?;
-    let state = follow_order(s, &pass, &order_id, state).await?;
+    if !s.sells {
+        return Ok(Outcome::Admitted);
+    }
+    let (order_id, state) = checkout(s, plan, &pass, at).await?;
+    let state = follow_order(s, &pass, &order_id, state, at).await?;
     Ok(outcome_of(&state))
+}
+
+/// Sends the request `build` makes for the shopper's gateway's base URL,
+/// through the balancer: counted under `route` and under that gateway; a
+/// request with no HTTP answer moves the shopper on. The reply and the
+/// gateway that was asked.
+async fn call(
+    s: &Shared,
+    at: &mut Sticky,
+    route: &str,
+    build: impl FnOnce(&str) -> reqwest::RequestBuilder,
+) -> (Reply, usize) {
+    let g = at.pick(&s.lb);
+    let r = send(&s.rec, route, build(s.lb.public(g))).await;
+    s.rec
+        .gateway_reply(g, r.status, r.elapsed.as_secs_f64() * 1000.0);
+    if r.status == 0 {
+        at.failed(&s.lb);
+    }
+    (r, g)
 }
 
 fn outcome_of(state: &str) -> Outcome {
@@ -170,26 +203,43 @@ pub fn shopper_address(index: u32) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::from(0xC612_0000 | (index % 0x2_0000))
 }
 
-/// Joins, polls as told, rejoins when the ticket is lost; the pass.
-async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
+/// Joins, polls as told, rejoins when the ticket is lost; the pass. Each
+/// ticket's life is recorded (for the FIFO check), and so is the place of
+/// a shopper who moved gateways while waiting.
+async fn wait_in_line(s: &Shared, plan: &Plan, at: &mut Sticky) -> Result<String, Outcome> {
+    let mut ticket_n: Option<usize> = None;
+    let r = line(s, plan, at, &mut ticket_n).await;
+    if let Some(n) = ticket_n {
+        s.rec.ticket_end(n, r.is_ok());
+    }
+    r
+}
+
+async fn line(
+    s: &Shared,
+    plan: &Plan,
+    at: &mut Sticky,
+    ticket_n: &mut Option<usize>,
+) -> Result<String, Outcome> {
     let b = &s.behaviour;
     let mut polls = 0u32;
     let mut joins = 0u32;
     // A rejoin is a join after a ticket was lost (restart, expiry), not a
     // join retried after 429/503.
     let mut had_ticket = false;
-    let join_url = format!("{}/queue/{}/join", s.public, s.room);
-    let status_url = format!("{}/queue/{}/status", s.public, s.room);
+    let join_path = format!("/queue/{}/join", s.room);
+    let status_path = format!("/queue/{}/status", s.room);
     'join: loop {
         if joins >= b.joins_max {
             return Err(Outcome::Failed);
         }
         joins += 1;
-        let join = s
-            .http
-            .post(&join_url)
-            .header("x-forwarded-for", shopper_address(plan.index).to_string());
-        let r = send(&s.rec, "join", join).await;
+        let (r, g) = call(s, at, "join", |base| {
+            s.http
+                .post(format!("{base}{join_path}"))
+                .header("x-forwarded-for", shopper_address(plan.index).to_string())
+        })
+        .await;
         let (ticket, mut poll_after) = match r.status {
             202 | 200 => match r.str("ticket") {
                 Some(t) => (t.to_string(), poll_after(&r)),
@@ -209,13 +259,23 @@ async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
             s.rec.with(|i| i.rejoins += 1);
         }
         had_ticket = true;
+        if let Some(old) = ticket_n.replace(s.rec.ticket(plan.index, g)) {
+            s.rec.ticket_end(old, false);
+        }
+        // Where the shopper stood at its last answer, and the moves so far
+        // then: a poll answered after a move must show the same place or
+        // a better one.
+        let mut place = (
+            r.body.get("ahead").and_then(serde_json::Value::as_u64),
+            at.moves,
+        );
         if plan.impatient && joins == 1 {
             pause(s, IMPATIENT_AFTER).await?;
-            let r = send(
-                &s.rec,
-                "status",
-                s.http.get(&status_url).bearer_auth(&ticket),
-            )
+            let (r, g) = call(s, at, "status", |base| {
+                s.http
+                    .get(format!("{base}{status_path}"))
+                    .bearer_auth(&ticket)
+            })
             .await;
             match (r.status, r.str("state")) {
                 (429, _) => s.rec.with(|i| i.held_back += 1),
@@ -223,6 +283,7 @@ async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
                 // Already let in: the refresh shows the pass.
                 (200, Some("admitted")) => {
                     if let Some(pass) = r.str("pass") {
+                        s.rec.gateway_admission(g);
                         return Ok(pass.to_string());
                     }
                 }
@@ -239,15 +300,25 @@ async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
             let jitter = Duration::from_millis(u64::from(plan.index % 250));
             pause(s, poll_after + jitter).await?;
             polls += 1;
-            let r = send(
-                &s.rec,
-                "status",
-                s.http.get(&status_url).bearer_auth(&ticket),
-            )
+            let (r, g) = call(s, at, "status", |base| {
+                s.http
+                    .get(format!("{base}{status_path}"))
+                    .bearer_auth(&ticket)
+            })
             .await;
+            if r.status != 0 && place.1 != at.moves {
+                check_place(s, plan, &r, place.0);
+            }
+            if r.status == 200 {
+                let ahead = r.body.get("ahead").and_then(serde_json::Value::as_u64);
+                place = (ahead.or(place.0), at.moves);
+            }
             match (r.status, r.str("state")) {
                 (200, Some("admitted")) => match r.str("pass") {
-                    Some(pass) => return Ok(pass.to_string()),
+                    Some(pass) => {
+                        s.rec.gateway_admission(g);
+                        return Ok(pass.to_string());
+                    }
                     None => return Err(Outcome::Failed),
                 },
                 (200, Some("sold_out")) => return Err(Outcome::SoldOut),
@@ -258,6 +329,36 @@ async fn wait_in_line(s: &Shared, plan: &Plan) -> Result<String, Outcome> {
             }
         }
     }
+}
+
+/// The first answer at a new gateway to a shopper who moved while
+/// waiting: its ticket must be honoured and its place no worse than at the
+/// old gateway (`ahead` then), within `place_slack`.
+fn check_place(s: &Shared, plan: &Plan, r: &Reply, ahead_before: Option<u64>) {
+    let state = r.str("state").unwrap_or_default();
+    let ahead = r.body.get("ahead").and_then(serde_json::Value::as_u64);
+    let lost = match (r.status, state) {
+        (401, _) | (200, "expired") => Some(format!(
+            "shopper {} moved gateways and its ticket was refused ({} {state})",
+            plan.index, r.status
+        )),
+        (200, "waiting" | "paused") => match (ahead_before, ahead) {
+            (Some(before), Some(now)) if now > before + s.place_slack => Some(format!(
+                "shopper {} moved gateways: {before} ahead before, {now} after",
+                plan.index
+            )),
+            _ => None,
+        },
+        _ => None,
+    };
+    s.rec.with(|i| {
+        if r.status == 200 || r.status == 401 {
+            i.moved_waiting += 1;
+        }
+        if let Some(l) = lost {
+            i.places_lost.push(l);
+        }
+    });
 }
 
 fn poll_after(r: &Reply) -> Duration {
@@ -274,12 +375,16 @@ fn poll_after_of(r: &Reply, default: Duration) -> Duration {
 
 /// `POST /checkout` with one Idempotency-Key, retried on a lost answer;
 /// the order id and its state.
-async fn checkout(s: &Shared, plan: &Plan, pass: &str) -> Result<(String, String), Outcome> {
+async fn checkout(
+    s: &Shared,
+    plan: &Plan,
+    pass: &str,
+    at: &mut Sticky,
+) -> Result<(String, String), Outcome> {
     let key = format!("{}-{:07}", s.run_id, plan.index);
     let body =
         json!({"sku": plan.sku, "quantity": plan.quantity, "payment_method": plan.payment_method})
             .to_string();
-    let url = format!("{}/checkout", s.public);
     // A `409` (the same key still in flight) does not use up an attempt:
     // the first request may have died with a crashed process, and its lock
     // goes stale on its own. Waiting for it is bounded in time instead.
@@ -294,14 +399,15 @@ async fn checkout(s: &Shared, plan: &Plan, pass: &str) -> Result<(String, String
             s.rec.with(|i| i.checkout_retries += 1);
         }
         sent += 1;
-        let req = s
-            .http
-            .post(&url)
-            .bearer_auth(pass)
-            .header("idempotency-key", &key)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
-        let r = send(&s.rec, "checkout", req).await;
+        let (r, _) = call(s, at, "checkout", |base| {
+            s.http
+                .post(format!("{base}/checkout"))
+                .bearer_auth(pass)
+                .header("idempotency-key", &key)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })
+        .await;
         if r.status != 0 {
             s.rec.checkout_latency(r.elapsed.as_secs_f64() * 1000.0);
         }
@@ -356,8 +462,8 @@ async fn follow_order(
     pass: &str,
     order_id: &str,
     mut state: String,
+    at: &mut Sticky,
 ) -> Result<String, Outcome> {
-    let url = format!("{}/orders/{order_id}", s.public);
     let mut polls = 0;
     while !FINAL_STATES.contains(&state.as_str()) {
         if polls >= s.behaviour.order_polls_max {
@@ -365,7 +471,12 @@ async fn follow_order(
         }
         polls += 1;
         pause(s, ORDER_POLL_EVERY).await?;
-        let r = send(&s.rec, "order", s.http.get(&url).bearer_auth(pass)).await;
+        let (r, _) = call(s, at, "order", |base| {
+            s.http
+                .get(format!("{base}/orders/{order_id}"))
+                .bearer_auth(pass)
+        })
+        .await;
         if let (200, Some(st)) = (r.status, r.str("state")) {
             state = st.to_string();
             s.rec.order_state(order_id, &state);

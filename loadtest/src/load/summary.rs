@@ -30,6 +30,8 @@ pub struct Summary {
     pub responses: BTreeMap<String, BTreeMap<String, u64>>,
     pub orders: Orders,
     pub faults: Vec<FaultAt>,
+    /// Each gateway's share, as the shoppers saw it.
+    pub gateways: Vec<GatewaySummary>,
     /// Stock per SKU at the end, from `/admin/state`.
     pub inventory_end: BTreeMap<String, Level>,
     pub books: Vec<Check>,
@@ -67,6 +69,8 @@ pub struct Shoppers {
     pub impatient_served: u64,
     pub rejoins: u64,
     pub checkout_retries: u64,
+    /// Waiting shoppers answered by another gateway after a move.
+    pub moved_waiting: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -99,6 +103,20 @@ pub struct Orders {
     pub by_state: BTreeMap<String, u64>,
 }
 
+/// One gateway of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewaySummary {
+    pub index: usize,
+    pub public: String,
+    pub requests: u64,
+    /// Requests with no HTTP answer (refused, reset, timed out).
+    pub failed: u64,
+    /// Shoppers whose pass it handed out.
+    pub admissions: u64,
+    /// Answered requests' latency, ms, from when each was due.
+    pub latency_ms: Quantiles,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultAt {
     pub t_s: f64,
@@ -113,6 +131,8 @@ pub struct RunInfo<'a> {
     pub planned: u64,
     pub target: TargetInfo,
     pub configured: Configured,
+    /// Every gateway's public URL, in order.
+    pub publics: Vec<String>,
 }
 
 impl Summary {
@@ -173,6 +193,24 @@ impl Summary {
                 .map(|(t, w)| FaultAt {
                     t_s: *t,
                     what: w.clone(),
+                })
+                .collect(),
+            gateways: run
+                .publics
+                .iter()
+                .enumerate()
+                .map(|(g, public)| {
+                    let stats = i.gateways.get(g).cloned().unwrap_or_default();
+                    GatewaySummary {
+                        index: g,
+                        public: public.clone(),
+                        requests: stats.requests,
+                        failed: stats.failed,
+                        admissions: stats.admissions,
+                        latency_ms: quantiles(
+                            stats.latencies_ms.iter().map(|ms| f64::from(*ms)).collect(),
+                        ),
+                    }
                 })
                 .collect(),
             verdict: if violations.is_empty() {
@@ -282,6 +320,7 @@ pub fn numbers(i: &Inner) -> (Admitted, Quantiles, Quantiles, Shoppers) {
         impatient_served: i.impatient_served,
         rejoins: i.rejoins,
         checkout_retries: i.checkout_retries,
+        moved_waiting: i.moved_waiting,
     };
     (
         admitted,
