@@ -7,11 +7,12 @@
 //! ([`arrivals`]), reach the gateways through a sticky [`balancer`], wait
 //! in line, check out and follow their order, while faults are injected
 //! (kill switch, SIGKILL and restart, stores restarted, a gateway cut off)
-//! and `/admin/state` is sampled ([`sampler`]). Everything seen goes into the [`record`]. At the end the
-//! [`books`] are checked with the system's own records (for a fleet, the
-//! line's books too: [`fleet_books`]) (and, for a backend
-//! that changes mid-run, whether the release rate [`follow`]ed it), and the [`summary`]
-//! and an HTML [`report`] (with [`svg`] charts) are written. [`capacity`]
+//! and `/admin/state` is sampled ([`sampler`]). Everything seen goes into
+//! the [`record`]. At the end the [`books`] are checked with the system's
+//! own records (for a fleet, the line's too: [`fleet_books`]; for a
+//! backend that changes mid-run, whether the release rate [`follow`]ed
+//! it), and the [`summary`] and an HTML [`report`] (with [`svg`] charts)
+//! are written. [`capacity`]
 //! finds the release rate to configure.
 //!
 //! | file | job |
