@@ -134,8 +134,11 @@ impl Sticky {
     }
 
     fn move_on(&mut self, lb: &Balancer) {
-        self.gateway = lb.next_after(self.gateway, self.index);
-        self.moves += 1;
+        let to = lb.next_after(self.gateway, self.index);
+        if to != self.gateway {
+            self.gateway = to;
+            self.moves += 1;
+        }
     }
 }
 

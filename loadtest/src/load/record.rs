@@ -117,6 +117,8 @@ pub struct TicketLife {
     pub joined_s: f64,
     /// When the shopper first saw `admitted` with it.
     pub admitted_s: Option<f64>,
+    /// When the last poll answered `waiting` (or `paused`) was sent.
+    pub last_waiting_s: Option<f64>,
     /// When the shopper stopped waiting with it without being let in
     /// (gave up, lost the ticket, ran out of time).
     pub left_s: Option<f64>,
@@ -318,10 +320,20 @@ impl Recorder {
                 gateway,
                 joined_s,
                 admitted_s: None,
+                last_waiting_s: None,
                 left_s: None,
             });
             i.tickets.len() - 1
         })
+    }
+
+    /// A poll of ticket `n` sent at `sent_s` was answered "still waiting".
+    pub fn ticket_waiting(&self, n: usize, sent_s: f64) {
+        self.with(|i| {
+            if let Some(life) = i.tickets.get_mut(n) {
+                life.last_waiting_s = Some(life.last_waiting_s.map_or(sent_s, |w| w.max(sent_s)));
+            }
+        });
     }
 
     /// Ticket `n` ended: let in (`admitted`) or left.

@@ -216,7 +216,7 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             max_active: configured.max_active,
             poll_s: poll_interval_s(scenario),
         };
-        checks.extend(rec.with(|i| fleet_checks(i, line, duration_s)));
+        checks.extend(rec.with(|i| fleet_checks(i, line)));
     }
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
     let phases = rec.with(|i| follow::phases(scenario, i, duration_s));
@@ -288,12 +288,12 @@ pub fn poll_interval_s(scenario: &Scenario) -> f64 {
 }
 
 /// The line's books, fleet-wide.
-fn fleet_checks(i: &super::record::Inner, line: Line, end_s: f64) -> Vec<Check> {
+fn fleet_checks(i: &super::record::Inner, line: Line) -> Vec<Check> {
     vec![
         fleet_books::rate_check(&i.samples, line, &i.store_resets_s),
         fleet_books::seen_rate_check(&i.admitted_seen, line, &i.store_resets_s),
         fleet_books::max_active_check(&i.fleet_samples, &i.samples, line.max_active),
-        fleet_books::fifo_check(&i.tickets, line.poll_s, end_s),
+        fleet_books::fifo_check(&i.tickets, line.poll_s),
         fleet_books::places_check(i.moved_waiting, &i.places_lost),
     ]
 }

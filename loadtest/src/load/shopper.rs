@@ -300,6 +300,7 @@ async fn line(
             let jitter = Duration::from_millis(u64::from(plan.index % 250));
             pause(s, poll_after + jitter).await?;
             polls += 1;
+            let sent_s = s.rec.now_s();
             let (r, g) = call(s, at, "status", |base| {
                 s.http
                     .get(format!("{base}{status_path}"))
@@ -312,6 +313,11 @@ async fn line(
             if r.status == 200 {
                 let ahead = r.body.get("ahead").and_then(serde_json::Value::as_u64);
                 place = (ahead.or(place.0), at.moves);
+                if matches!(r.str("state"), Some("waiting" | "paused")) {
+                    if let Some(n) = *ticket_n {
+                        s.rec.ticket_waiting(n, sent_s);
+                    }
+                }
             }
             match (r.status, r.str("state")) {
                 (200, Some("admitted")) => match r.str("pass") {
