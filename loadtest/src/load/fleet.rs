@@ -67,13 +67,16 @@ impl Fleet {
             (None, None)
         };
         let key = new_key();
+        // paysim runs once, next to gateway 0 (its webhooks go there); the
+        // other gateways are given the same `[payments]` table.
+        let mut payments = String::new();
         let mut fleet = Fleet {
             gateways: Vec::new(),
             redis,
             postgres,
             relays: Vec::new(),
         };
-        for _ in 0..setup.gateways {
+        for g in 0..setup.gateways {
             let redis_relay = match &fleet.redis {
                 Some(r) => Some(Relay::start(loopback(lock(r).port()))?),
                 None => None,
@@ -92,12 +95,17 @@ impl Fleet {
                     through(db, relay.addr())
                 ));
             }
+            cluster.push_str(&payments);
             let member = Membership {
                 key: key.clone(),
                 cluster,
                 env: Vec::new(),
             };
+            let paysim = if g == 0 { paysim } else { None };
             let target = Target::start(sluice, paysim, scenario, &member).await?;
+            if g == 0 && target.paysim.is_some() {
+                payments = payments_table(&target.config_text().unwrap_or_default());
+            }
             fleet.gateways.push(Arc::new(target));
             fleet.relays.push((redis_relay, pg_relay));
         }
@@ -158,6 +166,15 @@ impl Fleet {
     }
 }
 
+/// The `[payments]` table at the end of a gateway config the harness
+/// wrote (it is appended last), or nothing.
+fn payments_table(config: &str) -> String {
+    config
+        .find("\n[payments]\n")
+        .map(|at| config[at..].to_string())
+        .unwrap_or_default()
+}
+
 /// The relay state a cut stands for.
 pub fn link_of(cut: Cut) -> Link {
     match cut {
@@ -187,6 +204,16 @@ fn lock(m: &Mutex<ThrowawayRedis>) -> std::sync::MutexGuard<'_, ThrowawayRedis> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_payments_table_is_the_tail_of_the_config() {
+        let config = "[gateway]\nlisten = \"x\"\n\n[cluster]\nredis_url = \"r\"\n\n[payments]\nprovider = \"http\"\nurl = \"u\"\n";
+        assert_eq!(
+            payments_table(config),
+            "\n[payments]\nprovider = \"http\"\nurl = \"u\"\n"
+        );
+        assert_eq!(payments_table("[gateway]\n"), "");
+    }
 
     #[test]
     fn a_store_url_is_pointed_at_the_relay() {

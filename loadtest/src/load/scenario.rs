@@ -709,10 +709,6 @@ impl Scenario {
              would sell the whole stock from its own data_dir, so leave out [[products]]",
         )?;
         check(
-            self.paysim.is_none(),
-            "`[paysim]` is not available with `[fleet]` yet",
-        )?;
-        check(
             self.gateway.adaptive.is_none() && self.gateway.test_store_commit_delay_ms.is_none(),
             "`[fleet]` runs a fixed release rate and no test knobs",
         )
