@@ -62,6 +62,12 @@ pub struct RunResult {
 
 /// Plays `scenario` and checks the books.
 pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
+    if opts.remote.is_some() && scenario.fleet.is_some() {
+        anyhow::bail!(
+            "`{}` has a [fleet]: the harness starts its gateways and stores itself (--target is for one running gateway)",
+            scenario.name
+        );
+    }
     let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
     let fleet = Arc::new(match &opts.remote {
         Some(r) => Fleet::single(Target::remote(
