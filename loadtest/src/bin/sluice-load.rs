@@ -105,12 +105,39 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let played = runtime.block_on(async {
+        tokio::select! {
+            r = dispatch(cli.command) => r,
+            signal = interrupted() => {
+                eprintln!("sluice-load: {signal}: stopping the gateways and stores it started");
+                Ok(ExitCode::from(130))
+            }
+        }
+    });
+    // Dropping the runtime drops every task, and with them the processes
+    // the harness started (each is killed when dropped).
+    drop(runtime);
+    match played {
         Ok(code) => code,
         Err(e) => {
             eprintln!("sluice-load: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Resolves at SIGINT or SIGTERM, naming it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "interrupted",
+        _ = term.recv() => "terminated",
     }
 }
 
