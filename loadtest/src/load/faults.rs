@@ -98,9 +98,15 @@ async fn act(f: &Fault, fleet: &Fleet, rec: &Recorder) -> (String, Result<()>) {
                 Store::Redis => "Redis",
                 Store::Postgres => "PostgreSQL",
             };
-            let r = cut_off(fleet, rec, *gateway as usize, *store, link_of(*how), *for_s)
-                .await
-                .with_context(|| format!("cutting gateway {gateway} off from {store_name}"));
+            let r = cut_off(
+                fleet,
+                rec,
+                (*gateway as usize, *store, store_name),
+                link_of(*how),
+                *for_s,
+            )
+            .await
+            .with_context(|| format!("cutting gateway {gateway} off from {store_name}"));
             (
                 format!("gateway {gateway}'s link to {store_name} back up"),
                 r,
@@ -112,14 +118,13 @@ async fn act(f: &Fault, fleet: &Fleet, rec: &Recorder) -> (String, Result<()>) {
 async fn cut_off(
     fleet: &Fleet,
     rec: &Recorder,
-    gateway: usize,
-    store: Store,
+    (gateway, store, store_name): (usize, Store, &str),
     link: Link,
     for_s: f64,
 ) -> Result<()> {
     fleet.set_link(gateway, store, link)?;
     rec.fault(format!(
-        "gateway {gateway} cut off from {store:?} ({link:?}) for {for_s} s"
+        "gateway {gateway} cut off from {store_name} ({link:?}) for {for_s} s"
     ));
     tokio::time::sleep(Duration::from_secs_f64(for_s)).await;
     fleet.set_link(gateway, store, Link::Up)
