@@ -25,11 +25,13 @@ pub const VIEW_LAG_S: f64 = 1.0;
 
 /// Places released (the fleet's `serving`) over every stretch of the run
 /// within `rate · Δt + burst` (plus one tick of lag, and a fresh burst
-/// after each time a store came back empty).
+/// after each time a store came back empty). A stretch runs from when its
+/// first sample was asked for to when its last one was in, so a slow
+/// `/admin/state` never makes it look shorter than it was.
 pub fn rate_check(samples: &[Sample], line: Line, resets_s: &[f64]) -> Check {
     // Released so far: a watermark that went down (a store back empty)
-    // adds nothing.
-    let mut cum: Vec<(f64, f64)> = Vec::new();
+    // adds nothing. (start of the reading, end of it, released.)
+    let mut cum: Vec<(f64, f64, f64)> = Vec::new();
     let (mut total, mut prev) = (0.0, None::<u64>);
     for s in samples.iter().filter(|s| s.up) {
         if let Some(p) = prev {
@@ -38,11 +40,11 @@ pub fn rate_check(samples: &[Sample], line: Line, resets_s: &[f64]) -> Check {
             }
         }
         prev = Some(s.admitted_total);
-        cum.push((s.t_s, total));
+        cum.push((s.t_s - s.read_s, s.t_s, total));
     }
     let mut v = Vec::new();
-    for (a, &(t1, c1)) in cum.iter().enumerate() {
-        for &(t2, c2) in &cum[a + 1..] {
+    for (a, &(t1, _, c1)) in cum.iter().enumerate() {
+        for &(_, t2, c2) in &cum[a + 1..] {
             let resets = resets_s.iter().filter(|r| **r > t1 && **r <= t2).count() as f64;
             let bound = line.rate * (t2 - t1 + VIEW_LAG_S) + line.burst * (1.0 + resets);
             if c2 - c1 > bound + 0.5 {
@@ -222,6 +224,20 @@ mod tests {
         reset.push(sample(10.5, 3 + 25));
         assert!(rate_check(&reset, LINE, &[]).failed());
         assert!(!rate_check(&reset, LINE, &[10.2]).failed());
+        // One and a half times the rate fails when read at once, not when
+        // each reading took 5 s (the stretches were that much longer).
+        let quick: Vec<Sample> = (0..20)
+            .map(|k| sample(f64::from(k) * 0.5, 15 * k as u64 / 2))
+            .collect();
+        assert!(rate_check(&quick, LINE, &[]).failed());
+        let slow: Vec<Sample> = quick
+            .iter()
+            .map(|x| Sample {
+                read_s: 5.0,
+                ..x.clone()
+            })
+            .collect();
+        assert!(!rate_check(&slow, LINE, &[]).failed());
     }
 
     #[test]

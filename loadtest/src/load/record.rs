@@ -74,7 +74,11 @@ pub struct OrderSeen {
 /// One `/admin/state` sample.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Sample {
+    /// When the answer was in, seconds into the run.
     pub t_s: f64,
+    /// How long reading it took (every gateway's, in a fleet): the
+    /// numbers are from somewhere in `t_s - read_s ..= t_s`.
+    pub read_s: f64,
     pub up: bool,
     pub waiting: u64,
     pub active: u64,

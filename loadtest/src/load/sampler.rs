@@ -36,6 +36,7 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
     };
     Sample {
         t_s,
+        read_s: 0.0,
         up: true,
         waiting: r["waiting"].as_u64().unwrap_or(0),
         active: r["active"].as_u64().unwrap_or(0),
@@ -90,7 +91,8 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let sample = if fleet.shared() {
+        let asked_s = rec.now_s();
+        let mut sample = if fleet.shared() {
             let mut each = Vec::new();
             let mut best: Option<(u64, Value)> = None;
             for (g, target) in fleet.gateways.iter().enumerate() {
@@ -119,6 +121,7 @@ pub async fn run(
             let state = fleet.first().admin_state().await.ok();
             sample_of(state.as_ref(), &room, rec.now_s())
         };
+        sample.read_s = sample.t_s - asked_s;
         rec.with(|i| {
             if i.samples.len() < SAMPLES_MAX {
                 i.samples.push(sample);
