@@ -150,6 +150,19 @@ impl Fleet {
         tokio::task::spawn_blocking(move || pg.restart()).await?
     }
 
+    /// The room's `serving` watermark (places released so far) as Redis
+    /// itself holds it, not as a gateway last read it; `None` without a
+    /// Redis or while it does not answer.
+    pub async fn released_in_redis(&self, room: &str) -> Option<u64> {
+        let redis = self.redis.clone()?;
+        let line = format!("HGET sluice:{{{room}}} serving");
+        let reply = tokio::task::spawn_blocking(move || lock(&redis).command(&line))
+            .await
+            .ok()?
+            .ok()?;
+        bulk_u64(&reply)
+    }
+
     /// Gateway `gateway`'s link to `store` set to `link`.
     pub fn set_link(&self, gateway: usize, store: Store, link: Link) -> Result<()> {
         let (redis, pg) = self
@@ -183,6 +196,17 @@ pub fn link_of(cut: Cut) -> Link {
     }
 }
 
+/// The number in a RESP bulk-string reply (`$3\r\n120\r\n`).
+fn bulk_u64(reply: &str) -> Option<u64> {
+    reply
+        .strip_prefix('$')?
+        .split("\r\n")
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -213,6 +237,13 @@ mod tests {
             "\n[payments]\nprovider = \"http\"\nurl = \"u\"\n"
         );
         assert_eq!(payments_table("[gateway]\n"), "");
+    }
+
+    #[test]
+    fn a_bulk_reply_gives_its_number() {
+        assert_eq!(bulk_u64("$3\r\n120\r\n"), Some(120));
+        assert_eq!(bulk_u64("$-1\r\n"), None);
+        assert_eq!(bulk_u64("-ERR no\r\n"), None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Samples `/admin/state` every [`SAMPLE_EVERY`] while the run lasts: people
 //! waiting, passes active, admissions so far, stock by state. In a fleet
 //! every gateway is sampled ([`FleetSample`]), and the run's sample is the
-//! fleet's line as the most advanced gateway shows it (admissions so far
-//! are the fleet's `serving` watermark: places released).
+//! fleet's line as the most advanced gateway shows it, with admissions so
+//! far the `serving` watermark (places released) read from Redis itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,9 +108,12 @@ pub async fn run(
                 }
                 each.push(fs);
             }
+            // Released so far: Redis's own number when it answers (a
+            // gateway's is up to a tick old, more on a loaded machine).
+            let in_redis = fleet.released_in_redis(&room).await;
             let t = rec.now_s();
             let mut sample = sample_of(best.as_ref().map(|b| &b.1), &room, t);
-            sample.admitted_total = best.as_ref().map_or(0, |b| b.0);
+            sample.admitted_total = in_redis.or(best.as_ref().map(|b| b.0)).unwrap_or(0);
             rec.with(|i| {
                 if i.fleet_samples.len() < SAMPLES_MAX * 16 {
                     i.fleet_samples.extend(each);
