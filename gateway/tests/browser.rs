@@ -201,6 +201,104 @@ async fn a_shopper_waits_is_admitted_and_moves_on() {
     browser.close().await;
 }
 
+/// Requests for `path` in the gateway's access log.
+fn served(gw: &Gateway, path: &str) -> usize {
+    let needle = format!("path={path} ");
+    gw.log().lines().filter(|l| l.contains(&needle)).count()
+}
+
+/// While waiting, the page follows the line on the public (cacheable)
+/// watermark and calls `/status` only as a heartbeat and to collect its
+/// pass: a page that polled `/status` every `poll_after_s` (1 s here)
+/// would call it about ten times.
+#[tokio::test]
+async fn the_page_follows_the_watermark_and_calls_status_as_a_heartbeat() {
+    let gw = Gateway::start(GatewayOptions {
+        rest: "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrelease_per_second = 20\nmax_active = 1\nqueue_capacity = 5\npass_ttl_s = 10\npoll_min_s = 1\npoll_max_s = 1\nheartbeat_s = 4\n".into(),
+        ..Default::default()
+    });
+    // Someone holds the only active pass, for 10 seconds.
+    let first: serde_json::Value = client()
+        .post(gw.url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut held = false;
+    for _ in 0..40 {
+        let s: serde_json::Value = client()
+            .get(gw.url("/queue/drop/status"))
+            .bearer_auth(first["ticket"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["state"] == "admitted" {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(held, "the first shopper holds the slot");
+    let status_before = served(&gw, "/queue/drop/status");
+
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    let opened = std::time::Instant::now();
+    browser
+        .client
+        .goto(&gw.url("/queue/drop?next=/index.html"))
+        .await
+        .unwrap();
+    browser.wait_state("waiting", Duration::from_secs(5)).await;
+    // Once the page has read the watermark twice, its place is the one
+    // the watermark and its ticket's seq give.
+    let read_twice = eventually(Duration::from_secs(5), || {
+        served(&gw, "/queue/drop/watermark") >= 2
+    });
+    assert!(read_twice.is_some(), "the page reads the watermark");
+    let position = browser
+        .client
+        .find(Locator::Id("position"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    browser
+        .wait_state("admitted", Duration::from_secs(20))
+        .await;
+    let waited_s = opened.elapsed().as_secs_f64();
+    browser.close().await;
+
+    let watermarks = served(&gw, "/queue/drop/watermark");
+    let statuses = served(&gw, "/queue/drop/status") - status_before;
+    assert!(
+        waited_s >= 5.0,
+        "the page waited for the slot ({waited_s:.1} s)"
+    );
+    assert!(
+        watermarks as f64 >= (waited_s - 3.0).floor(),
+        "{watermarks} watermark reads in {waited_s:.1} s"
+    );
+    // The status after the join, one heartbeat per 4 s, the collection.
+    let most = 2 + (waited_s / 4.0).ceil() as usize;
+    assert!(
+        statuses <= most,
+        "{statuses} status calls in {waited_s:.1} s (at most {most})"
+    );
+    assert!(statuses >= 1, "the pass was collected at /status");
+    assert_eq!(
+        position, "1",
+        "shown from the watermark and the ticket's seq"
+    );
+}
+
 #[tokio::test]
 async fn paused_sold_out_and_full_are_shown_in_portuguese() {
     let gw = gateway("");

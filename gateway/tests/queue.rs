@@ -297,6 +297,8 @@ async fn kill_switch_stops_joins_and_keeps_passes() {
         (&1.into(), &1.into(), &"open".into()),
         "{mark}"
     );
+    // The room's heartbeat: 30 s by default.
+    assert_eq!(mark["heartbeat_s"], 30, "{mark}");
 
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     assert!(

@@ -168,6 +168,7 @@ pub struct RoomFile {
     pub burst: Option<Spanned<i64>>,
     pub headroom: Option<Spanned<f64>>,
     pub idle_timeout_s: Option<Spanned<i64>>,
+    pub heartbeat_s: Option<Spanned<i64>>,
     pub poll_min_s: Option<Spanned<i64>>,
     pub poll_max_s: Option<Spanned<i64>>,
     pub joins_per_minute_per_client: Option<Spanned<i64>>,

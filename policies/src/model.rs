@@ -258,6 +258,10 @@ pub struct Room {
     pub ticket_ttl: Duration,
     /// A waiting ticket not polled for this long has left the line.
     pub idle_timeout: Duration,
+    /// How often the queue page calls `/status` while it follows the line
+    /// on the public watermark: the sign of life that keeps its place
+    /// (`idle_timeout` is more than twice it).
+    pub heartbeat: Duration,
     /// `poll_after_s` at the front of the line and far back.
     pub poll_min: Duration,
     pub poll_max: Duration,

@@ -756,8 +756,19 @@ impl Validator<'_> {
             );
             if idle_timeout_s < 2 * poll_max_s {
                 self.problems.push(self.loc.at(
-                    idle_span,
+                    idle_span.clone(),
                     format!("`idle_timeout_s` ({idle_timeout_s}) must be at least twice `poll_max_s` ({poll_max_s}), or people still polling count as gone"),
+                ));
+            }
+            let heartbeat_span = r.heartbeat_s.as_ref().map(|s| s.span());
+            // 30 s, or less where `idle_timeout_s` is short: one missed
+            // heartbeat must not count as gone.
+            let heartbeat_default = 30.min((idle_timeout_s - 1) / 2).max(1);
+            let heartbeat_s = self.int(r.heartbeat_s, "heartbeat_s", 1..=3600, heartbeat_default);
+            if idle_timeout_s <= 2 * heartbeat_s {
+                self.problems.push(self.loc.at(
+                    heartbeat_span.or(idle_span.clone()),
+                    format!("`idle_timeout_s` ({idle_timeout_s}) must be more than twice `heartbeat_s` ({heartbeat_s}), or a page that missed one heartbeat counts as gone"),
                 ));
             }
             let joins = self.int(
@@ -787,6 +798,7 @@ impl Validator<'_> {
                 pass_ttl: Duration::from_secs(pass_ttl_s as u64),
                 ticket_ttl: Duration::from_secs(ticket_ttl_s as u64),
                 idle_timeout: Duration::from_secs(idle_timeout_s as u64),
+                heartbeat: Duration::from_secs(heartbeat_s as u64),
                 poll_min: Duration::from_secs(poll_min_s as u64),
                 poll_max: Duration::from_secs(poll_max_s as u64),
                 joins_per_minute_per_client: nz32(joins),

@@ -284,6 +284,25 @@ fn polling_and_idle_bounds_are_consistent() {
 }
 
 #[test]
+fn the_heartbeat_is_less_than_half_the_idle_timeout() {
+    let base = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nmax_active = 10\nqueue_capacity = 10\n";
+    let c = parse(base).unwrap();
+    assert_eq!(c.room("r").unwrap().heartbeat, Duration::from_secs(30));
+    // A short idle timeout shortens the default heartbeat with it.
+    let c = parse(&format!("{base}poll_max_s = 5\nidle_timeout_s = 20\n")).unwrap();
+    assert_eq!(c.room("r").unwrap().heartbeat, Duration::from_secs(9));
+    let c = parse(&format!("{base}heartbeat_s = 89\n")).unwrap();
+    assert_eq!(c.room("r").unwrap().heartbeat, Duration::from_secs(89));
+    refused_at(
+        &format!("{base}heartbeat_s = 90\n"),
+        7,
+        15,
+        "more than twice `heartbeat_s`",
+    );
+    refused_at(&format!("{base}heartbeat_s = 0\n"), 7, 15, "heartbeat_s");
+}
+
+#[test]
 fn opens_at_is_a_date_time_with_offset() {
     let base = "[gateway]\n[[rooms]]\nname = \"r\"\nrelease_per_second = 5\nmax_active = 10\nqueue_capacity = 10\n";
     let c = parse(&format!("{base}opens_at = 2026-11-29T12:00:00Z\n")).unwrap();

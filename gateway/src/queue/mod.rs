@@ -83,6 +83,9 @@ pub struct RoomEntry {
     /// The room on the fleet's shared line (`[cluster] redis_url`): joins,
     /// polls, passes and the release go there, and `line` stays empty.
     pub shared: Option<Arc<fleet::SharedRoom>>,
+    /// The room's `heartbeat_s` in force, told to the queue page in the
+    /// watermark.
+    heartbeat_s: AtomicU64,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -398,6 +401,7 @@ impl Rooms {
                         journal,
                         adaptive: Mutex::new(adaptive),
                         shared,
+                        heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
                     })
                 }
             };
@@ -447,6 +451,9 @@ impl Rooms {
                     .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
             }
             entry.lifetimes.set(room.ttls);
+            entry
+                .heartbeat_s
+                .store(room.config.heartbeat.as_secs(), Ordering::Relaxed);
             next.insert(room.name, entry);
         }
         self.rooms.store(Arc::new(next));
@@ -624,7 +631,8 @@ impl Rooms {
             },
             (&Method::GET | &Method::HEAD, "watermark") if entry.shared.is_some() => {
                 let shared = entry.shared.as_ref().expect("checked");
-                watermark::answer(name, &shared.numbers().watermark(&shared.policy(), now))
+                let mark = shared.numbers().watermark(&shared.policy(), now);
+                watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (&Method::GET | &Method::HEAD, "watermark") => {
                 let mark = entry
@@ -632,7 +640,7 @@ impl Rooms {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .watermark();
-                watermark::answer(name, &mark)
+                watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (_, "" | "join" | "status" | "watermark") => {
                 respond::method_not_allowed(if action == "join" {

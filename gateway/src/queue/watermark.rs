@@ -13,7 +13,9 @@ use crate::route::LocalResponse;
 /// polls at is one request to the gateway.
 pub const MAX_AGE_S: u32 = 1;
 
-pub fn answer(room: &str, w: &Watermark) -> LocalResponse {
+/// The watermark of `room`, with the room's `heartbeat_s`: how often a
+/// page that follows the line here still calls `/status` to stay in it.
+pub fn answer(room: &str, w: &Watermark, heartbeat_s: u64) -> LocalResponse {
     let body = json!({
         "room": room,
         "serving": w.serving,
@@ -21,6 +23,7 @@ pub fn answer(room: &str, w: &Watermark) -> LocalResponse {
         "release_per_second": w.release_per_second,
         "state": w.state.as_str(),
         "poll_after_s": w.poll_after_s.max(MAX_AGE_S),
+        "heartbeat_s": heartbeat_s,
     });
     let mut bytes = serde_json::to_vec(&body).expect("JSON values serialize");
     bytes.push(b'\n');
