@@ -108,6 +108,9 @@ pub struct GatewayStats {
     pub admissions_by_s: Vec<u32>,
 }
 
+/// Lost tickets listed, at most.
+pub const LOST_TICKETS_MAX: usize = 10_000;
+
 /// Latencies kept per gateway.
 pub const GATEWAY_LATENCIES_MAX: usize = 4_000_000;
 
@@ -153,6 +156,10 @@ pub struct Inner {
     /// When a shared store came back without its data (the release
     /// budget starts afresh then).
     pub store_resets_s: Vec<f64>,
+    /// Tickets lost while waiting (the shopper joins again): when, and the
+    /// answer that lost it (`expired`, `401 <error>`), up to
+    /// [`LOST_TICKETS_MAX`].
+    pub tickets_lost: Vec<(f64, String)>,
     /// (route, status) → count; status 0 is a timeout or connection error.
     pub responses: BTreeMap<(String, u16), u64>,
     /// Checkout latency in ms, by second of the run (when the call ended).
@@ -336,6 +343,16 @@ impl Recorder {
         self.with(|i| {
             if let Some(life) = i.tickets.get_mut(n) {
                 life.last_waiting_s = Some(life.last_waiting_s.map_or(sent_s, |w| w.max(sent_s)));
+            }
+        });
+    }
+
+    /// A waiting ticket was refused or told `expired`: `why`.
+    pub fn ticket_lost(&self, why: String) {
+        let t = self.now_s();
+        self.with(|i| {
+            if i.tickets_lost.len() < LOST_TICKETS_MAX {
+                i.tickets_lost.push((t, why));
             }
         });
     }

@@ -328,7 +328,14 @@ async fn line(
                     None => return Err(Outcome::Failed),
                 },
                 (200, Some("sold_out")) => return Err(Outcome::SoldOut),
-                (200, Some("expired")) | (401, _) => continue 'join,
+                (200, Some("expired")) | (401, _) => {
+                    let why = match r.status {
+                        200 => "expired".to_string(),
+                        _ => format!("401 {}", r.str("error").unwrap_or_default()),
+                    };
+                    s.rec.ticket_lost(why);
+                    continue 'join;
+                }
                 (200, _) => poll_after = poll_after_of(&r, poll_after),
                 (429, _) => poll_after = told(&r, Duration::from_secs(1)),
                 _ => poll_after = BACKOFF,

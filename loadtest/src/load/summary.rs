@@ -71,6 +71,9 @@ pub struct Shoppers {
     pub checkout_retries: u64,
     /// Waiting shoppers answered by another gateway after a move.
     pub moved_waiting: u64,
+    /// Tickets lost while waiting, by the answer and by the second of the
+    /// run in which it came (`"expired": {"53": 12}`).
+    pub tickets_lost: BTreeMap<String, BTreeMap<u64, u64>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -321,6 +324,16 @@ pub fn numbers(i: &Inner) -> (Admitted, Quantiles, Quantiles, Shoppers) {
         rejoins: i.rejoins,
         checkout_retries: i.checkout_retries,
         moved_waiting: i.moved_waiting,
+        tickets_lost: {
+            let mut by: BTreeMap<String, BTreeMap<u64, u64>> = BTreeMap::new();
+            for (t, why) in &i.tickets_lost {
+                *by.entry(why.clone())
+                    .or_default()
+                    .entry(*t as u64)
+                    .or_default() += 1;
+            }
+            by
+        },
     };
     (
         admitted,
