@@ -90,6 +90,19 @@ enum Command {
         /// Slow every store commit by this much (gateway test knob).
         #[arg(long)]
         commit_delay_ms: Option<u32>,
+        /// Gateways sharing a throwaway Redis (and, with --postgres, a
+        /// throwaway PostgreSQL); checkouts spread over them in turn.
+        #[arg(long, default_value_t = 1)]
+        gateways: u32,
+        /// Stock and orders on a throwaway PostgreSQL (`[cluster] postgres_url`).
+        #[arg(long)]
+        postgres: bool,
+        /// Stock rows of the SKU (`partitions`).
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Passes used in turn (each allows 1,000 checkouts).
+        #[arg(long, default_value_t = 64)]
+        passes: usize,
     },
 }
 
@@ -216,6 +229,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             error_rate_max,
             headroom,
             commit_delay_ms,
+            gateways,
+            postgres,
+            partitions,
+            passes,
         } => {
             let o = CapacityOptions {
                 sluice,
@@ -227,6 +244,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 error_rate_max,
                 headroom,
                 commit_delay_ms,
+                gateways,
+                postgres,
+                partitions,
+                passes,
                 ..CapacityOptions::default()
             };
             let c = capacity::run(&o).await?;

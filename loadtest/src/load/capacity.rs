@@ -3,7 +3,14 @@
 //! high release rate, a pool of passes); the offered checkout rate rises
 //! step by step, open loop, until p99 latency or the error rate crosses its
 //! threshold. The release rate to configure is the last good step's rate
-//! times a headroom.
+//! times a headroom. A last step at half that capacity says what a shopper
+//! waits for when the store is not pushed.
+//!
+//! With `--gateways N` (and `--postgres`) the purchase flow is a fleet: N
+//! gateways sharing a throwaway Redis (the line, so a pass works on each)
+//! and PostgreSQL (the stock), started as a `[fleet]` scenario's are, and
+//! the checkouts spread over them in turn. A checkout counts as done when
+//! its answer says `confirmed`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +19,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::json;
 
-use super::gateway::{find_sluice, Target};
+use super::fleet::Fleet;
+use super::gateway::find_sluice;
 use super::http::{send, send_at};
 use super::record::{quantile, Recorder};
 use super::scenario::Scenario;
@@ -43,6 +51,13 @@ pub struct CapacityOptions {
     /// The store test knob, to see capacity with a slow disk.
     pub commit_delay_ms: Option<u32>,
     pub request_timeout: Duration,
+    /// Gateways sharing the stores (1: a lone gateway).
+    pub gateways: u32,
+    /// Stock and orders on a shared PostgreSQL instead of each gateway's
+    /// embedded store.
+    pub postgres: bool,
+    /// Stock rows of the one SKU (`partitions`).
+    pub partitions: u32,
 }
 
 impl Default for CapacityOptions {
@@ -59,6 +74,9 @@ impl Default for CapacityOptions {
             passes: 32,
             commit_delay_ms: None,
             request_timeout: Duration::from_secs(5),
+            gateways: 1,
+            postgres: false,
+            partitions: 1,
         }
     }
 }
@@ -81,6 +99,8 @@ pub struct Capacity {
     /// `release_per_second` to set (capacity × headroom).
     pub release_per_second: u32,
     pub stopped_because: String,
+    /// A step offered at half `capacity_per_s` (none when no step was good).
+    pub half: Option<Step>,
 }
 
 impl Capacity {
@@ -102,6 +122,16 @@ impl Capacity {
             "stopped: {}\ncapacity: {:.1} checkouts/s → set release_per_second = {}\n",
             self.stopped_because, self.capacity_per_s, self.release_per_second
         ));
+        if let Some(h) = &self.half {
+            t.push_str(&format!(
+                "at half capacity ({:.1}/s offered): achieved {:.1}/s, p50 {:.1} ms, p99 {:.1} ms, errors {:.2} %\n",
+                h.offered_per_s,
+                h.achieved_per_s,
+                h.p50_ms,
+                h.p99_ms,
+                h.error_rate * 100.0
+            ));
+        }
         t
     }
 }
@@ -111,11 +141,22 @@ fn scenario(o: &CapacityOptions) -> Result<Scenario> {
         .commit_delay_ms
         .map(|ms| format!("test_store_commit_delay_ms = {ms}\n"))
         .unwrap_or_default();
+    let fleet = if o.gateways > 1 || o.postgres {
+        format!(
+            "[fleet]\ngateways = {}\nredis = {}\npostgres = {}\n",
+            o.gateways.max(1),
+            o.gateways > 1,
+            o.postgres
+        )
+    } else {
+        String::new()
+    };
     let text = format!(
-        "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n\
+        "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n{fleet}\
          [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\nmax_orders_per_pass = 1000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\
-         [[products]]\nsku = \"capacity-sku\"\nstock = 1000000000\n\
-         [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n"
+         [[products]]\nsku = \"capacity-sku\"\nstock = 1000000000\npartitions = {}\n\
+         [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n",
+        o.partitions.max(1)
     );
     Ok(Scenario::parse(&text, "capacity")?)
 }
@@ -127,23 +168,26 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
     }
     let sc = scenario(o)?;
     let sluice = o.sluice.clone().unwrap_or_else(find_sluice);
-    let target = Target::start(&sluice, None, &sc, &super::gateway::Membership::alone()).await?;
+    let fleet = Fleet::start(&sluice, None, &sc).await?;
+    let publics = fleet.publics();
     let rec = Arc::new(Recorder::new(Instant::now()));
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(o.request_timeout)
         .pool_max_idle_per_host(IN_FLIGHT_MAX)
         .build()?;
+    // Each gateway's line hands out its share of the passes (on a fleet
+    // any pass works on any gateway; each checkout goes to the next one).
     let mut passes = Vec::new();
-    for _ in 0..o.passes.max(1) {
-        passes.push(pass(&http, &rec, &target.public).await?);
+    for i in 0..o.passes.max(publics.len()) {
+        passes.push(pass(&http, &rec, &publics[i % publics.len()]).await?);
     }
     let passes = Arc::new(passes);
     let mut steps: Vec<Step> = Vec::new();
     let mut rate = o.start_per_s;
     let mut stopped = format!("{} steps, none failed", o.steps_max);
     for n in 0..o.steps_max {
-        let step = step(&http, &rec, &target.public, &passes, rate, o.step, n).await;
+        let step = step(&http, &rec, &publics, &passes, rate, o.step, n).await;
         let ok = step.p99_ms <= o.p99_ms_max
             && step.error_rate <= o.error_rate_max
             && step.achieved_per_s >= 0.9 * rate;
@@ -177,11 +221,27 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
         .filter(|s| s.ok)
         .map(|s| s.achieved_per_s)
         .fold(0.0, f64::max);
+    let half = if capacity_per_s > 0.0 {
+        let n = steps.len() as u32;
+        let h = step(&http, &rec, &publics, &passes, capacity_per_s / 2.0, 2 * o.step, n).await;
+        eprintln!(
+            "half capacity: offered {:.1}/s achieved {:.1}/s p99 {:.0} ms errors {:.2} %",
+            h.offered_per_s,
+            h.achieved_per_s,
+            h.p99_ms,
+            h.error_rate * 100.0
+        );
+        Some(h)
+    } else {
+        None
+    };
+    drop(fleet);
     Ok(Capacity {
         release_per_second: ((capacity_per_s * o.headroom).floor() as u32).max(1),
         capacity_per_s,
         steps,
         stopped_because: stopped,
+        half,
     })
 }
 
@@ -212,7 +272,7 @@ async fn pass(http: &reqwest::Client, rec: &Recorder, public: &str) -> Result<St
 async fn step(
     http: &reqwest::Client,
     rec: &Arc<Recorder>,
-    public: &str,
+    publics: &[String],
     passes: &Arc<Vec<String>>,
     rate: f64,
     length: Duration,
@@ -231,6 +291,7 @@ async fn step(
             refused += 1;
             continue;
         };
+        let public = &publics[i as usize % publics.len()];
         let req = http
             .post(format!("{public}/checkout"))
             .bearer_auth(&passes[i as usize % passes.len()])
@@ -244,7 +305,7 @@ async fn step(
             let r = send_at(&rec, "checkout", req, due).await;
             drop(permit);
             (
-                r.status == 201 || r.status == 200,
+                (r.status == 201 || r.status == 200) && r.str("state") == Some("confirmed"),
                 r.elapsed.as_secs_f64() * 1000.0,
             )
         });

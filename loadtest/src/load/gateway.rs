@@ -564,6 +564,9 @@ pub fn gateway_config(
             "\n[[products]]\nsku = \"{}\"\nstock = {}\nprice_cents = {}\nroom = \"{}\"\n",
             p.sku, p.stock, p.price_cents, g.room
         ));
+        if let Some(k) = p.partitions {
+            out.push_str(&format!("partitions = {k}\n"));
+        }
     }
     out.push_str(&format!(
         "\n[[keys]]\nkid = \"load\"\nalg = \"HS256\"\nsecret = \"{key}\"\n"

@@ -185,6 +185,9 @@ pub struct Product {
     /// Relative share of shoppers who want this one.
     #[serde(default = "one")]
     pub weight: f64,
+    /// Stock rows the store splits it into (the gateway's `partitions`).
+    #[serde(default)]
+    pub partitions: Option<u32>,
 }
 
 /// When shoppers arrive.
