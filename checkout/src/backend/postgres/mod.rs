@@ -11,11 +11,19 @@
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
+//! - `settle`: payment attempts and what a definite answer does (the one
+//!   set of rules for checkouts, cancels, webhooks and the reconciler),
+//!   and the drive that sends an attempt and its follow-ups;
+//! - `webhook`: provider events, deduplicated by id in `webhook_events`;
+//! - `payments`: the payments reconciler (provider event list, attempts
+//!   left pending), leased with `SKIP LOCKED` so it runs once across a
+//!   fleet;
 //! - `cancel`: cancel and refund, idempotent;
 //! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
 //!   a fleet;
-//! - `retention`: bounded pruning passes (keys, published events, ended
-//!   holds);
+//! - `retention`: bounded pruning passes (keys, published events,
+//!   webhook ids, ended holds);
+//! - `books`: the books, gauges, stuck orders and the readiness write;
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it.
 //!
@@ -23,14 +31,18 @@
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
 //! the sync face of `tokio-postgres`, pooled by `r2d2`.
 
+mod books;
 mod cancel;
 mod checkout;
 mod order;
 mod outbox;
+mod payments;
 mod reconcile;
 mod retention;
 mod schema;
+mod settle;
 mod stock;
+mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,18 +52,23 @@ use postgres::{NoTls, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::backend::OrderBackend;
+use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
+use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::payment::PaymentProvider;
+use crate::payment_reconciler::PaymentsReconcileOutcome;
+use crate::reconciler::ReconcileOutcome;
 use crate::retention::PruneOutcome;
 use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
+use crate::webhook::{WebhookEvent, WebhookOutcome};
 
 pub use outbox::OUTBOX_LEASE_MS;
 pub use schema::SCHEMA_VERSION;
@@ -96,6 +113,8 @@ pub struct PgBackend {
     pool: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
+    /// Counters the gateway exports (webhooks, compensations, …).
+    metrics: Metrics,
     /// This back end's name in outbox leases (one per process).
     node: String,
 }
@@ -173,6 +192,7 @@ impl PgBackend {
             pool,
             provider,
             durable_writes: AtomicU64::new(0),
+            metrics: Metrics::default(),
             node: format!("node_{}", uuid::Uuid::new_v4().simple()),
         };
         let mut client = backend.pool.get().map_err(pool_err)?;
@@ -229,6 +249,10 @@ impl PgBackend {
 
     pub(crate) fn provider(&self) -> &dyn PaymentProvider {
         self.provider.as_ref()
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 
@@ -324,6 +348,73 @@ impl OrderBackend for PgBackend {
 
     fn check_books(&self, _now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
         self.read(stock::check_books)
+    }
+
+    fn apply_webhook(
+        &self,
+        event: &WebhookEvent,
+        now_ms: UnixMs,
+    ) -> Result<WebhookOutcome, StoreError> {
+        let outcome = self.write(|tx| webhook::apply_event(tx, &self.metrics, event, now_ms))?;
+        self.metrics.count_webhook(outcome.result());
+        Ok(outcome)
+    }
+
+    fn adjust(
+        &self,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<StockLevel, StoreError> {
+        Store::check_adjustment(delta, reason)?;
+        self.write(|tx| stock::adjust(tx, sku, delta, reason, now_ms))
+    }
+
+    fn reconcile_once(
+        &self,
+        now_ms: UnixMs,
+        stuck_after_ms: i64,
+        limit: usize,
+    ) -> Result<ReconcileOutcome, StoreError> {
+        let expired = self.expire_holds(now_ms, limit)?;
+        let pruned = self.prune_once(now_ms, limit)?;
+        let before = now_ms.saturating_sub(stuck_after_ms);
+        let stuck = self.read(|client| books::stuck(client, before))?;
+        // Each partition's conservation is a CHECK the database enforces
+        // on every write; holds against partitions (a scan of every hold)
+        // are `sluice audit`'s, not every pass's.
+        Ok(ReconcileOutcome {
+            expired,
+            stuck: stuck.into_iter().filter(|(_, n)| *n > 0).collect(),
+            keys_purged: pruned.idempotency_keys,
+            pruned,
+            ..ReconcileOutcome::default()
+        })
+    }
+
+    fn reconcile_payments_once(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<PaymentsReconcileOutcome, StoreError> {
+        payments::reconcile_payments_once(self, now_ms, limit)
+    }
+
+    fn books(&self) -> Result<Books, StoreError> {
+        self.read(books::books)
+    }
+
+    fn gauges(&self, now_ms: UnixMs) -> Result<Gauges, StoreError> {
+        self.read(|client| books::gauges(client, now_ms))
+    }
+
+    fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
+        self.write(|tx| books::probe(tx, now_ms))
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn durable_writes(&self) -> u64 {
