@@ -168,6 +168,10 @@ pub trait OrderBackend: Send + Sync {
         limit: usize,
     ) -> Result<PaymentsReconcileOutcome, StoreError>;
 
+    /// Every SKU's counts (SQLite: from memory; PostgreSQL: one query over
+    /// the partition rows): the sold-out refresh after each write.
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError>;
+
     /// Every SKU's counts and the orders per state (SQLite: from memory as
     /// of the last commit; PostgreSQL: two short queries).
     fn books(&self) -> Result<Books, StoreError>;

@@ -182,6 +182,10 @@ impl OrderBackend for SqliteBackend {
         self.service.reconcile_payments_once(now_ms, limit)
     }
 
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
+        Ok(self.store().books().inventory.clone())
+    }
+
     fn books(&self) -> Result<Books, StoreError> {
         Ok(self.store().books().as_ref().clone())
     }

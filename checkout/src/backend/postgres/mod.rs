@@ -24,6 +24,7 @@
 //! - `retention`: bounded pruning passes (keys, published events,
 //!   webhook ids, ended holds);
 //! - `books`: the books, gauges, stuck orders and the readiness write;
+//! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it.
 //!
@@ -31,6 +32,7 @@
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
 //! the sync face of `tokio-postgres`, pooled by `r2d2`.
 
+mod audit;
 mod books;
 mod cancel;
 mod checkout;
@@ -200,6 +202,25 @@ impl PgBackend {
         Ok(backend)
     }
 
+    /// `sluice audit`: the books' checks on the database at `config.url`,
+    /// read only (nothing is migrated); a schema of another version than
+    /// this binary's is refused.
+    pub fn audit(config: &PgConfig, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        let mut pg: postgres::Config = config
+            .url
+            .parse()
+            .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
+        pg.connect_timeout(config.connect_timeout);
+        let mut client = pg.connect(NoTls).map_err(pg_err)?;
+        let version = schema::version(&mut client)?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::InvalidArgument(format!(
+                "the PostgreSQL schema is at version {version}, this binary's is {SCHEMA_VERSION}"
+            )));
+        }
+        audit::check_books(&mut client, now_ms)
+    }
+
     /// The schema version stored in the database.
     pub fn schema_version(&self) -> Result<i32, StoreError> {
         let mut client = self.pool.get().map_err(pool_err)?;
@@ -346,8 +367,8 @@ impl OrderBackend for PgBackend {
         self.read(order::counts)
     }
 
-    fn check_books(&self, _now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
-        self.read(stock::check_books)
+    fn check_books(&self, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        self.read(|client| audit::check_books(client, now_ms))
     }
 
     fn apply_webhook(
@@ -399,6 +420,10 @@ impl OrderBackend for PgBackend {
         limit: usize,
     ) -> Result<PaymentsReconcileOutcome, StoreError> {
         payments::reconcile_payments_once(self, now_ms, limit)
+    }
+
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
+        self.read(|client| books::levels(client))
     }
 
     fn books(&self) -> Result<Books, StoreError> {

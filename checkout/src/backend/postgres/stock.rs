@@ -591,41 +591,6 @@ pub(super) fn partitions(
         .collect())
 }
 
-/// What does not add up: a partition whose reserved or committed units
-/// differ from its holds (the schema's CHECKs already keep each partition
-/// conserved and non-negative).
-pub(super) fn check_books(client: &mut postgres::Client) -> Result<Vec<String>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT p.sku, p.part, p.reserved, p.committed,
-                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'held'), 0)::bigint,
-                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'committed'), 0)::bigint,
-                    p.share, p.available
-             FROM stock_partitions p
-             LEFT JOIN reservations r ON r.sku = p.sku AND r.part = p.part
-             GROUP BY p.sku, p.part ORDER BY p.sku, p.part",
-            &[],
-        )
-        .map_err(pg_err)?;
-    let mut violations = Vec::new();
-    for row in rows {
-        let (sku, part): (String, i32) = (row.get(0), row.get(1));
-        let (reserved, committed, held, sold): (i64, i64, i64, i64) =
-            (row.get(2), row.get(3), row.get(4), row.get(5));
-        let (share, available): (i64, i64) = (row.get(6), row.get(7));
-        if reserved != held || committed != sold {
-            violations.push(format!(
-                "{sku} partition {part}: reserved {reserved} / committed {committed}, \
-                 holds {held} / {sold}"
-            ));
-        }
-        if available < 0 || share != available + reserved + committed {
-            violations.push(format!("{sku} partition {part} is not conserved"));
-        }
-    }
-    Ok(violations)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
