@@ -1164,3 +1164,74 @@ fn adjustments_move_free_units_only(f: &Fixture) {
     );
     f.assert_books_balance();
 }
+
+#[test]
+fn postgres_fleet_payments_passes_drive_each_attempt_once() {
+    use sluice_checkout::limits::PAYMENT_IN_FLIGHT_MS;
+    use sluice_checkout::Faults;
+    let (fleet, provider, _cluster, _) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-p".into(),
+        total: 100,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 2,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    // The provider answers 5xx to everything (nothing takes effect): 30
+    // orders are left authorizing, their attempts pending.
+    provider.set_faults(Faults {
+        error_5xx_per_mille: 1000,
+        ..Faults::default()
+    });
+    let mut orders = Vec::new();
+    for i in 0..30 {
+        let (order, _) = fleet[i % 3]
+            .checkout_within(
+                &format!("p{i}"),
+                &key(&format!("pay-key-{i:04}")),
+                &request("sku-p", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+        assert_eq!(order.state, OrderState::Authorizing);
+        orders.push(order);
+    }
+    provider.set_faults(Faults::default());
+    // The three gateways' payments passes run at once, in small passes:
+    // each attempt is taken by one of them.
+    let now = T0_MS + PAYMENT_IN_FLIGHT_MS + 1;
+    let barrier = Arc::new(Barrier::new(fleet.len()));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut driven = 0;
+                loop {
+                    let outcome = backend.reconcile_payments_once(now, 4).unwrap();
+                    if outcome.attempts_driven == 0 {
+                        return driven;
+                    }
+                    assert_eq!(outcome.attempts_driven, outcome.attempts_resolved);
+                    driven += outcome.attempts_driven;
+                }
+            })
+        })
+        .collect();
+    let per_gateway: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(per_gateway.iter().sum::<usize>(), 30, "{per_gateway:?}");
+    for (i, order) in orders.iter().enumerate() {
+        let order = fleet[(i + 1) % 3]
+            .get_order(&format!("p{i}"), &order.order_id)
+            .unwrap();
+        assert_eq!(order.state, OrderState::Confirmed);
+    }
+    assert_eq!(provider.total_captures(), 30);
+    let stock = fleet[2].stock("sku-p").unwrap();
+    assert_eq!((stock.committed, stock.reserved), (30, 0));
+    assert!(fleet[1].check_books(now).unwrap().is_empty());
+}
