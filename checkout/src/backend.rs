@@ -169,8 +169,13 @@ pub trait OrderBackend: Send + Sync {
     ) -> Result<PaymentsReconcileOutcome, StoreError>;
 
     /// Every SKU's counts (SQLite: from memory; PostgreSQL: one query over
-    /// the partition rows): the sold-out refresh after each write.
+    /// the partition rows): the sold-out refresh.
     fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError>;
+
+    /// Whether [`OrderBackend::stock_levels`] and [`OrderBackend::books`]
+    /// are read from memory (free to call after every write) rather than
+    /// from the database.
+    fn books_in_memory(&self) -> bool;
 
     /// Every SKU's counts and the orders per state (SQLite: from memory as
     /// of the last commit; PostgreSQL: two short queries).

@@ -88,7 +88,13 @@ impl ServeHttp for Admin {
                 }
             }
             let (status, value) = self.shared.orders.adjust(sku, &body).await;
-            return json_response(status, &value);
+            let mut r = json_response(status, &value);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // Overloaded or the store away: nothing changed, try again.
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            }
+            return r;
         }
         if method != Method::GET && method != Method::HEAD {
             return method_not_allowed("The admin routes only answer GET.", "GET, HEAD");

@@ -186,6 +186,10 @@ impl OrderBackend for SqliteBackend {
         Ok(self.store().books().inventory.clone())
     }
 
+    fn books_in_memory(&self) -> bool {
+        true
+    }
+
     fn books(&self) -> Result<Books, StoreError> {
         Ok(self.store().books().as_ref().clone())
     }

@@ -64,10 +64,12 @@ pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
 /// Short store calls (order reads, cancels, webhooks, adjustments) in
 /// flight at once, at most; checkouts have their own budget.
 pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
-/// PostgreSQL connections one gateway keeps at most (`[cluster]
-/// postgres_url`). A connection is held for one transaction, never across
-/// a provider call; a call that finds none free within 2 s answers
-/// `503 store_unavailable`. Size the server's `max_connections` to this
+/// PostgreSQL connections one gateway keeps for new checkouts, reads and
+/// the background passes (`[cluster] postgres_url`); payments under way
+/// have `sluice_checkout::backend::postgres::ANSWER_POOL_MAX` more of their
+/// own. A connection is held for one transaction, never across a provider
+/// call; a call that finds none free within 2 s answers
+/// `503 store_unavailable`. Size the server's `max_connections` to both
 /// times the fleet's gateways, plus room for operators.
 pub const PG_POOL_MAX: u32 = 16;
 
@@ -525,7 +527,14 @@ impl Orders {
                 // Nothing changed, and the store would not answer more now.
                 return (result, None);
             }
-            refresh(&stock, backend.as_ref());
+            // A shared store is re-read only when this checkout found the
+            // stock gone (the room should stop admitting now); otherwise
+            // by the worker's pass each second, sparing the pool a read per
+            // checkout.
+            let sold_out = matches!(&result, Ok((o, _)) if o.state == OrderState::Rejected);
+            if backend.books_in_memory() || sold_out {
+                refresh(&stock, backend.as_ref());
+            }
             // Counted after refusals too: a pass over a limit lowered by a
             // reload gives its slot back here.
             let orders = Some(backend.subject_orders(&subject));

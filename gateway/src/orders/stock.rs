@@ -5,9 +5,10 @@
 //! held (a held unit comes back if its order is declined, cancelled or
 //! expires). Rooms ask on every join and poll, so the answer is a snapshot,
 //! never a query: its stock counts are re-read after each write this
-//! gateway makes (from memory on SQLite, one query over the partition rows
-//! on PostgreSQL) and, with the orders per state, by the orders worker's
-//! pass (so another gateway's sales on a shared PostgreSQL show within
+//! gateway makes on SQLite (from memory), after a cancel, adjustment,
+//! webhook or sold-out checkout on PostgreSQL (one query over the partition
+//! rows), and, with the orders per state, by the orders worker's pass each
+//! second (so another gateway's sales on a shared PostgreSQL show within
 //! one pass).
 
 use std::collections::HashMap;

@@ -228,7 +228,7 @@ fn pay(backend: &PgBackend, order: Order, now_ms: UnixMs) -> Result<Order, Check
     if !settle::drive(backend, auth_key, false, now_ms)? {
         tracing::debug!(order = %id, "payment answer ambiguous; left to the payments reconciler");
     }
-    Ok(backend.read(|client| order::load_existing(client, &id))?)
+    Ok(backend.read_answer(|client| order::load_existing(client, &id))?)
 }
 
 #[cfg(test)]

@@ -113,6 +113,9 @@ impl PgConfig {
 /// Stock, orders, holds, attempts and outbox in one PostgreSQL database.
 pub struct PgBackend {
     pool: Pool,
+    /// A few connections of their own for recording provider answers, so
+    /// a rush of new checkouts holding `pool` cannot starve them.
+    answers: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
     /// Counters the gateway exports (webhooks, compensations, …).
@@ -150,6 +153,13 @@ fn io_failure(e: &postgres::Error) -> bool {
     false
 }
 
+/// How long the record of a provider's answer waits for a pooled
+/// connection, at most (see [`PgBackend::write_answer`]).
+pub const ANSWER_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// Connections kept for recording provider answers, besides
+/// [`PgConfig::pool_max`].
+pub const ANSWER_POOL_MAX: u32 = 8;
+
 /// Runs of one transaction, at most, when the server aborts it as a
 /// deadlock victim or a serialisation failure (SQLSTATE 40P01, 40001).
 pub const TX_TRIES_MAX: u32 = 5;
@@ -184,14 +194,19 @@ impl PgBackend {
             .url
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
-        let manager = PostgresConnectionManager::new(pg, NoTls);
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_max.max(1))
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(PostgresConnectionManager::new(pg.clone(), NoTls));
+        let answers = r2d2::Pool::builder()
+            .max_size(ANSWER_POOL_MAX)
+            .min_idle(Some(0))
+            .connection_timeout(ANSWER_CONNECT_WAIT)
+            .build_unchecked(PostgresConnectionManager::new(pg, NoTls));
         let backend = Self {
             pool,
+            answers,
             provider,
             durable_writes: AtomicU64::new(0),
             metrics: Metrics::default(),
@@ -234,12 +249,39 @@ impl PgBackend {
     /// inside `f`: the rows it locks stay locked until the commit.
     pub(crate) fn write<T, E>(
         &self,
+        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Retryable,
+    {
+        let client = self.pool.get().map_err(pool_err)?;
+        self.write_on(client, f)
+    }
+
+    /// [`Self::write`] for the record of a provider's answer: on the
+    /// answers' own pool ([`ANSWER_POOL_MAX`] connections), waiting up to
+    /// [`ANSWER_CONNECT_WAIT`] for one, since the answer is already given
+    /// (a pool busy with new checkouts must not leave a paid order to the
+    /// payments reconciler).
+    pub(crate) fn write_answer<T, E>(
+        &self,
+        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Retryable,
+    {
+        let client = self.answers.get().map_err(pool_err)?;
+        self.write_on(client, f)
+    }
+
+    fn write_on<T, E>(
+        &self,
+        mut client: r2d2::PooledConnection<PostgresConnectionManager<NoTls>>,
         mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
         E: From<StoreError> + Retryable,
     {
-        let mut client = self.pool.get().map_err(pool_err)?;
         let mut tries = 0;
         loop {
             tries += 1;
@@ -257,6 +299,16 @@ impl PgBackend {
             self.durable_writes.fetch_add(1, Ordering::Relaxed);
             return Ok(value);
         }
+    }
+
+    /// [`Self::read`] on the answers' pool: the reads of a payment under
+    /// way (see [`Self::write_answer`]).
+    pub(crate) fn read_answer<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.answers.get().map_err(pool_err)?;
+        f(&mut client)
     }
 
     /// Runs `f` on a pooled connection outside any explicit transaction.
@@ -424,6 +476,10 @@ impl OrderBackend for PgBackend {
 
     fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
         self.read(|client| books::levels(client))
+    }
+
+    fn books_in_memory(&self) -> bool {
+        false
     }
 
     fn books(&self) -> Result<Books, StoreError> {

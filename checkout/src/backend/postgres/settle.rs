@@ -421,7 +421,8 @@ fn pending_of(
 }
 
 /// Sends the attempt `key` and each follow-up its answer decides, every
-/// answer settled in its own transaction. An attempt another path settled
+/// answer settled in its own transaction (on the answers' pool, so a rush
+/// of new checkouts cannot starve a payment under way). An attempt another path settled
 /// first (a webhook) hands over to the follow-up it stored, which this
 /// drive adopts. An answer that stays ambiguous leaves its attempt
 /// `pending` for the payments reconciler. Returns whether every step got
@@ -435,7 +436,7 @@ pub(super) fn drive(
     let mut key = key;
     let mut lookup_first = lookup_first;
     for _ in 0..=PAYMENT_STEPS_MAX {
-        let Some(attempt) = backend.read(|client| load_attempt(client, &key))? else {
+        let Some(attempt) = backend.read_answer(|client| load_attempt(client, &key))? else {
             return Ok(true);
         };
         let settled = if attempt.pending {
@@ -447,7 +448,7 @@ pub(super) fn drive(
             ) else {
                 return Ok(false);
             };
-            backend.write(|tx| settle(tx, backend.metrics(), &key, &answer, now_ms))?
+            backend.write_answer(|tx| settle(tx, backend.metrics(), &key, &answer, now_ms))?
         } else {
             Settled::Before
         };
@@ -460,7 +461,7 @@ pub(super) fn drive(
             Settled::Before => {
                 // Someone else's follow-up may be waiting: adopt it (it may
                 // have been sent already, so ask the provider first).
-                match backend.read(|client| pending_of(client, &attempt.order_id))? {
+                match backend.read_answer(|client| pending_of(client, &attempt.order_id))? {
                     Some(next) if next != attempt.key => {
                         lookup_first = true;
                         next
