@@ -475,7 +475,7 @@ impl OrderBackend for PgBackend {
     }
 
     fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
-        self.read(|client| books::levels(client))
+        self.read(books::levels)
     }
 
     fn books_in_memory(&self) -> bool {

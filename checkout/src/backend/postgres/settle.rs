@@ -395,10 +395,9 @@ pub(super) fn send(
             Err(PaymentError::Refused(reason)) => return Some(OperationOutcome::Failed { reason }),
             Err(PaymentError::Ambiguous) => Metrics::inc(&metrics.payment_ambiguous),
         }
-        match provider.lookup(key) {
-            Ok(Some(known)) => return Some(known),
-            // Never received, or the look-up failed too: send again.
-            Ok(None) | Err(_) => {}
+        // Never received, or the look-up failed too: send again.
+        if let Ok(Some(known)) = provider.lookup(key) {
+            return Some(known);
         }
     }
     None
