@@ -81,6 +81,11 @@ impl OrdersWorker {
                 }
                 self.orders.set_stuck(outcome.stuck);
             }
+            Err(sluice_checkout::StoreError::Unavailable(e)) => {
+                // The rest of the pass would wait on the store in turn.
+                tracing::warn!("reconciler: store unavailable, pass skipped: {e}");
+                return;
+            }
             Err(e) => tracing::error!("reconciler: {e}"),
         }
         match backend.reconcile_payments_once(now_ms() as i64, ROWS_PER_PASS_MAX) {
