@@ -526,3 +526,54 @@ async fn postgres_stopped_for_five_seconds_is_503_then_served_again_by_itself() 
     let (code, out) = audit(&fleet[2]);
     assert_eq!(code, 0, "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_on_redis_and_postgres_sells_one_stock_without_any_test_knob() {
+    let redis = common::redis::Redis::start();
+    let pg = Pg::start();
+    // One line on Redis, one stock on PostgreSQL: the config a sale runs
+    // with, accepted as it is (no SLUICE_ALLOW_TEST_KNOBS).
+    let rest = config(&pg.url(), 5, "").replace(
+        "[cluster]\n",
+        &format!("[cluster]\nredis_url = \"{}\"\n", redis.url()),
+    );
+    let fleet: Vec<Gateway> = (0..2)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                rest: rest.clone(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let client = client();
+    let mut buyers = Vec::new();
+    for i in 0..60 {
+        // Admitted by one gateway, buying through the other.
+        let (line, till) = (fleet[i % 2].url(""), fleet[(i + 1) % 2].url(""));
+        let client = client.clone();
+        buyers.push(tokio::spawn(async move {
+            let pass = pass(&client, &line).await?;
+            let key = format!("fleet-{i:03}-key");
+            let (status, body) = checkout(&client, &till, &pass, &key, "pm_ok").await;
+            assert!(
+                status.is_success() || status == StatusCode::GONE,
+                "{status} {body}"
+            );
+            Some(body["state"].as_str().unwrap_or("sold_out").to_string())
+        }));
+    }
+    let mut confirmed = 0;
+    for buyer in buyers {
+        if buyer.await.unwrap().as_deref() == Some("confirmed") {
+            confirmed += 1;
+        }
+    }
+    assert_eq!(confirmed, 5);
+    assert_eq!(pg_stock(&pg), "5,0,0,5");
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM orders WHERE state = 'confirmed'"),
+        5
+    );
+    let (code, out) = audit(&fleet[1]);
+    assert_eq!(code, 0, "{out}");
+}
