@@ -1,6 +1,7 @@
-//! The store boundary of the checkout hot path: what the gateway and the
-//! shared test suite ask of an order back end, whichever database holds the
-//! stock and the orders.
+//! The store boundary: everything the gateway and the shared test suite ask
+//! of an order back end (the checkout hot path, webhooks, adjustments, the
+//! reconcilers' passes, the outbox relay, the books), whichever database
+//! holds the stock and the orders.
 //!
 //! Two back ends implement [`OrderBackend`]:
 //! - [`sqlite::SqliteBackend`]: the embedded store of one gateway (the
