@@ -362,6 +362,8 @@ async fn a_gateway_killed_mid_checkout_loses_nothing_it_acknowledged() {
     for (i, pass) in passes.into_iter().enumerate() {
         let (client, base, acks) = (client.clone(), victim.clone(), acks_tx.clone());
         shoppers.push(tokio::spawn(async move {
+            // Shoppers arrive over 2 s, so some are always mid-payment.
+            tokio::time::sleep(Duration::from_millis(50 * i as u64)).await;
             let key = format!("victim-{i:03}-key");
             let Ok(r) = client
                 .post(format!("{base}/checkout"))
