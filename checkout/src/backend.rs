@@ -1,6 +1,7 @@
-//! The store boundary of the checkout hot path: what the gateway and the
-//! shared test suite ask of an order back end, whichever database holds the
-//! stock and the orders.
+//! The store boundary: everything the gateway and the shared test suite ask
+//! of an order back end (the checkout hot path, webhooks, adjustments, the
+//! reconcilers' passes, the outbox relay, the books), whichever database
+//! holds the stock and the orders.
 //!
 //! Two back ends implement [`OrderBackend`]:
 //! - [`sqlite::SqliteBackend`]: the embedded store of one gateway (the
@@ -17,17 +18,22 @@
 pub mod postgres;
 pub mod sqlite;
 
+use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
+use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
+use crate::payment_reconciler::PaymentsReconcileOutcome;
+use crate::reconciler::ReconcileOutcome;
 use crate::retention::PruneOutcome;
 use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::ProductSeed;
+use crate::webhook::{WebhookEvent, WebhookOutcome};
 
 pub use postgres::{PgBackend, PgConfig};
 pub use sqlite::SqliteBackend;
@@ -123,4 +129,65 @@ pub trait OrderBackend: Send + Sync {
 
     /// Durable waits (committed transactions) since the back end opened.
     fn durable_writes(&self) -> u64;
+
+    /// Applies one verified provider event (`POST /webhooks/{provider}`):
+    /// its id, the payment and order change and their outbox rows in one
+    /// transaction; a duplicate id changes nothing. Counted in
+    /// [`Metrics::webhook_events`].
+    fn apply_webhook(
+        &self,
+        event: &WebhookEvent,
+        now_ms: UnixMs,
+    ) -> Result<WebhookOutcome, StoreError>;
+
+    /// `POST /admin/inventory/{sku}/adjust`: `delta` free units added or
+    /// taken (never held or sold ones), logged with `reason`.
+    fn adjust(
+        &self,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<StockLevel, StoreError>;
+
+    /// The reservation reconciler's pass: expiry, orders resting past
+    /// `stuck_after_ms`, retention, the checks each back end runs per pass.
+    fn reconcile_once(
+        &self,
+        now_ms: UnixMs,
+        stuck_after_ms: i64,
+        limit: usize,
+    ) -> Result<ReconcileOutcome, StoreError>;
+
+    /// The payments reconciler's pass: the provider's event list, and
+    /// attempts left without an answer resolved with the provider's
+    /// look-up, then the same request again (see
+    /// [`crate::payment_reconciler`]).
+    fn reconcile_payments_once(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<PaymentsReconcileOutcome, StoreError>;
+
+    /// Every SKU's counts (SQLite: from memory; PostgreSQL: one query over
+    /// the partition rows): the sold-out refresh.
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError>;
+
+    /// Whether [`OrderBackend::stock_levels`] and [`OrderBackend::books`]
+    /// are read from memory (free to call after every write) rather than
+    /// from the database.
+    fn books_in_memory(&self) -> bool;
+
+    /// Every SKU's counts and the orders per state (SQLite: from memory as
+    /// of the last commit; PostgreSQL: two short queries).
+    fn books(&self) -> Result<Books, StoreError>;
+
+    /// The outbox backlog and the oldest hold's age.
+    fn gauges(&self, now_ms: UnixMs) -> Result<Gauges, StoreError>;
+
+    /// One real durable write (`/readyz`).
+    fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError>;
+
+    /// The counters the gateway exports.
+    fn metrics(&self) -> &Metrics;
 }

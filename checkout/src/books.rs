@@ -76,3 +76,14 @@ pub(crate) fn read(conn: &Connection) -> Result<Books, StoreError> {
     }
     Ok(Books { inventory, orders })
 }
+
+/// The store's backlog gauges, read when asked (the orders worker's pass).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Outbox events not yet acknowledged by a sink.
+    pub outbox_pending: u64,
+    /// Age of the oldest unpublished outbox event, 0 when none.
+    pub outbox_lag_ms: i64,
+    /// Age of the oldest hold still reserved, 0 when none.
+    pub oldest_hold_age_ms: i64,
+}

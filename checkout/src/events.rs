@@ -18,7 +18,7 @@ use crate::state::PaymentState;
 use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 
 /// How a provider event relates to the payment as stored.
-enum Fit {
+pub(crate) enum Fit {
     /// Move forward to the event's state.
     Advance,
     /// Already there or past it.
@@ -29,7 +29,8 @@ enum Fit {
     Orphan(Operation),
 }
 
-fn fit(current: PaymentState, event: EventType) -> Fit {
+/// The decision, as a plain function (both back ends apply it).
+pub(crate) fn fit(current: PaymentState, event: EventType) -> Fit {
     use EventType as E;
     use PaymentState as P;
     match (current, event) {

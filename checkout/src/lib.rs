@@ -18,9 +18,10 @@
 //!
 //! Map of the crate, one concept per file:
 //!
-//! - [`backend`]: the store boundary of the checkout hot path
-//!   ([`OrderBackend`]) and its two back ends: embedded SQLite (below) and
-//!   PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL).
+//! - [`backend`]: the store boundary ([`OrderBackend`]: everything the
+//!   gateway asks of a store, from checkout to webhooks, the reconcilers'
+//!   passes and the books) and its two back ends: embedded SQLite (below)
+//!   and PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL).
 //! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
 //!   seeding products, inventory adjustments, the write path.
 //! - `schema`: the tables and their CHECK constraints, as numbered

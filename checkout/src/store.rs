@@ -274,16 +274,9 @@ impl Store {
         Ok(())
     }
 
-    /// Changes a SKU's stock by `delta` units (added to or taken from
-    /// `available` and `total`), recorded with `reason`. Taking more than is
-    /// available is refused: held and sold units are not the operator's.
-    pub fn adjust(
-        &self,
-        sku: &str,
-        delta: i64,
-        reason: &str,
-        now_ms: UnixMs,
-    ) -> Result<StockLevel, StoreError> {
+    /// Whether an adjustment's `delta` and `reason` may be applied at all
+    /// (both back ends check it before writing).
+    pub fn check_adjustment(delta: i64, reason: &str) -> Result<(), StoreError> {
         if reason.trim().is_empty() || reason.len() > ADJUST_REASON_LEN_MAX {
             return Err(StoreError::InvalidArgument(format!(
                 "reason must be 1 to {ADJUST_REASON_LEN_MAX} bytes"
@@ -294,6 +287,20 @@ impl Store {
                 "delta must be non-zero and at most {STOCK_UNITS_MAX} units"
             )));
         }
+        Ok(())
+    }
+
+    /// Changes a SKU's stock by `delta` units (added to or taken from
+    /// `available` and `total`), recorded with `reason`. Taking more than is
+    /// available is refused: held and sold units are not the operator's.
+    pub fn adjust(
+        &self,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<StockLevel, StoreError> {
+        Self::check_adjustment(delta, reason)?;
         let (sku, reason) = (sku.to_owned(), reason.to_owned());
         self.write(move |tx, metrics| {
             let sku = sku.as_str();

@@ -104,6 +104,9 @@ on_both!(
     cancel_releases_a_hold_and_refunds_a_sale_once,
     retention_forgets_keys_events_and_ended_holds_in_bounded_passes,
     partitions_never_exceed_the_total_over_random_interleavings,
+    provider_events_settle_once_whatever_their_order,
+    the_payments_reconciler_resolves_an_unanswered_payment,
+    adjustments_move_free_units_only,
 );
 
 fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
@@ -1004,4 +1007,231 @@ fn postgres_fleet_relays_each_event_once_and_takes_over_a_dead_relay() {
         .unwrap();
     assert!(later.published >= 10, "{later:?}");
     assert_eq!(pending(&url), 0);
+}
+
+fn provider_events_settle_once_whatever_their_order(f: &Fixture) {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent, WebhookOutcome};
+    f.seed(&[("sku-w", 3, 1)]);
+    let limits = OrderLimits::UNLIMITED;
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "w",
+            &key("webhook-1"),
+            &request("sku-w", 1, PM_OK),
+            limits,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    let payment_id = order.payment_id.clone().unwrap();
+    let event = |id: &str, event_type: EventType, amount_cents: u64| WebhookEvent {
+        id: id.to_owned(),
+        event_type,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: payment_id.clone(),
+            order_id: order.order_id.clone(),
+            amount_cents,
+        },
+    };
+    let amount = order.amount_cents;
+    let apply = |e: &WebhookEvent| f.backend.apply_webhook(e, T0_MS + 1_000).unwrap();
+    // The provider's own events of this payment, arriving after the
+    // answers: already there.
+    assert_eq!(
+        apply(&event("evt_a", EventType::Authorized, amount)),
+        WebhookOutcome::Stale
+    );
+    assert_eq!(
+        apply(&event("evt_c", EventType::Captured, amount)),
+        WebhookOutcome::Stale
+    );
+    // Another amount contradicts the order: refused, nothing changed.
+    assert_eq!(
+        apply(&event("evt_x", EventType::Refunded, amount + 1)),
+        WebhookOutcome::RejectedTransition
+    );
+    assert_eq!(
+        f.backend.get_order("w", &order.order_id).unwrap().state,
+        OrderState::Confirmed
+    );
+    // A refund made at the provider's dashboard: the order follows and its
+    // unit is back on sale.
+    let refund = event("evt_r", EventType::Refunded, amount);
+    assert_eq!(apply(&refund), WebhookOutcome::Processed);
+    let refunded = f.backend.get_order("w", &order.order_id).unwrap();
+    assert_eq!(
+        (refunded.state, refunded.payment_state),
+        (OrderState::Refunded, PaymentState::Refunded)
+    );
+    let stock = f.backend.stock("sku-w").unwrap();
+    assert_eq!((stock.available, stock.committed), (3, 0));
+    // The same event again (a redelivery, another gateway): nothing moves.
+    let writes = f.backend.durable_writes();
+    assert_eq!(apply(&refund), WebhookOutcome::Duplicate);
+    assert!(f.backend.durable_writes() - writes <= 1);
+    assert_eq!(f.backend.stock("sku-w").unwrap().available, 3);
+    let counted = &f.backend.metrics().webhook_events;
+    assert_eq!(counted.get(&["duplicate"]), 1);
+    assert_eq!(counted.get(&["processed"]), 1);
+    f.assert_books_balance();
+}
+
+fn the_payments_reconciler_resolves_an_unanswered_payment(f: &Fixture) {
+    use sluice_checkout::limits::PAYMENT_IN_FLIGHT_MS;
+    use sluice_checkout::Faults;
+    f.seed(&[("sku-r", 2, 1)]);
+    // Every provider call times out: the order is left authorizing, its
+    // unit held, nothing decided.
+    f.provider.set_faults(Faults {
+        timeout_per_mille: 1000,
+        ..Faults::default()
+    });
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "r",
+            &key("reconcile-1"),
+            &request("sku-r", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Authorizing);
+    assert_eq!(f.backend.stock("sku-r").unwrap().reserved, 1);
+    // The provider answers again; past the in-flight bound the pass asks
+    // it what became of the payment and finishes it.
+    f.provider.set_faults(Faults::default());
+    let mut now = T0_MS + PAYMENT_IN_FLIGHT_MS + 1;
+    let deadline = now + 10 * PAYMENT_IN_FLIGHT_MS;
+    loop {
+        f.backend.reconcile_payments_once(now, 100).unwrap();
+        let state = f.backend.get_order("r", &order.order_id).unwrap().state;
+        if state == OrderState::Confirmed {
+            break;
+        }
+        assert!(now < deadline, "still {state:?}");
+        now += PAYMENT_IN_FLIGHT_MS + 1;
+    }
+    let stock = f.backend.stock("sku-r").unwrap();
+    assert_eq!(
+        (stock.available, stock.reserved, stock.committed),
+        (1, 0, 1)
+    );
+    // Captured once, however many passes looked at it.
+    assert_eq!(f.provider.total_captures(), 1);
+    f.backend
+        .reconcile_payments_once(now + PAYMENT_IN_FLIGHT_MS + 1, 100)
+        .unwrap();
+    assert_eq!(f.provider.total_captures(), 1);
+    f.assert_books_balance();
+}
+
+fn adjustments_move_free_units_only(f: &Fixture) {
+    use sluice_checkout::StoreError;
+    f.seed(&[("sku-j", 5, 2)]);
+    let level = f.backend.adjust("sku-j", 3, "restock", T0_MS).unwrap();
+    assert_eq!((level.total, level.available), (8, 8));
+    f.backend
+        .begin_within(
+            "j",
+            &key("adjust-1"),
+            &request("sku-j", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    // A held unit is not the operator's to take.
+    let taken = f.backend.adjust("sku-j", -8, "shrinkage", T0_MS);
+    assert!(
+        matches!(taken, Err(StoreError::InvalidArgument(_))),
+        "{taken:?}"
+    );
+    let level = f.backend.adjust("sku-j", -7, "shrinkage", T0_MS).unwrap();
+    assert_eq!((level.total, level.available, level.reserved), (1, 0, 1));
+    for (delta, reason) in [(0, "none"), (1, " ")] {
+        let refused = f.backend.adjust("sku-j", delta, reason, T0_MS);
+        assert!(
+            matches!(refused, Err(StoreError::InvalidArgument(_))),
+            "{refused:?}"
+        );
+    }
+    let unknown = f.backend.adjust("sku-none", 1, "restock", T0_MS);
+    assert!(
+        matches!(unknown, Err(StoreError::UnknownSku(_))),
+        "{unknown:?}"
+    );
+    f.assert_books_balance();
+}
+
+#[test]
+fn postgres_fleet_payments_passes_drive_each_attempt_once() {
+    use sluice_checkout::limits::PAYMENT_IN_FLIGHT_MS;
+    use sluice_checkout::Faults;
+    let (fleet, provider, _cluster, _) = fleet_of_three();
+    let seed = ProductSeed {
+        sku: "sku-p".into(),
+        total: 100,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 2,
+    };
+    fleet[0].seed_products_at(&[seed], T0_MS).unwrap();
+    // The provider answers 5xx to everything (nothing takes effect): 30
+    // orders are left authorizing, their attempts pending.
+    provider.set_faults(Faults {
+        error_5xx_per_mille: 1000,
+        ..Faults::default()
+    });
+    let mut orders = Vec::new();
+    for i in 0..30 {
+        let (order, _) = fleet[i % 3]
+            .checkout_within(
+                &format!("p{i}"),
+                &key(&format!("pay-key-{i:04}")),
+                &request("sku-p", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+            .unwrap();
+        assert_eq!(order.state, OrderState::Authorizing);
+        orders.push(order);
+    }
+    provider.set_faults(Faults::default());
+    // The three gateways' payments passes run at once, in small passes:
+    // each attempt is taken by one of them.
+    let now = T0_MS + PAYMENT_IN_FLIGHT_MS + 1;
+    let barrier = Arc::new(Barrier::new(fleet.len()));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|backend| {
+            let backend = Arc::clone(backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut driven = 0;
+                loop {
+                    let outcome = backend.reconcile_payments_once(now, 4).unwrap();
+                    if outcome.attempts_driven == 0 {
+                        return driven;
+                    }
+                    assert_eq!(outcome.attempts_driven, outcome.attempts_resolved);
+                    driven += outcome.attempts_driven;
+                }
+            })
+        })
+        .collect();
+    let per_gateway: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(per_gateway.iter().sum::<usize>(), 30, "{per_gateway:?}");
+    for (i, order) in orders.iter().enumerate() {
+        let order = fleet[(i + 1) % 3]
+            .get_order(&format!("p{i}"), &order.order_id)
+            .unwrap();
+        assert_eq!(order.state, OrderState::Confirmed);
+    }
+    assert_eq!(provider.total_captures(), 30);
+    let stock = fleet[2].stock("sku-p").unwrap();
+    assert_eq!((stock.committed, stock.reserved), (30, 0));
+    assert!(fleet[1].check_books(now).unwrap().is_empty());
 }

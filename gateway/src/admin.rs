@@ -88,7 +88,13 @@ impl ServeHttp for Admin {
                 }
             }
             let (status, value) = self.shared.orders.adjust(sku, &body).await;
-            return json_response(status, &value);
+            let mut r = json_response(status, &value);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // Overloaded or the store away: nothing changed, try again.
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            }
+            return r;
         }
         if method != Method::GET && method != Method::HEAD {
             return method_not_allowed("The admin routes only answer GET.", "GET, HEAD");
@@ -101,7 +107,7 @@ impl ServeHttp for Admin {
             ),
             "/healthz" => json_response(StatusCode::OK, &json!({"status": "ok"})),
             "/readyz" => {
-                let store = self.shared.orders.store().clone();
+                let store = self.shared.orders.backend().clone();
                 let (store, provider) = self
                     .shared
                     .readiness
@@ -119,7 +125,7 @@ impl ServeHttp for Admin {
                     &json!({"ready": reasons.is_empty(), "reasons": reasons}),
                 )
             }
-            "/admin/state" => json_response(StatusCode::OK, &self.state()),
+            "/admin/state" => json_response(StatusCode::OK, &self.state().await),
             _ => error(&ApiError::new(
                 ErrorCode::NotFound,
                 "No admin route at this path.",
@@ -130,7 +136,7 @@ impl ServeHttp for Admin {
 
 impl Admin {
     /// The fields of `/admin/state` that exist so far.
-    fn state(&self) -> serde_json::Value {
+    async fn state(&self) -> serde_json::Value {
         let rt = self.shared.runtime();
         let config = &rt.config;
         let status = self
@@ -200,7 +206,7 @@ impl Admin {
             })
             .collect();
         let (cache_bytes, cache_entries) = rt.origin_cache.usage();
-        let (inventory, orders) = self.shared.orders.state();
+        let (inventory, orders) = self.shared.orders.state().await;
         let fleet = self.shared.rooms.fleet_members().map(|members| {
             members
                 .iter()

@@ -52,8 +52,13 @@ enum Command {
     },
     /// Check the stored state offline: exit 0 clean, 1 with a line per violation.
     Audit {
+        /// The embedded store's data directory.
+        #[arg(long, required_unless_present = "config", conflicts_with = "config")]
+        data_dir: Option<PathBuf>,
+        /// A config: its `[cluster] postgres_url` (the fleet's shared
+        /// store), else its `gateway.data_dir`.
         #[arg(long)]
-        data_dir: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Print a fresh ticket-signing key in the config's format.
     Keygen {
@@ -94,14 +99,16 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
-        Command::Audit { data_dir } => match sluice_gateway::server::audit(&data_dir) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::from(1),
-            Err(e) => {
-                eprintln!("sluice audit: {e:#}");
-                ExitCode::from(2)
+        Command::Audit { data_dir, config } => {
+            match sluice_gateway::server::audit(data_dir.as_deref(), config.as_deref()) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("sluice audit: {e:#}");
+                    ExitCode::from(2)
+                }
             }
-        },
+        }
         Command::Keygen { alg } => match sluice_gateway::keygen::entry(alg) {
             Ok(entry) => {
                 print!("{entry}");

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_checkout::Store;
+use sluice_checkout::OrderBackend;
 use sluice_policies::model::{PaymentProviderKind, Payments};
 
 /// How long one probe may take before it counts as failed.
@@ -54,7 +54,11 @@ pub struct Readiness {
 impl Readiness {
     /// The store's and the provider's probe outcomes, fresh or from the
     /// last [`CACHE_MS`].
-    pub async fn probe(&self, store: Arc<Store>, payments: &Payments) -> (Probe, Option<Probe>) {
+    pub async fn probe(
+        &self,
+        store: Arc<dyn OrderBackend>,
+        payments: &Payments,
+    ) -> (Probe, Option<Probe>) {
         let mut last = self.last.lock().await;
         if let Some((at, store, provider)) = last.as_ref() {
             if at.elapsed() < Duration::from_millis(CACHE_MS) {
@@ -73,7 +77,7 @@ impl Readiness {
         (store, provider)
     }
 
-    async fn probe_store(&self, store: Arc<Store>) -> Probe {
+    async fn probe_store(&self, store: Arc<dyn OrderBackend>) -> Probe {
         if self.store_probe_running.swap(true, Ordering::AcqRel) {
             return Probe::Failed("the last write probe has not finished".into());
         }

@@ -202,19 +202,50 @@ pub fn check(files: &[std::path::PathBuf]) -> bool {
     ok
 }
 
-/// `sluice audit`: checks the stored state offline. Prints one line per
-/// violation; `Ok(true)` when clean.
-pub fn audit(data_dir: &std::path::Path) -> anyhow::Result<bool> {
+/// `sluice audit`: checks the stored state offline: the SQLite store in
+/// `data_dir`, or the one a config names (its `[cluster] postgres_url`,
+/// else its `gateway.data_dir`). Prints one line per violation;
+/// `Ok(true)` when clean.
+pub fn audit(
+    data_dir: Option<&std::path::Path>,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<bool> {
     let now = crate::queue::now_ms() as i64;
-    let violations = sluice_checkout::audit(data_dir, now)
-        .with_context(|| format!("auditing {}", data_dir.display()))?;
+    let (what, violations) = match (data_dir, config) {
+        (Some(dir), _) => (dir.display().to_string(), audit_sqlite(dir, now)?),
+        (None, Some(path)) => {
+            let config = sluice_policies::load_file(path)
+                .map_err(|problems| anyhow::anyhow!("{problems}"))?;
+            match &config.cluster.postgres_url {
+                Some(url) => {
+                    let pg = sluice_checkout::PgConfig::new(url.expose());
+                    let violations = sluice_checkout::PgBackend::audit(&pg, now)
+                        .context("auditing the PostgreSQL of [cluster] postgres_url")?;
+                    ("[cluster] postgres_url".to_string(), violations)
+                }
+                None => {
+                    let dir = &config.gateway.data_dir;
+                    (dir.display().to_string(), audit_sqlite(dir, now)?)
+                }
+            }
+        }
+        (None, None) => anyhow::bail!("give --data-dir or --config"),
+    };
     for v in &violations {
         println!("{v}");
     }
     if violations.is_empty() {
-        println!("{}: clean", data_dir.display());
+        println!("{what}: clean");
     }
     Ok(violations.is_empty())
+}
+
+fn audit_sqlite(data_dir: &std::path::Path, now: i64) -> anyhow::Result<Vec<String>> {
+    Ok(sluice_checkout::audit(data_dir, now)
+        .with_context(|| format!("auditing {}", data_dir.display()))?
+        .iter()
+        .map(|v| v.to_string())
+        .collect())
 }
 
 pub type SharedState = Arc<Shared>;

@@ -41,8 +41,8 @@ fn start_fleet(redis: &Redis, n: usize, origin: Option<String>, rooms: &str) -> 
             Gateway::start(GatewayOptions {
                 origin: origin.clone(),
                 rest: fleet_config(redis, rooms),
-                // Each gateway's stock is its own until the orders run on
-                // PostgreSQL: the line alone is under test here.
+                // Without [cluster] postgres_url each gateway's stock is
+                // its own: the line alone is under test here.
                 env: vec![("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into())],
                 ..GatewayOptions::default()
             })

@@ -8,18 +8,22 @@ use std::sync::Arc;
 
 use crate::audit::audit;
 use crate::backend::OrderBackend;
+use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
+use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
-use crate::reconciler::reconcile_once;
+use crate::payment_reconciler::PaymentsReconcileOutcome;
+use crate::reconciler::{reconcile_once, ReconcileOutcome};
 use crate::retention::{prune_once, PruneOutcome};
 use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
+use crate::webhook::{apply_webhook, WebhookEvent, WebhookOutcome};
 
 /// The SQLite store of one gateway and the service over it.
 pub struct SqliteBackend {
@@ -141,5 +145,69 @@ impl OrderBackend for SqliteBackend {
             .metrics()
             .durable_writes
             .load(Ordering::Relaxed)
+    }
+
+    fn apply_webhook(
+        &self,
+        event: &WebhookEvent,
+        now_ms: UnixMs,
+    ) -> Result<WebhookOutcome, StoreError> {
+        apply_webhook(self.store(), event, now_ms)
+    }
+
+    fn adjust(
+        &self,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<StockLevel, StoreError> {
+        self.store().adjust(sku, delta, reason, now_ms)
+    }
+
+    fn reconcile_once(
+        &self,
+        now_ms: UnixMs,
+        stuck_after_ms: i64,
+        limit: usize,
+    ) -> Result<ReconcileOutcome, StoreError> {
+        reconcile_once(self.store(), now_ms, stuck_after_ms, limit)
+    }
+
+    fn reconcile_payments_once(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<PaymentsReconcileOutcome, StoreError> {
+        self.service.reconcile_payments_once(now_ms, limit)
+    }
+
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
+        Ok(self.store().books().inventory.clone())
+    }
+
+    fn books_in_memory(&self) -> bool {
+        true
+    }
+
+    fn books(&self) -> Result<Books, StoreError> {
+        Ok(self.store().books().as_ref().clone())
+    }
+
+    fn gauges(&self, now_ms: UnixMs) -> Result<Gauges, StoreError> {
+        let store = self.store();
+        Ok(Gauges {
+            outbox_pending: store.outbox_pending()?,
+            outbox_lag_ms: store.outbox_lag_ms(now_ms)?,
+            oldest_hold_age_ms: store.oldest_hold_age_ms(now_ms)?,
+        })
+    }
+
+    fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
+        self.store().probe_write(now_ms)
+    }
+
+    fn metrics(&self) -> &Metrics {
+        self.store().metrics()
     }
 }

@@ -1,6 +1,7 @@
-//! Prometheus view of the reservation core, read from the store at scrape
-//! time: inventory, orders by state, outbox backlog, reservation age,
-//! stuck orders and invariant checks.
+//! Prometheus view of the reservation core at scrape time, from memory:
+//! inventory and orders by state (the books as last read: stock after each
+//! write, orders per state by the orders worker's pass), outbox backlog,
+//! reservation age, stuck orders, and the back end's counters.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,10 +107,9 @@ impl Collector for OrdersCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        // Memory only: the books are published by the store's writer after
-        // each commit, the gauges by the orders worker's pass.
-        let store = self.orders.store();
-        let books = store.books();
+        // Memory only: the books as last read, the gauges by the orders
+        // worker's pass.
+        let books = self.orders.books();
         let gauges = self.orders.gauges();
         let mut metrics: Vec<Vec<Metric>> = vec![Vec::new(); FAMILIES.len()];
         for l in &books.inventory {
@@ -157,7 +157,7 @@ impl Collector for OrdersCollector {
                 n as f64,
             ));
         }
-        let m = store.metrics();
+        let m = self.orders.backend().metrics();
         metrics[6].push(sample(
             &[],
             MetricType::COUNTER,

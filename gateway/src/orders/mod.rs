@@ -3,11 +3,13 @@
 //! worker and the sold-out hook.
 //!
 //! The core (`sluice-checkout`) is synchronous and durable: each call
-//! returns once its transaction is on disk. Checkout, order look-up,
-//! cancel and the pass's order count go through its store boundary
-//! (`OrderBackend`, today the embedded SQLite back end); webhooks,
-//! adjustments, the worker's passes and the books still use the SQLite
-//! `Store` directly. Every call, and the sold-out
+//! returns once its transaction is committed. Every call goes through its
+//! store boundary (`OrderBackend`): the embedded SQLite back end in
+//! `gateway.data_dir` by default, or one PostgreSQL database shared by a
+//! fleet with `[cluster] postgres_url` (stock, orders, webhooks,
+//! adjustments, the worker's passes and the books alike). An unreachable
+//! PostgreSQL answers `503 store_unavailable` with `Retry-After`. Every
+//! call, and the sold-out
 //! refresh after it, runs on a bounded blocking pool (`pool`): checkouts,
 //! which wait on the provider, on their own budget
 //! (`gateway.checkouts_in_flight_max`), the short store calls on another;
@@ -28,6 +30,7 @@ mod sink;
 mod stock;
 mod worker;
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -38,7 +41,7 @@ use sluice_admission::PassOrders;
 use sluice_checkout::webhook::WebhookEvent;
 use sluice_checkout::{
     CheckoutError, CheckoutRequest, CheckoutService, GroupCommitConfig, IdempotencyKey, Order,
-    OrderBackend, OrderLimits, OrderState, ProductSeed, SqliteBackend, Store,
+    OrderBackend, OrderLimits, OrderState, PgBackend, PgConfig, ProductSeed, SqliteBackend, Store,
 };
 use sluice_policies::Config;
 use tokio::sync::mpsc;
@@ -61,13 +64,21 @@ pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
 /// Short store calls (order reads, cancels, webhooks, adjustments) in
 /// flight at once, at most; checkouts have their own budget.
 pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
+/// PostgreSQL connections one gateway keeps for new checkouts, reads and
+/// the background passes (`[cluster] postgres_url`); payments under way
+/// have `sluice_checkout::backend::postgres::ANSWER_POOL_MAX` more of their
+/// own. A connection is held for one transaction, never across a provider
+/// call; a call that finds none free within 2 s answers
+/// `503 store_unavailable`. Size the server's `max_connections` to both
+/// times the fleet's gateways, plus room for operators.
+pub const PG_POOL_MAX: u32 = 16;
 
 pub struct Orders {
-    service: Arc<CheckoutService>,
-    /// The checkout hot path (checkout, order look-up, cancel, the pass's
-    /// order count) goes through the store boundary; today the embedded
-    /// SQLite back end over `service`.
+    /// The stock and order authority: SQLite in `data_dir`, or the fleet's
+    /// PostgreSQL.
     backend: Arc<dyn OrderBackend>,
+    /// `gateway.data_dir` (the outbox's JSON-lines file lives there).
+    data_dir: PathBuf,
     /// Checkouts in flight (store and provider calls, retry waits).
     checkouts: BlockingPool,
     /// Every other call into the core.
@@ -119,44 +130,53 @@ impl OrderRoute<'_> {
 }
 
 impl Orders {
-    /// Opens the store in `gateway.data_dir` and seeds the configured
-    /// products (first time only).
+    /// Opens the store (PostgreSQL with `[cluster] postgres_url`, else
+    /// SQLite in `gateway.data_dir`) and seeds the configured products
+    /// (first time only).
     pub fn open(config: &Config, metrics: &Metrics) -> Result<Self, String> {
-        if config.cluster.postgres_url.is_some() {
-            // Each gateway selling from its own data_dir while the operator
-            // counts on one shared stock would oversell by the fleet's size.
-            return Err(
-                "[cluster] postgres_url: the gateway's order routes do not run on PostgreSQL yet \
-                 (the core's PostgreSQL back end exists, see docs/orders.md); leave it out to \
-                 keep stock and orders in data_dir (one gateway per stock)"
-                    .into(),
-            );
-        }
-        let group_commit = GroupCommitConfig {
-            commit_delay: config.gateway.test_store_commit_delay,
-            ..GroupCommitConfig::default()
-        };
-        if !group_commit.commit_delay.is_zero() {
-            tracing::warn!(delay = ?group_commit.commit_delay, "test knob: every store commit is slowed down");
-        }
-        let store = Store::open_with(&config.gateway.data_dir, group_commit).map_err(|e| {
-            format!(
-                "opening the order store in {}: {e}",
-                config.gateway.data_dir.display()
-            )
-        })?;
-        let store = Arc::new(store);
         let dropped = metrics.webhook_deliveries.with_label_values(&["dropped"]);
         let (provider, sim_events) = payments::provider(&config.payments, dropped);
-        let service = Arc::new(CheckoutService::with_payments(
-            store,
-            provider,
-            sluice_checkout::PaymentsConfig::default(),
-        ));
-        let backend: Arc<dyn OrderBackend> = Arc::new(SqliteBackend::new(service.clone()));
+        let backend: Arc<dyn OrderBackend> = match &config.cluster.postgres_url {
+            Some(url) => {
+                // Still this gateway's own: the outbox file, the signing key.
+                std::fs::create_dir_all(&config.gateway.data_dir)
+                    .map_err(|e| format!("creating {}: {e}", config.gateway.data_dir.display()))?;
+                let pg = PgConfig {
+                    pool_max: PG_POOL_MAX,
+                    ..PgConfig::new(url.expose())
+                };
+                let backend = PgBackend::open(&pg, provider).map_err(|e| {
+                    format!("[cluster] postgres_url: opening the shared order store: {e}")
+                })?;
+                tracing::info!(pool_max = PG_POOL_MAX, "orders on the fleet's PostgreSQL");
+                Arc::new(backend)
+            }
+            None => {
+                let group_commit = GroupCommitConfig {
+                    commit_delay: config.gateway.test_store_commit_delay,
+                    ..GroupCommitConfig::default()
+                };
+                if !group_commit.commit_delay.is_zero() {
+                    tracing::warn!(delay = ?group_commit.commit_delay, "test knob: every store commit is slowed down");
+                }
+                let store =
+                    Store::open_with(&config.gateway.data_dir, group_commit).map_err(|e| {
+                        format!(
+                            "opening the order store in {}: {e}",
+                            config.gateway.data_dir.display()
+                        )
+                    })?;
+                let service = Arc::new(CheckoutService::with_payments(
+                    Arc::new(store),
+                    provider,
+                    sluice_checkout::PaymentsConfig::default(),
+                ));
+                Arc::new(SqliteBackend::new(service))
+            }
+        };
         let orders = Self {
-            service,
             backend,
+            data_dir: config.gateway.data_dir.clone(),
             checkouts: BlockingPool::new(config.gateway.checkouts_in_flight_max.get()),
             calls: BlockingPool::new(STORE_CALLS_IN_FLIGHT_MAX),
             outbox: config.outbox.clone(),
@@ -166,6 +186,7 @@ impl Orders {
             gauges: Mutex::new(StoreGauges::default()),
         };
         orders.apply(config)?;
+        orders.refresh_books();
         orders.refresh_gauges();
         Ok(orders)
     }
@@ -199,8 +220,8 @@ impl Orders {
     /// Writes `seeds` (prices, TTLs, new SKUs) in one transaction, then
     /// takes the config's sku → room map. A failed write changes nothing.
     pub fn commit(&self, config: &Config, seeds: &[ProductSeed]) -> Result<(), String> {
-        self.store()
-            .seed_products(seeds)
+        self.backend
+            .seed_products_at(seeds, now_ms() as i64)
             .map_err(|e| format!("seeding products: {e}"))?;
         self.stock.apply(config);
         self.refresh_stock();
@@ -219,12 +240,13 @@ impl Orders {
         &self.outbox
     }
 
-    pub fn store(&self) -> &Arc<Store> {
-        self.service.store()
+    /// The store boundary (SQLite or PostgreSQL).
+    pub fn backend(&self) -> &Arc<dyn OrderBackend> {
+        &self.backend
     }
 
-    pub fn service(&self) -> &Arc<CheckoutService> {
-        &self.service
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
     }
 
     /// `POST /webhooks/{provider}`: the provider's secrets (its own
@@ -239,16 +261,14 @@ impl Orders {
         body: Bytes,
         payments: &sluice_policies::model::Payments,
     ) -> LocalResponse {
-        use sluice_checkout::webhook::{
-            apply_webhook, count_refused, parse_event, verify_signature,
-        };
+        use sluice_checkout::webhook::{count_refused, parse_event, verify_signature};
         let Some(secrets) = payments.webhook_secrets_for(provider) else {
             return LocalResponse::error(&ApiError::new(
                 ErrorCode::NotFound,
                 "No webhook endpoint is configured for this provider.",
             ));
         };
-        let metrics = self.store().metrics();
+        let metrics = self.backend.metrics();
         let header = headers
             .get("sluice-signature")
             .and_then(|v| v.to_str().ok())
@@ -278,10 +298,12 @@ impl Orders {
                 ));
             }
         };
-        let (store, stock) = (self.store().clone(), self.stock.clone());
+        let (backend, stock) = (self.backend.clone(), self.stock.clone());
         let applied = self.calls.run(move || {
-            let applied = apply_webhook(&store, &event, now_ms);
-            refresh(&stock, &store);
+            let applied = backend.apply_webhook(&event, now_ms);
+            if applied.is_ok() {
+                refresh(&stock, backend.as_ref());
+            }
             applied
         });
         let Ok(applied) = applied.await else {
@@ -302,6 +324,16 @@ impl Orders {
                     source: "webhook",
                 }
             }
+            Err(sluice_checkout::StoreError::Unavailable(e)) => {
+                tracing::warn!("webhook not applied, order store unavailable: {e}");
+                LocalResponse::error(
+                    &ApiError::new(
+                        ErrorCode::StoreUnavailable,
+                        "The order store cannot be reached; send the event again.",
+                    )
+                    .retry_after(1),
+                )
+            }
             Err(e) => {
                 tracing::error!("webhook not applied: {e}");
                 LocalResponse::error(&ApiError::new(
@@ -320,7 +352,15 @@ impl Orders {
     /// start-up, never a proxy thread (handlers refresh inside their pool
     /// call).
     pub fn refresh_stock(&self) {
-        refresh(&self.stock, self.store());
+        refresh(&self.stock, self.backend.as_ref());
+    }
+
+    /// Re-reads the whole books (stock and orders per state). Blocking:
+    /// for the orders worker and start-up.
+    pub fn refresh_books(&self) {
+        if let Err(e) = self.stock.refresh_books(self.backend.as_ref()) {
+            tracing::warn!("books not refreshed: {e}");
+        }
     }
 
     fn set_stuck(&self, stuck: Vec<(OrderState, usize)>) {
@@ -390,10 +430,11 @@ impl Orders {
             OrderRoute::Cancel(id) => {
                 let id = id.to_string();
                 let stock = self.stock.clone();
-                let service = self.service.clone();
                 let cancelled = self.calls.run(move || {
                     let result = backend.cancel(&subject, &id, now_ms() as i64);
-                    refresh(&stock, service.store());
+                    if !unreachable(&result) {
+                        refresh(&stock, backend.as_ref());
+                    }
                     let orders = result.is_ok().then(|| backend.subject_orders(&subject));
                     (result, orders)
                 });
@@ -477,16 +518,23 @@ impl Orders {
                 0
             },
         };
-        let (service, backend, stock) = (
-            self.service.clone(),
-            self.backend.clone(),
-            self.stock.clone(),
-        );
+        let (backend, stock) = (self.backend.clone(), self.stock.clone());
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
         let ran = self.checkouts.run(move || {
             let result = backend.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
-            refresh(&stock, service.store());
+            if unreachable(&result) {
+                // Nothing changed, and the store would not answer more now.
+                return (result, None);
+            }
+            // A shared store is re-read only when this checkout found the
+            // stock gone (the room should stop admitting now); otherwise
+            // by the worker's pass each second, sparing the pool a read per
+            // checkout.
+            let sold_out = matches!(&result, Ok((o, _)) if o.state == OrderState::Rejected);
+            if backend.books_in_memory() || sold_out {
+                refresh(&stock, backend.as_ref());
+            }
             // Counted after refusals too: a pass over a limit lowered by a
             // reload gives its slot back here.
             let orders = Some(backend.subject_orders(&subject));
@@ -552,11 +600,13 @@ impl Orders {
                 "A reason of 1 to 500 characters is required.",
             );
         }
-        let (store, stock) = (self.store().clone(), self.stock.clone());
+        let (backend, stock) = (self.backend.clone(), self.stock.clone());
         let sku = sku.to_string();
         let adjusted = self.calls.run(move || {
-            let result = store.adjust(&sku, adjust.delta, &adjust.reason, now_ms() as i64);
-            refresh(&stock, &store);
+            let result = backend.adjust(&sku, adjust.delta, &adjust.reason, now_ms() as i64);
+            if result.is_ok() {
+                refresh(&stock, backend.as_ref());
+            }
             result
         });
         let Ok(result) = adjusted.await else {
@@ -573,14 +623,36 @@ impl Orders {
             Err(sluice_checkout::StoreError::UnknownSku(_)) => {
                 error_json(ErrorCode::NotFound, "There is no product with this sku.")
             }
-            Err(e) => error_json(ErrorCode::BadRequest, &e.to_string()),
+            Err(sluice_checkout::StoreError::Unavailable(e)) => {
+                tracing::warn!("adjustment not applied, order store unavailable: {e}");
+                error_json(
+                    ErrorCode::StoreUnavailable,
+                    "The order store cannot be reached; nothing was changed, try again.",
+                )
+            }
+            Err(e @ sluice_checkout::StoreError::InvalidArgument(_)) => {
+                error_json(ErrorCode::BadRequest, &e.to_string())
+            }
+            Err(e) => {
+                tracing::error!("adjustment not applied: {e}");
+                error_json(ErrorCode::Internal, "The adjustment could not be stored.")
+            }
         }
     }
 
-    /// `/admin/state` `inventory` and `orders`, from the store's books in
-    /// memory (no query).
-    pub fn state(&self) -> (serde_json::Value, serde_json::Value) {
-        let books = self.store().books();
+    /// `/admin/state` `inventory` and `orders`: the books read now (on the
+    /// short-call pool; from memory on SQLite), or, if the store cannot
+    /// answer, the last books read (logged).
+    pub async fn state(&self) -> (serde_json::Value, serde_json::Value) {
+        let backend = self.backend.clone();
+        let books = match self.calls.run(move || backend.books()).await {
+            Ok(Ok(books)) => Arc::new(books),
+            Ok(Err(e)) => {
+                tracing::warn!("/admin/state shows the last books read: {e}");
+                self.stock.books()
+            }
+            Err(Overloaded) => self.stock.books(),
+        };
         let inventory = json!(books
             .inventory
             .iter()
@@ -594,15 +666,24 @@ impl Orders {
         (inventory, serde_json::Value::Object(orders))
     }
 
+    /// The books as last read (no I/O: metrics scrapes).
+    pub fn books(&self) -> Arc<sluice_checkout::Books> {
+        self.stock.books()
+    }
+
     /// Re-reads the outbox and hold gauges (blocking: the orders worker's
     /// pass calls it, so scrapes read memory).
     pub fn refresh_gauges(&self) {
-        let store = self.store();
-        let now = now_ms() as i64;
-        let gauges = StoreGauges {
-            outbox_pending: store.outbox_pending().ok(),
-            outbox_lag_ms: store.outbox_lag_ms(now).ok(),
-            oldest_hold_age_ms: store.oldest_hold_age_ms(now).ok(),
+        let gauges = match self.backend.gauges(now_ms() as i64) {
+            Ok(g) => StoreGauges {
+                outbox_pending: Some(g.outbox_pending),
+                outbox_lag_ms: Some(g.outbox_lag_ms),
+                oldest_hold_age_ms: Some(g.oldest_hold_age_ms),
+            },
+            Err(e) => {
+                tracing::warn!("store gauges not read: {e}");
+                StoreGauges::default()
+            }
         };
         *self.gauges.lock().unwrap_or_else(|p| p.into_inner()) = gauges;
     }
@@ -621,10 +702,21 @@ pub struct StoreGauges {
 }
 
 /// Re-reads the sold-out snapshot (blocking: call it inside a pool call).
-fn refresh(stock: &StoreStock, store: &Store) {
-    if let Err(e) = stock.refresh(store) {
+fn refresh(stock: &StoreStock, backend: &dyn OrderBackend) {
+    if let Err(e) = stock.refresh(backend) {
         tracing::warn!("sold-out snapshot not refreshed: {e}");
     }
+}
+
+/// Whether a call failed because the store could not be reached (then
+/// nothing more is asked of it in this call).
+fn unreachable<T>(result: &Result<T, CheckoutError>) -> bool {
+    matches!(
+        result,
+        Err(CheckoutError::Store(
+            sluice_checkout::StoreError::Unavailable(_)
+        ))
+    )
 }
 
 /// After a checkout or cancel: the pass's slot goes back to the line once
@@ -756,17 +848,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_postgres_url_is_refused_rather_than_ignored() {
-        let src = "[gateway]\n[cluster]\npostgres_url = \"postgres://u@127.0.0.1:7/db\"\n";
-        let config =
-            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
-                None
-            })
-            .unwrap();
+    fn an_unreachable_postgres_url_fails_the_start_naming_the_key() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Nothing listens there any more: the connection is refused.
+        let src =
+            format!("[gateway]\n[cluster]\npostgres_url = \"postgres://u@127.0.0.1:{port}/db\"\n");
+        let config = sluice_policies::validate::parse_with_env(
+            &src,
+            std::path::Path::new("p.toml"),
+            &|_| None,
+        )
+        .unwrap();
         let err = Orders::open(&config, &Metrics::new("test"))
             .err()
             .expect("refused");
-        assert!(err.contains("do not run on PostgreSQL yet"), "{err}");
+        assert!(err.contains("[cluster] postgres_url"), "{err}");
+        assert!(!err.contains("u@127.0.0.1"), "the URL is a secret: {err}");
     }
 
     #[test]

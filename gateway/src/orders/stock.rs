@@ -1,17 +1,23 @@
-//! The waiting room's sold-out hook, answered by the reservation core.
+//! The store's books as the gateway last read them, and the waiting
+//! room's sold-out hook answered from them.
 //!
 //! A room can still sell while any of its products has units available or
 //! held (a held unit comes back if its order is declined, cancelled or
-//! expires). Rooms ask on every join and poll, so the answer is a snapshot
-//! refreshed by the orders worker and after each checkout from the store's
-//! books in memory, never a query.
+//! expires). Rooms ask on every join and poll, so the answer is a snapshot,
+//! never a query: its stock counts are re-read after each write this
+//! gateway makes on SQLite (from memory), after a cancel, adjustment,
+//! webhook or sold-out checkout on PostgreSQL (one query over the partition
+//! rows), and, with the orders per state, by the orders worker's pass each
+//! second (so another gateway's sales on a shared PostgreSQL show within
+//! one pass).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluice_admission::StockAuthority;
-use sluice_checkout::{Store, StoreError};
+use sluice_checkout::books::Books;
+use sluice_checkout::{OrderBackend, StockLevel, StoreError};
 use sluice_policies::Config;
 
 #[derive(Default)]
@@ -19,6 +25,8 @@ pub struct StoreStock {
     sellable: ArcSwap<HashMap<String, bool>>,
     /// sku → room, from the config in force.
     rooms: ArcSwap<HashMap<String, String>>,
+    /// The books as last read (stock after each write, orders per pass).
+    books: ArcSwap<Books>,
 }
 
 impl StoreStock {
@@ -31,17 +39,42 @@ impl StoreStock {
         self.rooms.store(Arc::new(rooms));
     }
 
-    /// Re-reads the store's counts (its books in memory: no I/O).
-    pub fn refresh(&self, store: &Store) -> Result<(), StoreError> {
+    /// Re-reads every SKU's counts (blocking on PostgreSQL: call it inside
+    /// a pool call or the worker's pass).
+    pub fn refresh(&self, backend: &dyn OrderBackend) -> Result<(), StoreError> {
+        let inventory = backend.stock_levels()?;
+        self.publish_inventory(inventory);
+        Ok(())
+    }
+
+    /// Re-reads the whole books: counts and orders per state.
+    pub fn refresh_books(&self, backend: &dyn OrderBackend) -> Result<(), StoreError> {
+        let books = backend.books()?;
+        self.sell_from(&books.inventory);
+        self.books.store(Arc::new(books));
+        Ok(())
+    }
+
+    fn publish_inventory(&self, inventory: Vec<StockLevel>) {
+        self.sell_from(&inventory);
+        let orders = self.books.load().orders.clone();
+        self.books.store(Arc::new(Books { inventory, orders }));
+    }
+
+    fn sell_from(&self, inventory: &[StockLevel]) {
         let rooms = self.rooms.load();
         let mut sellable: HashMap<String, bool> = HashMap::new();
-        for level in &store.books().inventory {
+        for level in inventory {
             if let Some(room) = rooms.get(&level.sku) {
                 *sellable.entry(room.clone()).or_default() |= level.available + level.reserved > 0;
             }
         }
         self.sellable.store(Arc::new(sellable));
-        Ok(())
+    }
+
+    /// The books as last read (no I/O).
+    pub fn books(&self) -> Arc<Books> {
+        self.books.load_full()
     }
 }
 

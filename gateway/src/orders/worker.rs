@@ -1,5 +1,8 @@
 //! The orders worker: outbox relay, reconciler and the sold-out snapshot,
-//! each a bounded pass, run on a timer until shutdown.
+//! each a bounded pass, run on a timer until shutdown. On a shared
+//! PostgreSQL every gateway runs them; the back end makes each run once
+//! across the fleet (leases and `SKIP LOCKED`, see `sluice-checkout`'s
+//! `backend/postgres`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use sluice_checkout::{reconcile_once, relay_once, JsonLinesSink, Sink};
+use sluice_checkout::{JsonLinesSink, Sink};
 
 use super::sink::{Backoff, HttpSink};
 use super::Orders;
@@ -34,13 +37,10 @@ impl OrdersWorker {
 
     /// One relay pass: the events published, or why none could be.
     pub fn relay(&self, sink: &mut dyn Sink) -> Result<usize, sluice_checkout::RelayError> {
-        relay_once(
-            self.orders.store(),
-            sink,
-            ROWS_PER_PASS_MAX,
-            now_ms() as i64,
-        )
-        .map(|o| o.published)
+        self.orders
+            .backend()
+            .relay_outbox_once(sink, ROWS_PER_PASS_MAX, now_ms() as i64)
+            .map(|o| o.published)
     }
 
     /// The sink the config names: HTTP to the storefront, or the
@@ -49,7 +49,7 @@ impl OrdersWorker {
         let outbox = self.orders.outbox_config();
         match &outbox.url {
             Some(url) => Some(Box::new(HttpSink::new(url, outbox.timeout))),
-            None => match JsonLinesSink::open(self.orders.store().data_dir()) {
+            None => match JsonLinesSink::open(self.orders.data_dir()) {
                 Ok(sink) => Some(Box::new(sink)),
                 Err(e) => {
                     tracing::error!("outbox sink unavailable, events stay pending: {e}");
@@ -61,8 +61,8 @@ impl OrdersWorker {
 
     /// One reconciler pass; logs what it found.
     pub fn reconcile(&self) {
-        let store = self.orders.store();
-        match reconcile_once(store, now_ms() as i64, STUCK_AFTER_MS, ROWS_PER_PASS_MAX) {
+        let backend = self.orders.backend();
+        match backend.reconcile_once(now_ms() as i64, STUCK_AFTER_MS, ROWS_PER_PASS_MAX) {
             Ok(outcome) => {
                 if outcome.expired > 0 {
                     tracing::info!(
@@ -81,13 +81,14 @@ impl OrdersWorker {
                 }
                 self.orders.set_stuck(outcome.stuck);
             }
+            Err(sluice_checkout::StoreError::Unavailable(e)) => {
+                // The rest of the pass would wait on the store in turn.
+                tracing::warn!("reconciler: store unavailable, pass skipped: {e}");
+                return;
+            }
             Err(e) => tracing::error!("reconciler: {e}"),
         }
-        match self
-            .orders
-            .service()
-            .reconcile_payments_once(now_ms() as i64, ROWS_PER_PASS_MAX)
-        {
+        match backend.reconcile_payments_once(now_ms() as i64, ROWS_PER_PASS_MAX) {
             Ok(outcome) => {
                 if outcome.events_processed
                     + outcome.attempts_resolved
@@ -99,7 +100,7 @@ impl OrdersWorker {
             }
             Err(e) => tracing::error!("payments reconciler: {e}"),
         }
-        self.orders.refresh_stock();
+        self.orders.refresh_books();
         self.orders.refresh_gauges();
     }
 }

@@ -940,15 +940,22 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("opens_at"), "{err}");
-        // A fleet that sells would sell each gateway's own stock: refused
-        // until the orders run on PostgreSQL.
-        let selling = format!(
-            "{src}{keys}[[products]]\nsku = \"a\"\nstock = 1\nprice_cents = 1\nroom = \"r\"\n"
-        );
+        // A fleet that sells without a shared PostgreSQL would sell each
+        // gateway's own stock: refused, naming the key that fixes it.
+        let products = "[[products]]\nsku = \"a\"\nstock = 1\nprice_cents = 1\nroom = \"r\"\n";
+        let selling = format!("{src}{keys}{products}");
         let err = Rooms::open(&parse(&selling), false, stock.clone())
             .err()
             .unwrap();
         assert!(err.contains("sell the stock N times"), "{err}");
+        assert!(err.contains("needs [cluster] postgres_url"), "{err}");
+        // With the stock on the fleet's PostgreSQL, the same fleet opens.
+        let shared = src.replace(
+            "[cluster]\n",
+            "[cluster]\npostgres_url = \"postgres://u@127.0.0.1:7/db\"\n",
+        );
+        let selling = format!("{shared}{keys}{products}");
+        assert!(Rooms::open(&parse(&selling), false, stock.clone()).is_ok());
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
     }

@@ -10,6 +10,7 @@
 //! port in between, it starts again on new ones.
 #![allow(dead_code)]
 
+pub mod pg;
 pub mod redis;
 
 use std::io::{Read, Write};

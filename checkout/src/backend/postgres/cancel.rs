@@ -4,17 +4,18 @@
 //!   sent with no transaction open, then `refunded` with the sold units
 //!   back on sale (a refund left unanswered stays `refunding`);
 //! - `refunding`: the stored refund is sent again (same key);
-//! - `authorizing`: the cancel is recorded in `cancel_requests` (nothing
-//!   on PostgreSQL acts on it yet: there is no payments reconciler here);
+//! - `authorizing`: the cancel is recorded in `cancel_requests`; the
+//!   authorization's answer then turns the capture into a void, or a
+//!   capture already under way into a refund (`settle`);
 //! - an order already ended is returned as it is.
 
-use super::checkout::{insert_attempt, record_attempt, resolve, Answer};
+use super::settle::{drive, insert_attempt};
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::order::Order;
-use crate::state::{OrderState, PaymentState};
+use crate::state::OrderState;
 
 pub(super) fn cancel(
     backend: &PgBackend,
@@ -50,12 +51,13 @@ pub(super) fn cancel(
                 let (from, to) = (OrderState::Confirmed, OrderState::Refunding);
                 match order::transition(tx, order_id, from, to, now_ms) {
                     Ok(refunding) => {
-                        let payment_id = refunding.payment_id.clone();
                         insert_attempt(
                             tx,
-                            &refunding,
+                            order_id,
                             Operation::Refund,
-                            payment_id.as_deref(),
+                            refunding.amount_cents,
+                            None,
+                            refunding.payment_id.as_deref(),
                             now_ms,
                         )?;
                         Ok(())
@@ -84,40 +86,26 @@ pub(super) fn cancel(
     }
 }
 
-/// Sends the stored refund of a `refunding` order and records its answer.
+/// Sends the stored refund of a `refunding` order; its answer is settled
+/// like any other (a refund left unanswered stays `refunding`, for the
+/// payments reconciler).
 fn refund(backend: &PgBackend, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
     let current = backend.read(|client| order::load_existing(client, order_id))?;
     if current.state != OrderState::Refunding {
         return Ok(current);
     }
-    let Some(payment_id) = current.payment_id.clone() else {
+    if current.payment_id.is_none() {
         return Err(StoreError::Corrupt {
             table: "orders",
             detail: format!("order {order_id} is refunding without a payment id"),
         }
         .into());
-    };
-    let provider = backend.provider();
-    let key = attempt_key(order_id, Operation::Refund);
-    let answer = resolve(provider, &key, || {
-        provider
-            .refund(&key, &payment_id, current.amount_cents)
-            .map(|()| Answer::Succeeded(payment_id.clone()))
-    });
-    match answer {
-        Answer::Succeeded(_) => Ok(backend.write(|tx| {
-            record_attempt(tx, &key, "succeeded", None, now_ms)?;
-            order::set_payment(tx, order_id, PaymentState::Refunded, None, now_ms)?;
-            let (from, to) = (OrderState::Refunding, OrderState::Refunded);
-            let refunded = order::transition(tx, order_id, from, to, now_ms)?;
-            stock::move_hold(tx, order_id, stock::HoldMove::Return, now_ms)?;
-            Ok::<_, StoreError>(refunded)
-        })?),
-        Answer::Refused(reason) => {
-            tracing::warn!(order = %order_id, %reason, "refund refused; the order stays refunding");
-            backend.write(|tx| record_attempt(tx, &key, "failed", None, now_ms))?;
-            Ok(current)
-        }
-        Answer::Unknown => Ok(current),
     }
+    drive(
+        backend,
+        attempt_key(order_id, Operation::Refund),
+        false,
+        now_ms,
+    )?;
+    Ok(backend.read(|client| order::load_existing(client, order_id))?)
 }

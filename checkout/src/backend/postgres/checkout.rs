@@ -10,27 +10,26 @@
 //! 3. the capture's answer: hold committed, `confirmed`, key completed
 //!    (a refused capture: voided, released, completed).
 //!
-//! An answer that stays ambiguous after [`SEND_TRIES_MAX`] sends (each
+//! Each answer is applied by `settle` (the rules webhooks and the payments
+//! reconciler apply too), so a webhook that got there first changes
+//! nothing here but the follow-up this checkout adopts.
+//! An answer that stays ambiguous after `SEND_TRIES_MAX` sends (each
 //! preceded by a look-up with the same key) writes nothing: the order stays
 //! `authorizing` with its attempt stored, the key stays locked until
 //! [`IDEMPOTENCY_LOCK_STALE_MS`], and a retry replays the order.
 
 use postgres::Transaction;
 
-use super::{order, pg_err, stock, PgBackend};
+use super::{order, pg_err, settle, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
 use crate::limits::IDEMPOTENCY_LOCK_STALE_MS;
 use crate::order::Order;
-use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
 use crate::service::{new_order, validate_subject, CheckoutRequest, Created, OrderLimits};
 use crate::state::{OrderState, PaymentState};
 use crate::store::validate_sku;
-
-/// Sends of one provider operation within a checkout, at most.
-pub const SEND_TRIES_MAX: u32 = 3;
 
 /// What the stored key row says a request may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +89,7 @@ pub(super) fn checkout(
         Begun::Done(order) => return Ok((order, Created::Created)),
         Begun::Pay(order) => order,
     };
-    let order = pay(backend, order, subject, key, now_ms)?;
+    let order = pay(backend, order, now_ms)?;
     Ok((order, Created::Created))
 }
 
@@ -195,7 +194,15 @@ fn claim_and_create(
         OrderState::Authorizing,
         now_ms,
     )?;
-    insert_attempt(tx, &created, Operation::Authorize, None, now_ms)?;
+    settle::insert_attempt(
+        tx,
+        &order_id,
+        Operation::Authorize,
+        created.amount_cents,
+        Some(&created.payment_method),
+        None,
+        now_ms,
+    )?;
     Ok(Begun::Pay(created))
 }
 
@@ -213,157 +220,15 @@ fn complete_key(
     Ok(())
 }
 
-/// Stores an attempt before it is sent; returns its key.
-pub(super) fn insert_attempt(
-    tx: &mut Transaction<'_>,
-    order: &Order,
-    operation: Operation,
-    payment_id: Option<&str>,
-    now_ms: UnixMs,
-) -> Result<String, StoreError> {
-    let key = attempt_key(&order.order_id, operation);
-    let method = (operation == Operation::Authorize).then_some(order.payment_method.as_str());
-    let amount = i64::try_from(order.amount_cents).unwrap_or(i64::MAX);
-    tx.execute(
-        "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
-             payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
-         ON CONFLICT (idempotency_key) DO NOTHING",
-        &[
-            &key,
-            &order.order_id,
-            &operation.as_str(),
-            &amount,
-            &method,
-            &payment_id,
-            &now_ms,
-        ],
-    )
-    .map_err(pg_err)?;
-    Ok(key)
-}
-
-pub(super) fn record_attempt(
-    tx: &mut Transaction<'_>,
-    key: &str,
-    outcome: &str,
-    payment_id: Option<&str>,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
-    tx.execute(
-        "UPDATE payment_attempts SET outcome = $2, payment_id = COALESCE($3, payment_id),
-                updated_at_ms = $4 WHERE idempotency_key = $1",
-        &[&key, &outcome, &payment_id, &now_ms],
-    )
-    .map_err(pg_err)?;
-    Ok(())
-}
-
-/// A provider operation's answer once ambiguity is resolved (or not).
-pub(super) enum Answer {
-    Succeeded(String),
-    Refused(String),
-    Unknown,
-}
-
-/// Sends `send` with one key: an ambiguous answer is looked up first, then
-/// sent again with the same key, at most [`SEND_TRIES_MAX`] times.
-pub(super) fn resolve(
-    provider: &dyn PaymentProvider,
-    key: &str,
-    mut send: impl FnMut() -> Result<Answer, PaymentError>,
-) -> Answer {
-    for _ in 0..SEND_TRIES_MAX {
-        match send() {
-            Ok(answer) => return answer,
-            Err(PaymentError::Refused(reason)) => return Answer::Refused(reason),
-            Err(PaymentError::Ambiguous) => {}
-        }
-        match provider.lookup(key) {
-            Ok(Some(OperationOutcome::Succeeded { payment_id })) => {
-                return Answer::Succeeded(payment_id)
-            }
-            Ok(Some(OperationOutcome::Declined { reason }))
-            | Ok(Some(OperationOutcome::Failed { reason })) => return Answer::Refused(reason),
-            // Never received, or the look-up failed too: send again.
-            Ok(None) | Err(_) => {}
-        }
-    }
-    Answer::Unknown
-}
-
-/// Steps 2 and 3.
-fn pay(
-    backend: &PgBackend,
-    order: Order,
-    subject: &str,
-    key: &IdempotencyKey,
-    now_ms: UnixMs,
-) -> Result<Order, CheckoutError> {
-    let provider = backend.provider();
+/// Steps 2 and 3: the authorization, then the capture (or what their
+/// answers decide instead), each answer settled in one transaction.
+fn pay(backend: &PgBackend, order: Order, now_ms: UnixMs) -> Result<Order, CheckoutError> {
     let id = order.order_id.clone();
     let auth_key = attempt_key(&id, Operation::Authorize);
-    let answer = resolve(provider, &auth_key, || {
-        provider
-            .authorize(&auth_key, &id, order.amount_cents, &order.payment_method)
-            .map(|outcome| match outcome {
-                AuthorizeOutcome::Authorized { payment_id } => Answer::Succeeded(payment_id),
-                AuthorizeOutcome::Declined { reason } => Answer::Refused(reason),
-            })
-    });
-    let payment_id = match answer {
-        Answer::Unknown => return Ok(order),
-        Answer::Refused(reason) => {
-            tracing::debug!(order = %id, %reason, "authorization declined");
-            return Ok(backend.write(|tx| {
-                record_attempt(tx, &auth_key, "declined", None, now_ms)?;
-                order::set_payment(tx, &id, PaymentState::Declined, None, now_ms)?;
-                let (from, to) = (OrderState::Authorizing, OrderState::Declined);
-                let declined = order::transition(tx, &id, from, to, now_ms)?;
-                stock::move_hold(tx, &id, stock::HoldMove::Release, now_ms)?;
-                complete_key(tx, subject, key, now_ms)?;
-                Ok::<_, StoreError>(declined)
-            })?);
-        }
-        Answer::Succeeded(payment_id) => payment_id,
-    };
-    let capture_key = backend.write(|tx| {
-        record_attempt(tx, &auth_key, "succeeded", Some(&payment_id), now_ms)?;
-        order::set_payment(tx, &id, PaymentState::Authorized, Some(&payment_id), now_ms)?;
-        insert_attempt(tx, &order, Operation::Capture, Some(&payment_id), now_ms)
-    })?;
-    let answer = resolve(provider, &capture_key, || {
-        provider
-            .capture(&capture_key, &payment_id, order.amount_cents)
-            .map(|()| Answer::Succeeded(payment_id.clone()))
-    });
-    match answer {
-        Answer::Unknown => Ok(backend.read(|client| order::load_existing(client, &id))?),
-        Answer::Succeeded(_) => Ok(backend.write(|tx| {
-            record_attempt(tx, &capture_key, "succeeded", None, now_ms)?;
-            stock::move_hold(tx, &id, stock::HoldMove::Commit, now_ms)?;
-            order::set_payment(tx, &id, PaymentState::Captured, None, now_ms)?;
-            let (from, to) = (OrderState::Authorizing, OrderState::Confirmed);
-            let confirmed = order::transition(tx, &id, from, to, now_ms)?;
-            complete_key(tx, subject, key, now_ms)?;
-            Ok::<_, StoreError>(confirmed)
-        })?),
-        Answer::Refused(reason) => {
-            tracing::warn!(order = %id, %reason, "capture refused; voiding");
-            // The money is only held: give it back, then the units.
-            let void_key = attempt_key(&id, Operation::Void);
-            let _ = provider.void(&void_key, &payment_id, order.amount_cents);
-            Ok(backend.write(|tx| {
-                record_attempt(tx, &capture_key, "failed", None, now_ms)?;
-                order::set_payment(tx, &id, PaymentState::Voided, None, now_ms)?;
-                let (from, to) = (OrderState::Authorizing, OrderState::Voided);
-                let voided = order::transition(tx, &id, from, to, now_ms)?;
-                stock::move_hold(tx, &id, stock::HoldMove::Release, now_ms)?;
-                complete_key(tx, subject, key, now_ms)?;
-                Ok::<_, StoreError>(voided)
-            })?)
-        }
+    if !settle::drive(backend, auth_key, false, now_ms)? {
+        tracing::debug!(order = %id, "payment answer ambiguous; left to the payments reconciler");
     }
+    Ok(backend.read_answer(|client| order::load_existing(client, &id))?)
 }
 
 #[cfg(test)]

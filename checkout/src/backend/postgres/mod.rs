@@ -11,11 +11,20 @@
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
+//! - `settle`: payment attempts and what a definite answer does (the one
+//!   set of rules for checkouts, cancels, webhooks and the reconciler),
+//!   and the drive that sends an attempt and its follow-ups;
+//! - `webhook`: provider events, deduplicated by id in `webhook_events`;
+//! - `payments`: the payments reconciler (provider event list, attempts
+//!   left pending), leased with `SKIP LOCKED` so it runs once across a
+//!   fleet;
 //! - `cancel`: cancel and refund, idempotent;
 //! - `outbox`: the relay, leased (`SKIP LOCKED`) so it runs once across
 //!   a fleet;
-//! - `retention`: bounded pruning passes (keys, published events, ended
-//!   holds);
+//! - `retention`: bounded pruning passes (keys, published events,
+//!   webhook ids, ended holds);
+//! - `books`: the books, gauges, stuck orders and the readiness write;
+//! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it.
 //!
@@ -23,14 +32,19 @@
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
 //! the sync face of `tokio-postgres`, pooled by `r2d2`.
 
+mod audit;
+mod books;
 mod cancel;
 mod checkout;
 mod order;
 mod outbox;
+mod payments;
 mod reconcile;
 mod retention;
 mod schema;
+mod settle;
 mod stock;
+mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,18 +54,23 @@ use postgres::{NoTls, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::backend::OrderBackend;
+use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::idempotency::IdempotencyKey;
+use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::partition::Partition;
 use crate::payment::PaymentProvider;
+use crate::payment_reconciler::PaymentsReconcileOutcome;
+use crate::reconciler::ReconcileOutcome;
 use crate::retention::PruneOutcome;
 use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::state::OrderState;
 use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
+use crate::webhook::{WebhookEvent, WebhookOutcome};
 
 pub use outbox::OUTBOX_LEASE_MS;
 pub use schema::SCHEMA_VERSION;
@@ -94,8 +113,13 @@ impl PgConfig {
 /// Stock, orders, holds, attempts and outbox in one PostgreSQL database.
 pub struct PgBackend {
     pool: Pool,
+    /// A few connections of their own for recording provider answers, so
+    /// a rush of new checkouts holding `pool` cannot starve them.
+    answers: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
+    /// Counters the gateway exports (webhooks, compensations, …).
+    metrics: Metrics,
     /// This back end's name in outbox leases (one per process).
     node: String,
 }
@@ -128,6 +152,13 @@ fn io_failure(e: &postgres::Error) -> bool {
     }
     false
 }
+
+/// How long the record of a provider's answer waits for a pooled
+/// connection, at most (see [`PgBackend::write_answer`]).
+pub const ANSWER_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// Connections kept for recording provider answers, besides
+/// [`PgConfig::pool_max`].
+pub const ANSWER_POOL_MAX: u32 = 8;
 
 /// Runs of one transaction, at most, when the server aborts it as a
 /// deadlock victim or a serialisation failure (SQLSTATE 40P01, 40001).
@@ -163,21 +194,46 @@ impl PgBackend {
             .url
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
-        let manager = PostgresConnectionManager::new(pg, NoTls);
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_max.max(1))
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(PostgresConnectionManager::new(pg.clone(), NoTls));
+        let answers = r2d2::Pool::builder()
+            .max_size(ANSWER_POOL_MAX)
+            .min_idle(Some(0))
+            .connection_timeout(ANSWER_CONNECT_WAIT)
+            .build_unchecked(PostgresConnectionManager::new(pg, NoTls));
         let backend = Self {
             pool,
+            answers,
             provider,
             durable_writes: AtomicU64::new(0),
+            metrics: Metrics::default(),
             node: format!("node_{}", uuid::Uuid::new_v4().simple()),
         };
         let mut client = backend.pool.get().map_err(pool_err)?;
         schema::migrate(&mut client)?;
         Ok(backend)
+    }
+
+    /// `sluice audit`: the books' checks on the database at `config.url`,
+    /// read only (nothing is migrated); a schema of another version than
+    /// this binary's is refused.
+    pub fn audit(config: &PgConfig, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        let mut pg: postgres::Config = config
+            .url
+            .parse()
+            .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
+        pg.connect_timeout(config.connect_timeout);
+        let mut client = pg.connect(NoTls).map_err(pg_err)?;
+        let version = schema::version(&mut client)?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::InvalidArgument(format!(
+                "the PostgreSQL schema is at version {version}, this binary's is {SCHEMA_VERSION}"
+            )));
+        }
+        audit::check_books(&mut client, now_ms)
     }
 
     /// The schema version stored in the database.
@@ -193,12 +249,39 @@ impl PgBackend {
     /// inside `f`: the rows it locks stay locked until the commit.
     pub(crate) fn write<T, E>(
         &self,
+        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Retryable,
+    {
+        let client = self.pool.get().map_err(pool_err)?;
+        self.write_on(client, f)
+    }
+
+    /// [`Self::write`] for the record of a provider's answer: on the
+    /// answers' own pool ([`ANSWER_POOL_MAX`] connections), waiting up to
+    /// [`ANSWER_CONNECT_WAIT`] for one, since the answer is already given
+    /// (a pool busy with new checkouts must not leave a paid order to the
+    /// payments reconciler).
+    pub(crate) fn write_answer<T, E>(
+        &self,
+        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Retryable,
+    {
+        let client = self.answers.get().map_err(pool_err)?;
+        self.write_on(client, f)
+    }
+
+    fn write_on<T, E>(
+        &self,
+        mut client: r2d2::PooledConnection<PostgresConnectionManager<NoTls>>,
         mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
         E: From<StoreError> + Retryable,
     {
-        let mut client = self.pool.get().map_err(pool_err)?;
         let mut tries = 0;
         loop {
             tries += 1;
@@ -218,6 +301,16 @@ impl PgBackend {
         }
     }
 
+    /// [`Self::read`] on the answers' pool: the reads of a payment under
+    /// way (see [`Self::write_answer`]).
+    pub(crate) fn read_answer<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.answers.get().map_err(pool_err)?;
+        f(&mut client)
+    }
+
     /// Runs `f` on a pooled connection outside any explicit transaction.
     pub(crate) fn read<T>(
         &self,
@@ -229,6 +322,10 @@ impl PgBackend {
 
     pub(crate) fn provider(&self) -> &dyn PaymentProvider {
         self.provider.as_ref()
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 
@@ -322,8 +419,83 @@ impl OrderBackend for PgBackend {
         self.read(order::counts)
     }
 
-    fn check_books(&self, _now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
-        self.read(stock::check_books)
+    fn check_books(&self, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
+        self.read(|client| audit::check_books(client, now_ms))
+    }
+
+    fn apply_webhook(
+        &self,
+        event: &WebhookEvent,
+        now_ms: UnixMs,
+    ) -> Result<WebhookOutcome, StoreError> {
+        let outcome = self.write(|tx| webhook::apply_event(tx, &self.metrics, event, now_ms))?;
+        self.metrics.count_webhook(outcome.result());
+        Ok(outcome)
+    }
+
+    fn adjust(
+        &self,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<StockLevel, StoreError> {
+        Store::check_adjustment(delta, reason)?;
+        self.write(|tx| stock::adjust(tx, sku, delta, reason, now_ms))
+    }
+
+    fn reconcile_once(
+        &self,
+        now_ms: UnixMs,
+        stuck_after_ms: i64,
+        limit: usize,
+    ) -> Result<ReconcileOutcome, StoreError> {
+        let expired = self.expire_holds(now_ms, limit)?;
+        let pruned = self.prune_once(now_ms, limit)?;
+        let before = now_ms.saturating_sub(stuck_after_ms);
+        let stuck = self.read(|client| books::stuck(client, before))?;
+        // Each partition's conservation is a CHECK the database enforces
+        // on every write; holds against partitions (a scan of every hold)
+        // are `sluice audit`'s, not every pass's.
+        Ok(ReconcileOutcome {
+            expired,
+            stuck: stuck.into_iter().filter(|(_, n)| *n > 0).collect(),
+            keys_purged: pruned.idempotency_keys,
+            pruned,
+            ..ReconcileOutcome::default()
+        })
+    }
+
+    fn reconcile_payments_once(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<PaymentsReconcileOutcome, StoreError> {
+        payments::reconcile_payments_once(self, now_ms, limit)
+    }
+
+    fn stock_levels(&self) -> Result<Vec<StockLevel>, StoreError> {
+        self.read(books::levels)
+    }
+
+    fn books_in_memory(&self) -> bool {
+        false
+    }
+
+    fn books(&self) -> Result<Books, StoreError> {
+        self.read(books::books)
+    }
+
+    fn gauges(&self, now_ms: UnixMs) -> Result<Gauges, StoreError> {
+        self.read(|client| books::gauges(client, now_ms))
+    }
+
+    fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
+        self.write(|tx| books::probe(tx, now_ms))
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn durable_writes(&self) -> u64 {

@@ -58,6 +58,20 @@ pub(super) fn load(
         .transpose()
 }
 
+/// The order, its row locked until the transaction ends.
+pub(super) fn load_for_update(
+    tx: &mut Transaction<'_>,
+    order_id: &str,
+) -> Result<Option<Order>, StoreError> {
+    tx.query_opt(
+        &format!("SELECT {COLUMNS} FROM orders WHERE order_id = $1 FOR UPDATE"),
+        &[&order_id],
+    )
+    .map_err(pg_err)?
+    .map(|row| from_row(&row))
+    .transpose()
+}
+
 pub(super) fn load_existing(
     client: &mut impl GenericClient,
     order_id: &str,

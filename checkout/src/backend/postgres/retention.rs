@@ -1,14 +1,13 @@
 //! Retention on PostgreSQL: the same kinds and periods as the embedded
 //! store ([`crate::retention`]), each kind deleting at most `limit` of its
 //! oldest rows per pass through an index on its age, in one transaction.
-//! Provider webhook ids are not stored here (webhooks are not on
-//! PostgreSQL yet), so that count is always 0.
 
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{
     ENDED_HOLD_RETENTION_MS, IDEMPOTENCY_RETENTION_MS, OUTBOX_RETENTION_MS, PASS_ROWS_MAX,
+    WEBHOOK_EVENT_RETENTION_MS,
 };
 use crate::retention::PruneOutcome;
 
@@ -38,7 +37,12 @@ pub(super) fn prune_once(
                     ORDER BY published_at_ms LIMIT $2)",
                 OUTBOX_RETENTION_MS,
             )?,
-            webhook_events: 0,
+            webhook_events: delete(
+                "DELETE FROM webhook_events WHERE event_id IN (
+                    SELECT event_id FROM webhook_events WHERE received_at_ms < $1
+                    ORDER BY received_at_ms LIMIT $2)",
+                WEBHOOK_EVENT_RETENTION_MS,
+            )?,
             ended_holds: delete(
                 "DELETE FROM reservations WHERE order_id IN (
                     SELECT order_id FROM reservations

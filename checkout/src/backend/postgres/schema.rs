@@ -21,9 +21,10 @@ use crate::error::StoreError;
 const MIGRATION_LOCK: i64 = 0x5_1C1C_E000;
 
 /// Every migration, in order; the number is the version it leaves.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE products (
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE products (
         sku text PRIMARY KEY CHECK (length(sku) BETWEEN 1 AND 128),
         price_cents bigint NOT NULL CHECK (price_cents >= 0),
         reservation_ttl_ms bigint NOT NULL CHECK (reservation_ttl_ms > 0),
@@ -118,7 +119,42 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         order_id text PRIMARY KEY REFERENCES orders (order_id),
         requested_at_ms bigint NOT NULL
     );",
-)];
+    ),
+    // What the gateway's webhooks, adjustments, payments reconciler and
+    // readiness probe need: provider event ids (deduplication, pruned by
+    // age), the provider event list's cursor, the adjustment log, the
+    // probe's row, and the index the payments reconciler looks for due
+    // attempts through.
+    (
+        2,
+        "CREATE TABLE webhook_events (
+            event_id text PRIMARY KEY,
+            type text NOT NULL,
+            order_id text NOT NULL,
+            result text NOT NULL,
+            received_at_ms bigint NOT NULL
+        );
+        CREATE INDEX webhook_events_by_age ON webhook_events (received_at_ms);
+        CREATE TABLE provider_cursor (
+            provider text PRIMARY KEY,
+            cursor bigint NOT NULL CHECK (cursor >= 0)
+        );
+        CREATE TABLE adjustments (
+            id bigserial PRIMARY KEY,
+            sku text NOT NULL REFERENCES products (sku),
+            delta bigint NOT NULL CHECK (delta <> 0),
+            reason text NOT NULL,
+            at_ms bigint NOT NULL
+        );
+        CREATE TABLE write_probe (
+            id integer PRIMARY KEY CHECK (id = 1),
+            at_ms bigint NOT NULL
+        );
+        CREATE INDEX payment_attempts_pending ON payment_attempts (updated_at_ms)
+            WHERE outcome = 'pending';
+        CREATE INDEX payment_attempts_by_order ON payment_attempts (order_id);",
+    ),
+];
 
 /// The version this binary leaves a database at.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -21,6 +21,7 @@ use postgres::{GenericClient, Transaction};
 use super::pg_err;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
+use crate::limits::STOCK_UNITS_MAX;
 use crate::partition::{self, Partition};
 use crate::stock::StockLevel;
 use crate::store::ProductSeed;
@@ -241,6 +242,67 @@ pub(super) fn rebalance(
         moved += units;
     }
     Ok(moved)
+}
+
+/// An operator's adjustment: `delta` units added to (the live partition
+/// with the fewest free units) or taken from (the fullest first) the free
+/// units and the shares, logged in `adjustments`. Taking more than is free
+/// is refused: held and sold units are not the operator's. Returns the
+/// SKU's counts after it.
+pub(super) fn adjust(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    delta: i64,
+    reason: &str,
+    now_ms: UnixMs,
+) -> Result<StockLevel, StoreError> {
+    let (available, live) = lock_all(tx, sku)?;
+    let before = level(tx, sku)?;
+    if before.total.saturating_add(delta) > STOCK_UNITS_MAX {
+        return Err(StoreError::InvalidArgument(format!(
+            "total of {sku} would exceed {STOCK_UNITS_MAX} units"
+        )));
+    }
+    let live = live.clamp(1, available.len().max(1));
+    let mut moves: Vec<(i32, i64)> = Vec::new();
+    if delta > 0 {
+        let emptiest = (0..live).min_by_key(|&p| available[p]).unwrap_or(0);
+        moves.push((emptiest as i32, delta));
+    } else {
+        let mut need = -delta;
+        let mut fullest: Vec<usize> = (0..available.len()).collect();
+        fullest.sort_by_key(|&p| std::cmp::Reverse(available[p]));
+        for p in fullest {
+            if need == 0 {
+                break;
+            }
+            let units = need.min(available[p]);
+            if units > 0 {
+                moves.push((p as i32, -units));
+                need -= units;
+            }
+        }
+        if need > 0 {
+            return Err(StoreError::InvalidArgument(format!(
+                "cannot remove {} units from {sku}: only {} available",
+                -delta, before.available
+            )));
+        }
+    }
+    for (part, units) in moves {
+        tx.execute(
+            "UPDATE stock_partitions SET available = available + $3, share = share + $3
+             WHERE sku = $1 AND part = $2",
+            &[&sku, &part, &units],
+        )
+        .map_err(pg_err)?;
+    }
+    tx.execute(
+        "INSERT INTO adjustments (sku, delta, reason, at_ms) VALUES ($1, $2, $3, $4)",
+        &[&sku, &delta, &reason, &now_ms],
+    )
+    .map_err(pg_err)?;
+    level(tx, sku)
 }
 
 /// Takes `units` for a hold: the partition it came from, or `None` when
@@ -527,41 +589,6 @@ pub(super) fn partitions(
             committed: row.get(4),
         })
         .collect())
-}
-
-/// What does not add up: a partition whose reserved or committed units
-/// differ from its holds (the schema's CHECKs already keep each partition
-/// conserved and non-negative).
-pub(super) fn check_books(client: &mut postgres::Client) -> Result<Vec<String>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT p.sku, p.part, p.reserved, p.committed,
-                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'held'), 0)::bigint,
-                    COALESCE(SUM(r.quantity) FILTER (WHERE r.state = 'committed'), 0)::bigint,
-                    p.share, p.available
-             FROM stock_partitions p
-             LEFT JOIN reservations r ON r.sku = p.sku AND r.part = p.part
-             GROUP BY p.sku, p.part ORDER BY p.sku, p.part",
-            &[],
-        )
-        .map_err(pg_err)?;
-    let mut violations = Vec::new();
-    for row in rows {
-        let (sku, part): (String, i32) = (row.get(0), row.get(1));
-        let (reserved, committed, held, sold): (i64, i64, i64, i64) =
-            (row.get(2), row.get(3), row.get(4), row.get(5));
-        let (share, available): (i64, i64) = (row.get(6), row.get(7));
-        if reserved != held || committed != sold {
-            violations.push(format!(
-                "{sku} partition {part}: reserved {reserved} / committed {committed}, \
-                 holds {held} / {sold}"
-            ));
-        }
-        if available < 0 || share != available + reserved + committed {
-            violations.push(format!("{sku} partition {part} is not conserved"));
-        }
-    }
-    Ok(violations)
 }
 
 #[cfg(test)]

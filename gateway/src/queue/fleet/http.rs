@@ -30,13 +30,16 @@ pub fn check_config(config: &Config) -> Result<(), String> {
         );
     }
     // One line for the fleet but a stock per gateway would sell the stock
-    // once per gateway: until the gateway's orders run on PostgreSQL, a
-    // fleet that sells is refused (tests of the line alone opt in).
+    // once per gateway: a fleet that sells keeps its stock and orders on
+    // the shared PostgreSQL (tests of the line alone opt in).
     let knobs =
         std::env::var(sluice_policies::validate::ALLOW_TEST_KNOBS_ENV).as_deref() == Ok("1");
-    if !config.products.is_empty() && !knobs {
+    if !config.products.is_empty() && config.cluster.postgres_url.is_none() && !knobs {
         return Err(format!(
-            "[cluster] redis_url: the rooms would be one line for the fleet but each              gateway would sell its own stock from its data_dir (the orders cannot run              on [cluster] postgres_url yet), so N gateways would sell the stock N times;              refused (set {}=1 to run a fleet's line alone, for tests)",
+            "[cluster] redis_url with [[products]] needs [cluster] postgres_url (or \
+             postgres_url_env): the rooms would be one line for the fleet but each gateway \
+             would sell its own stock from its data_dir, so N gateways would sell the stock \
+             N times; refused (set {}=1 to run a fleet's line alone, for tests)",
             sluice_policies::validate::ALLOW_TEST_KNOBS_ENV
         ));
     }

@@ -1,0 +1,474 @@
+//! Payment attempts on PostgreSQL and what a definite answer does: one
+//! function, [`settle`], used alike by the checkout's own calls, the
+//! cancel's refund, provider webhooks and the payments reconciler, so the
+//! order of arrival does not matter. The rules are the embedded store's
+//! (`crate::settle`):
+//!
+//! - authorize succeeded: a live order (still `authorizing`, its hold
+//!   still held) gets a capture attempt (a void when a cancel was asked
+//!   for meanwhile); anything else is money with no live order, so it gets
+//!   a void (an orphan, counted);
+//! - authorize declined or failed: `declined`, hold released;
+//! - capture succeeded: hold committed, `confirmed` (then `refunding` with
+//!   a refund attempt when a cancel was asked for), or, with no live
+//!   order, a refund;
+//! - capture failed: a void;
+//! - void / refund succeeded: `voided` (hold released) / `refunded`
+//!   (units back on sale);
+//! - void / refund failed: a stuck compensation, counted; an operator
+//!   looks.
+//!
+//! An attempt is settled once: the UPDATE is conditional on its outcome
+//! still being `pending`, so a second answer (a webhook got there first)
+//! changes nothing. [`drive`] sends an attempt and its follow-ups, each
+//! answer settled in one transaction, none open across a provider call.
+
+use postgres::{GenericClient, Transaction};
+
+use super::{order, pg_err, stock, PgBackend};
+use crate::attempt::{attempt_key, Operation};
+use crate::clock::UnixMs;
+use crate::error::StoreError;
+use crate::limits::PAYMENT_STEPS_MAX;
+use crate::metrics::Metrics;
+use crate::order::Order;
+use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
+use crate::state::{OrderState, PaymentState};
+
+/// Sends of one provider operation within one drive, at most.
+pub const SEND_TRIES_MAX: u32 = 3;
+
+/// Stores an attempt before it is sent (nothing if it already is);
+/// returns its key.
+pub(super) fn insert_attempt(
+    tx: &mut Transaction<'_>,
+    order_id: &str,
+    operation: Operation,
+    amount_cents: u64,
+    payment_method: Option<&str>,
+    payment_id: Option<&str>,
+    now_ms: UnixMs,
+) -> Result<String, StoreError> {
+    let key = attempt_key(order_id, operation);
+    let amount = i64::try_from(amount_cents).unwrap_or(i64::MAX);
+    tx.execute(
+        "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
+             payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
+         ON CONFLICT (idempotency_key) DO NOTHING",
+        &[
+            &key,
+            &order_id,
+            &operation.as_str(),
+            &amount,
+            &payment_method,
+            &payment_id,
+            &now_ms,
+        ],
+    )
+    .map_err(pg_err)?;
+    Ok(key)
+}
+
+/// One stored attempt, as [`drive`] sends it.
+#[derive(Debug, Clone)]
+pub(super) struct StoredAttempt {
+    pub key: String,
+    pub order_id: String,
+    pub operation: Operation,
+    pub amount_cents: u64,
+    pub payment_method: Option<String>,
+    pub payment_id: Option<String>,
+    pub pending: bool,
+}
+
+pub(super) fn load_attempt(
+    client: &mut impl GenericClient,
+    key: &str,
+) -> Result<Option<StoredAttempt>, StoreError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT idempotency_key, order_id, operation, amount_cents, payment_method,
+                    payment_id, outcome = 'pending'
+             FROM payment_attempts WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .map_err(pg_err)?
+    else {
+        return Ok(None);
+    };
+    let operation: String = row.get(2);
+    let amount: i64 = row.get(3);
+    Ok(Some(StoredAttempt {
+        key: row.get(0),
+        order_id: row.get(1),
+        operation: Operation::parse(&operation).ok_or_else(|| StoreError::Corrupt {
+            table: "payment_attempts",
+            detail: format!("operation {operation:?}"),
+        })?,
+        amount_cents: u64::try_from(amount).unwrap_or(0),
+        payment_method: row.get(4),
+        payment_id: row.get(5),
+        pending: row.get(6),
+    }))
+}
+
+/// Marks the checkout's key done once its order has an outcome, so a retry
+/// replays it at once instead of waiting out the lock.
+pub(super) fn complete_key_of(
+    tx: &mut Transaction<'_>,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE idempotency SET completed_at_ms = $2
+         WHERE order_id = $1 AND completed_at_ms IS NULL",
+        &[&order_id, &now_ms],
+    )
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+fn cancel_requested(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, StoreError> {
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM cancel_requests WHERE order_id = $1",
+            &[&order_id],
+        )
+        .map_err(pg_err)?
+        .is_some())
+}
+
+fn hold_is_held(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, StoreError> {
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'",
+            &[&order_id],
+        )
+        .map_err(pg_err)?
+        .is_some())
+}
+
+/// An order's move, when it is still where this settlement expects it.
+fn advance(
+    tx: &mut Transaction<'_>,
+    order_id: &str,
+    from: OrderState,
+    to: OrderState,
+    now_ms: UnixMs,
+) -> Result<(), StoreError> {
+    order::transition(tx, order_id, from, to, now_ms).map(|_| ())
+}
+
+/// What settling an attempt left to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Settled {
+    /// Nothing more to send.
+    Done,
+    /// This follow-up attempt, stored, is to be sent.
+    Next(String),
+    /// The attempt had been settled before: nothing changed.
+    Before,
+}
+
+/// Applies a definite `answer` to the attempt `key` and everything it
+/// decides, in the caller's transaction.
+pub(super) fn settle(
+    tx: &mut Transaction<'_>,
+    metrics: &Metrics,
+    key: &str,
+    answer: &OperationOutcome,
+    now_ms: UnixMs,
+) -> Result<Settled, StoreError> {
+    let (outcome, answered_id) = match answer {
+        OperationOutcome::Succeeded { payment_id } => ("succeeded", Some(payment_id.as_str())),
+        OperationOutcome::Declined { .. } => ("declined", None),
+        OperationOutcome::Failed { .. } => ("failed", None),
+    };
+    let Some(row) = tx
+        .query_opt(
+            "UPDATE payment_attempts SET outcome = $2, payment_id = COALESCE(payment_id, $3),
+                    updated_at_ms = $4
+             WHERE idempotency_key = $1 AND outcome = 'pending'
+             RETURNING order_id, operation, payment_id, amount_cents",
+            &[&key, &outcome, &answered_id, &now_ms],
+        )
+        .map_err(pg_err)?
+    else {
+        return Ok(Settled::Before);
+    };
+    let order_id: String = row.get(0);
+    let operation: String = row.get(1);
+    let operation = Operation::parse(&operation).ok_or_else(|| StoreError::Corrupt {
+        table: "payment_attempts",
+        detail: format!("operation {operation:?}"),
+    })?;
+    let payment_id: String = row.get::<_, Option<String>>(2).unwrap_or_default();
+    let amount: i64 = row.get(3);
+    let amount = u64::try_from(amount).unwrap_or(0);
+    // Locks the order before its hold and stock, as every other writer.
+    let order: Option<Order> = order::load_for_update(tx, &order_id)?;
+    let state = order.as_ref().map(|o| o.state);
+    let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
+    let succeeded = outcome == "succeeded";
+    let follow = |tx: &mut Transaction<'_>, op: Operation| {
+        insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)
+            .map(Settled::Next)
+    };
+    match (operation, succeeded) {
+        (Operation::Authorize, true) => {
+            if order.as_ref().is_some_and(|o| {
+                matches!(o.payment_state, PaymentState::None | PaymentState::Pending)
+            }) {
+                let id = Some(payment_id.as_str());
+                order::set_payment(tx, &order_id, PaymentState::Authorized, id, now_ms)?;
+            }
+            if live {
+                let op = if cancel_requested(tx, &order_id)? {
+                    Operation::Void
+                } else {
+                    Operation::Capture
+                };
+                return follow(tx, op);
+            }
+            Metrics::inc(&metrics.orphan_charges);
+            follow(tx, Operation::Void)
+        }
+        (Operation::Authorize, false) => {
+            if state == Some(OrderState::Authorizing) {
+                order::set_payment(tx, &order_id, PaymentState::Declined, None, now_ms)?;
+                stock::move_hold(tx, &order_id, stock::HoldMove::Release, now_ms)?;
+                advance(
+                    tx,
+                    &order_id,
+                    OrderState::Authorizing,
+                    OrderState::Declined,
+                    now_ms,
+                )?;
+                complete_key_of(tx, &order_id, now_ms)?;
+            }
+            Ok(Settled::Done)
+        }
+        (Operation::Capture, true) => {
+            if order.is_some() {
+                let id = Some(payment_id.as_str());
+                order::set_payment(tx, &order_id, PaymentState::Captured, id, now_ms)?;
+            }
+            if !live {
+                Metrics::inc(&metrics.orphan_charges);
+                return follow(tx, Operation::Refund);
+            }
+            stock::move_hold(tx, &order_id, stock::HoldMove::Commit, now_ms)?;
+            advance(
+                tx,
+                &order_id,
+                OrderState::Authorizing,
+                OrderState::Confirmed,
+                now_ms,
+            )?;
+            complete_key_of(tx, &order_id, now_ms)?;
+            if !cancel_requested(tx, &order_id)? {
+                return Ok(Settled::Done);
+            }
+            // Captured after the shopper cancelled: refund it.
+            advance(
+                tx,
+                &order_id,
+                OrderState::Confirmed,
+                OrderState::Refunding,
+                now_ms,
+            )?;
+            follow(tx, Operation::Refund)
+        }
+        // Authorized, not captured: give the money back.
+        (Operation::Capture, false) => follow(tx, Operation::Void),
+        (Operation::Void, true) => {
+            metrics.count_compensation("void", "ok");
+            if order.is_some() {
+                order::set_payment(tx, &order_id, PaymentState::Voided, None, now_ms)?;
+            }
+            if state == Some(OrderState::Authorizing) {
+                stock::move_hold(tx, &order_id, stock::HoldMove::Release, now_ms)?;
+                advance(
+                    tx,
+                    &order_id,
+                    OrderState::Authorizing,
+                    OrderState::Voided,
+                    now_ms,
+                )?;
+                complete_key_of(tx, &order_id, now_ms)?;
+            }
+            Ok(Settled::Done)
+        }
+        (Operation::Refund, true) => {
+            metrics.count_compensation("refund", "ok");
+            if order.is_some() {
+                order::set_payment(tx, &order_id, PaymentState::Refunded, None, now_ms)?;
+            }
+            if state == Some(OrderState::Confirmed) {
+                // Refunded at the provider without our asking.
+                advance(
+                    tx,
+                    &order_id,
+                    OrderState::Confirmed,
+                    OrderState::Refunding,
+                    now_ms,
+                )?;
+            }
+            if matches!(state, Some(OrderState::Confirmed | OrderState::Refunding)) {
+                advance(
+                    tx,
+                    &order_id,
+                    OrderState::Refunding,
+                    OrderState::Refunded,
+                    now_ms,
+                )?;
+                stock::move_hold(tx, &order_id, stock::HoldMove::Return, now_ms)?;
+            }
+            Ok(Settled::Done)
+        }
+        (Operation::Void | Operation::Refund, false) => {
+            let kind = operation.as_str();
+            tracing::error!(order = %order_id, kind, "compensation refused by the provider; an operator must settle it");
+            metrics.count_compensation(
+                if operation == Operation::Void {
+                    "void"
+                } else {
+                    "refund"
+                },
+                "failed",
+            );
+            Metrics::inc(&metrics.compensation_failures);
+            Ok(Settled::Done)
+        }
+    }
+}
+
+/// Sends one stored attempt: its answer, or `None` when it stays
+/// ambiguous (after [`SEND_TRIES_MAX`] sends, each ambiguous answer looked
+/// up before the next send with the same key). With `lookup_first`, the
+/// provider is asked what became of it before anything is sent (the
+/// reconciler: a crashed gateway may have sent it).
+pub(super) fn send(
+    provider: &dyn PaymentProvider,
+    metrics: &Metrics,
+    attempt: &StoredAttempt,
+    lookup_first: bool,
+) -> Option<OperationOutcome> {
+    let key = attempt.key.as_str();
+    if lookup_first {
+        if let Ok(Some(known)) = provider.lookup(key) {
+            return Some(known);
+        }
+    }
+    let pid = attempt.payment_id.clone().unwrap_or_default();
+    let done = || OperationOutcome::Succeeded {
+        payment_id: pid.clone(),
+    };
+    for _ in 0..SEND_TRIES_MAX {
+        let sent = match attempt.operation {
+            Operation::Authorize => provider
+                .authorize(
+                    key,
+                    &attempt.order_id,
+                    attempt.amount_cents,
+                    attempt.payment_method.as_deref().unwrap_or(""),
+                )
+                .map(|outcome| match outcome {
+                    AuthorizeOutcome::Authorized { payment_id } => {
+                        OperationOutcome::Succeeded { payment_id }
+                    }
+                    AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
+                }),
+            Operation::Capture => provider
+                .capture(key, &pid, attempt.amount_cents)
+                .map(|()| done()),
+            Operation::Void => provider
+                .void(key, &pid, attempt.amount_cents)
+                .map(|()| done()),
+            Operation::Refund => provider
+                .refund(key, &pid, attempt.amount_cents)
+                .map(|()| done()),
+        };
+        match sent {
+            Ok(outcome) => return Some(outcome),
+            Err(PaymentError::Refused(reason)) => return Some(OperationOutcome::Failed { reason }),
+            Err(PaymentError::Ambiguous) => Metrics::inc(&metrics.payment_ambiguous),
+        }
+        // Never received, or the look-up failed too: send again.
+        if let Ok(Some(known)) = provider.lookup(key) {
+            return Some(known);
+        }
+    }
+    None
+}
+
+/// The order's oldest attempt still `pending`, if any.
+fn pending_of(
+    client: &mut impl GenericClient,
+    order_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(client
+        .query_opt(
+            "SELECT idempotency_key FROM payment_attempts
+             WHERE order_id = $1 AND outcome = 'pending' ORDER BY created_at_ms, idempotency_key
+             LIMIT 1",
+            &[&order_id],
+        )
+        .map_err(pg_err)?
+        .map(|row| row.get(0)))
+}
+
+/// Sends the attempt `key` and each follow-up its answer decides, every
+/// answer settled in its own transaction (on the answers' pool, so a rush
+/// of new checkouts cannot starve a payment under way). An attempt another path settled
+/// first (a webhook) hands over to the follow-up it stored, which this
+/// drive adopts. An answer that stays ambiguous leaves its attempt
+/// `pending` for the payments reconciler. Returns whether every step got
+/// an answer.
+pub(super) fn drive(
+    backend: &PgBackend,
+    key: String,
+    lookup_first: bool,
+    now_ms: UnixMs,
+) -> Result<bool, StoreError> {
+    let mut key = key;
+    let mut lookup_first = lookup_first;
+    for _ in 0..=PAYMENT_STEPS_MAX {
+        let Some(attempt) = backend.read_answer(|client| load_attempt(client, &key))? else {
+            return Ok(true);
+        };
+        let settled = if attempt.pending {
+            let Some(answer) = send(
+                backend.provider(),
+                backend.metrics(),
+                &attempt,
+                lookup_first,
+            ) else {
+                return Ok(false);
+            };
+            backend.write_answer(|tx| settle(tx, backend.metrics(), &key, &answer, now_ms))?
+        } else {
+            Settled::Before
+        };
+        key = match settled {
+            Settled::Next(next) => {
+                lookup_first = false;
+                next
+            }
+            Settled::Done => return Ok(true),
+            Settled::Before => {
+                // Someone else's follow-up may be waiting: adopt it (it may
+                // have been sent already, so ask the provider first).
+                match backend.read_answer(|client| pending_of(client, &attempt.order_id))? {
+                    Some(next) if next != attempt.key => {
+                        lookup_first = true;
+                        next
+                    }
+                    _ => return Ok(true),
+                }
+            }
+        };
+    }
+    Ok(true)
+}

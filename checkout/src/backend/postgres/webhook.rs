@@ -1,0 +1,140 @@
+//! Provider events (webhooks and the provider's event list) on PostgreSQL:
+//! the same decision as the embedded store ([`crate::events`]'s `fit`:
+//! "the most advanced state wins", stale events change nothing,
+//! contradicting ones are refused), each step applied by
+//! [`super::settle::settle`]. The event id is stored in `webhook_events`
+//! in the same transaction as everything it changes, so a duplicate —
+//! from another gateway of the fleet too — changes nothing; the ids are
+//! pruned after [`crate::limits::WEBHOOK_EVENT_RETENTION_MS`].
+//!
+//! An event about an order this database does not hold is refused
+//! (`rejected_transition`, logged): the attempt rows reference their
+//! order, so there is nothing to attach a compensation to.
+
+use postgres::Transaction;
+
+use super::settle::{insert_attempt, settle};
+use super::{order, pg_err};
+use crate::attempt::Operation;
+use crate::clock::UnixMs;
+use crate::error::StoreError;
+use crate::events::{fit, Fit};
+use crate::metrics::Metrics;
+use crate::order::Order;
+use crate::payment::OperationOutcome;
+use crate::state::PaymentState;
+use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
+
+/// Applies one verified event in the caller's transaction.
+pub(super) fn apply_event(
+    tx: &mut Transaction<'_>,
+    metrics: &Metrics,
+    event: &WebhookEvent,
+    now_ms: UnixMs,
+) -> Result<WebhookOutcome, StoreError> {
+    let inserted = tx
+        .execute(
+            "INSERT INTO webhook_events (event_id, type, order_id, result, received_at_ms)
+             VALUES ($1, $2, $3, 'processing', $4) ON CONFLICT DO NOTHING",
+            &[
+                &event.id,
+                &event.event_type.as_str(),
+                &event.data.order_id,
+                &now_ms,
+            ],
+        )
+        .map_err(pg_err)?;
+    if inserted == 0 {
+        return Ok(WebhookOutcome::Duplicate);
+    }
+    let outcome = advance(tx, metrics, event, now_ms)?;
+    if outcome == WebhookOutcome::RejectedTransition {
+        Metrics::inc(&metrics.illegal_transitions);
+    }
+    tx.execute(
+        "UPDATE webhook_events SET result = $2 WHERE event_id = $1",
+        &[&event.id, &outcome.result()],
+    )
+    .map_err(pg_err)?;
+    Ok(outcome)
+}
+
+fn advance(
+    tx: &mut Transaction<'_>,
+    metrics: &Metrics,
+    event: &WebhookEvent,
+    now_ms: UnixMs,
+) -> Result<WebhookOutcome, StoreError> {
+    let data = &event.data;
+    let Some(order) = order::load_for_update(tx, &data.order_id)? else {
+        tracing::error!(order = %data.order_id, event = %event.id, "provider event for an unknown order");
+        return Ok(WebhookOutcome::RejectedTransition);
+    };
+    if order.amount_cents != data.amount_cents {
+        return Ok(WebhookOutcome::RejectedTransition);
+    }
+    let current = order.payment_state;
+    let pid = data.payment_id.as_str();
+    let succeeded = OperationOutcome::Succeeded {
+        payment_id: pid.to_owned(),
+    };
+    match fit(current, event.event_type) {
+        Fit::Stale => return Ok(WebhookOutcome::Stale),
+        Fit::Reject => return Ok(WebhookOutcome::RejectedTransition),
+        Fit::Orphan(operation) => {
+            // Money for an order whose payment was declined: give it back.
+            Metrics::inc(&metrics.orphan_charges);
+            ensure(tx, &order, operation, pid, now_ms)?;
+            return Ok(WebhookOutcome::Processed);
+        }
+        Fit::Advance => {}
+    }
+    if event.event_type == EventType::Declined {
+        let auth = ensure(tx, &order, Operation::Authorize, pid, now_ms)?;
+        let declined = OperationOutcome::Declined {
+            reason: "payment.declined".into(),
+        };
+        settle(tx, metrics, &auth, &declined, now_ms)?;
+        return Ok(WebhookOutcome::Processed);
+    }
+    if matches!(current, PaymentState::None | PaymentState::Pending) {
+        let auth = ensure(tx, &order, Operation::Authorize, pid, now_ms)?;
+        settle(tx, metrics, &auth, &succeeded, now_ms)?;
+    }
+    let captured_or_past = matches!(current, PaymentState::Captured | PaymentState::Refunded);
+    if matches!(event.event_type, EventType::Captured | EventType::Refunded) && !captured_or_past {
+        let capture = ensure(tx, &order, Operation::Capture, pid, now_ms)?;
+        settle(tx, metrics, &capture, &succeeded, now_ms)?;
+    }
+    let last = match event.event_type {
+        EventType::Voided => Some(Operation::Void),
+        EventType::Refunded => Some(Operation::Refund),
+        _ => None,
+    };
+    if let Some(operation) = last {
+        let undo = ensure(tx, &order, operation, pid, now_ms)?;
+        settle(tx, metrics, &undo, &succeeded, now_ms)?;
+    }
+    Ok(WebhookOutcome::Processed)
+}
+
+/// The order's attempt for `operation`, stored now if it never was (the
+/// provider did it without our asking, or our row was never written).
+fn ensure(
+    tx: &mut Transaction<'_>,
+    order: &Order,
+    operation: Operation,
+    payment_id: &str,
+    now_ms: UnixMs,
+) -> Result<String, StoreError> {
+    let is_authorize = operation == Operation::Authorize;
+    insert_attempt(
+        tx,
+        &order.order_id,
+        operation,
+        order.amount_cents,
+        is_authorize.then_some(order.payment_method.as_str()),
+        (!is_authorize).then_some(payment_id),
+        now_ms,
+    )
+}
