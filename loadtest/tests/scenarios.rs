@@ -600,7 +600,6 @@ async fn fleet_redis_restarts_the_line_pauses_and_resumes_in_order() {
 /// of 200 from PostgreSQL, 20 arrivals/s for 16 s; PostgreSQL stopped at
 /// 5 s and back 3 s later; gateway 1 cut off from it (blackholed) 10–14 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the gateway's orders on PostgreSQL ([cluster] postgres_url, issue 14): until then a gateway refuses this config"]
 async fn fleet_postgres_restarts_lose_no_acknowledged_order() {
     let mut s = scenario("fleet-postgres-restarts");
     s.arrivals = Arrivals::Constant {
