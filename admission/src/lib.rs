@@ -19,6 +19,8 @@
 //!   from the shared numbers a store returns.
 //! - [`journal`]: the room's changes as events for a durable store to keep,
 //!   and the room rebuilt from them after a restart.
+//! - [`no_show`]: released places nobody collects, measured and made up
+//!   for, for both back ends.
 //! - [`poll`]: when to ask again.
 //! - [`wait_estimate`]: the estimated wait, whether the rate or the
 //!   `max_active` slots hold people back.
@@ -35,6 +37,7 @@ pub mod fair_start;
 pub mod fleet;
 pub mod join_limiter;
 pub mod journal;
+pub mod no_show;
 pub mod pass_orders;
 pub mod policy;
 pub mod poll;
