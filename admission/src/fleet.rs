@@ -163,17 +163,24 @@ pub fn poll(
 /// numbers. Places (leavers among them) go at the release's pace, the rate
 /// made up for the measured no-show share; when the slots bind, each slot
 /// a pass gives back lets `1 / (1 - share)` places go, after the measured
-/// mean time a pass holds its slot (`pass_ttl` until one has ended), and
-/// the slots held now are taken as ending evenly over that time (the store
-/// does not say when each one ends).
+/// mean time a pass holds its slot (`pass_ttl` until one has ended) plus
+/// what the no-shows cost it: each collected pass comes with
+/// `share / (1 - share)` places nobody collects, each counted as
+/// `1 - share` of a slot for its claim window `W`, so `share · W` more per
+/// pass; and a slot freed is taken at its next holder's next poll, half a
+/// shortest poll interval later on average. The slots held now are taken as ending evenly over that time (the
+/// store does not say when each one ends).
 pub fn estimate_s(ahead: u64, numbers: &LineNumbers, policy: &Policy) -> u64 {
     let share = numbers.share_milli.min(SHARE_MAX_MILLI);
     let max_active = u64::from(policy.max_active.get());
-    let hold_s = if numbers.hold_ms > 0 {
+    let held_s = if numbers.hold_ms > 0 {
         numbers.hold_ms as f64 / 1000.0
     } else {
         policy.pass_ttl.as_secs_f64()
     };
+    let hold_s = held_s
+        + f64::from(share) / 1000.0 * claim_window_ms(policy) as f64 / 1000.0
+        + policy.poll_min.as_secs_f64() / 2.0;
     let slots = SharedSlots {
         places: no_show::releasable(max_active, 0, 0, share),
         free: no_show::releasable(max_active, numbers.held, numbers.pending, share),
