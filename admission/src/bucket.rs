@@ -1,57 +1,64 @@
 //! A token bucket with injected time: the release rate limit.
 //!
-//! Integer milli-tokens so that no rounding ever lets one extra person
+//! Integer micro-tokens so that no rounding ever lets one extra person
 //! through; the bucket holds at most `burst` tokens and refills at `rate`
-//! per second. Over any window of `t` seconds it grants at most
+//! per second (in thousandths, so a rate made up for no-shows need not be
+//! whole). Over any window of `t` seconds it grants at most
 //! `rate * t + burst`.
 
-/// One whole token, in milli-tokens.
-const TOKEN_MILLI: u64 = 1000;
+/// One whole token, in micro-tokens.
+const TOKEN_MICRO: u64 = 1_000_000;
 
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
-    rate_per_s: u64,
-    capacity_milli: u64,
-    level_milli: u64,
+    /// Tokens per 1000 s: micro-tokens per millisecond.
+    rate_milli: u64,
+    capacity_micro: u64,
+    level_micro: u64,
     last_ms: u64,
 }
 
 impl TokenBucket {
     /// A full bucket at `now_ms`.
     pub fn new(rate_per_s: u32, burst: u32, now_ms: u64) -> Self {
-        let capacity_milli = u64::from(burst.max(1)) * TOKEN_MILLI;
+        let capacity_micro = u64::from(burst.max(1)) * TOKEN_MICRO;
         Self {
-            rate_per_s: u64::from(rate_per_s),
-            capacity_milli,
-            level_milli: capacity_milli,
+            rate_milli: u64::from(rate_per_s) * 1000,
+            capacity_micro,
+            level_micro: capacity_micro,
             last_ms: now_ms,
         }
     }
 
     /// Changes rate and burst (config reload) without refilling.
     pub fn reconfigure(&mut self, rate_per_s: u32, burst: u32) {
-        self.rate_per_s = u64::from(rate_per_s);
-        self.capacity_milli = u64::from(burst.max(1)) * TOKEN_MILLI;
-        self.level_milli = self.level_milli.min(self.capacity_milli);
+        self.rate_milli = u64::from(rate_per_s) * 1000;
+        self.capacity_micro = u64::from(burst.max(1)) * TOKEN_MICRO;
+        self.level_micro = self.level_micro.min(self.capacity_micro);
+    }
+
+    /// Changes the rate alone, in tokens per 1000 s, without refilling.
+    pub fn set_rate_milli(&mut self, rate_milli: u64) {
+        self.rate_milli = rate_milli;
     }
 
     fn refill(&mut self, now_ms: u64) {
         // A clock that goes backwards adds nothing.
         let elapsed_ms = now_ms.saturating_sub(self.last_ms);
         self.last_ms = self.last_ms.max(now_ms);
-        // rate (tokens/s) * elapsed (ms) = milli-tokens.
-        let added = self.rate_per_s.saturating_mul(elapsed_ms);
-        self.level_milli = self
-            .level_milli
+        // rate (tokens/1000 s) * elapsed (ms) = micro-tokens.
+        let added = self.rate_milli.saturating_mul(elapsed_ms);
+        self.level_micro = self
+            .level_micro
             .saturating_add(added)
-            .min(self.capacity_milli);
+            .min(self.capacity_micro);
     }
 
     /// Takes one token if there is one.
     pub fn try_take(&mut self, now_ms: u64) -> bool {
         self.refill(now_ms);
-        if self.level_milli >= TOKEN_MILLI {
-            self.level_milli -= TOKEN_MILLI;
+        if self.level_micro >= TOKEN_MICRO {
+            self.level_micro -= TOKEN_MICRO;
             true
         } else {
             false
@@ -61,8 +68,8 @@ impl TokenBucket {
     /// Milliseconds until one token is available (0 if one is now).
     pub fn wait_ms(&mut self, now_ms: u64) -> u64 {
         self.refill(now_ms);
-        let missing = TOKEN_MILLI.saturating_sub(self.level_milli);
-        missing.div_ceil(self.rate_per_s.max(1))
+        let missing = TOKEN_MICRO.saturating_sub(self.level_micro);
+        missing.div_ceil(self.rate_milli.max(1))
     }
 }
 
@@ -83,6 +90,15 @@ mod tests {
             }
         }
         assert_eq!(granted, 10);
+    }
+
+    #[test]
+    fn a_rate_in_thousandths_grants_its_fraction() {
+        let mut b = TokenBucket::new(1, 2, 0);
+        b.set_rate_milli(1500);
+        assert!(b.try_take(0) && b.try_take(0));
+        let granted = (1..=10_000).filter(|ms| b.try_take(*ms)).count();
+        assert_eq!(granted, 15, "1.5/s over 10 s");
     }
 
     #[test]

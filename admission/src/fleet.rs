@@ -229,9 +229,8 @@ pub enum ClaimReply {
     /// Released, but its claim window ended before the pass was collected
     /// (or its pass ended, or was given back): the place is spent.
     Gone,
-    /// Released and waiting for its holder, but no slot is free (or the
-    /// passes handed out are at the configured pace) right now: the place
-    /// stays at the front and asks again.
+    /// Released and waiting for its holder, but no slot is free right
+    /// now: the place stays at the front and asks again.
     Full,
 }
 
@@ -322,7 +321,7 @@ pub fn claim_window_ms(policy: &Policy) -> u64 {
 /// Added to two poll intervals in [`claim_window_ms`].
 pub const CLAIM_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The GCRA both of the store's paces use: `step_us` between two grants,
+/// The GCRA of the store's release: `step_us` between two grants,
 /// up to `burst` at once; `tat_us` is the theoretical arrival time kept.
 /// How many of `wanted` it grants at `now_us`, and the new `tat_us`.
 pub fn gcra(tat_us: u64, now_us: u64, step_us: u64, burst: u64, wanted: u64) -> (u64, u64) {
@@ -335,9 +334,8 @@ pub fn gcra(tat_us: u64, now_us: u64, step_us: u64, burst: u64, wanted: u64) -> 
 /// The store's room as the pacing decisions see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pacing {
-    /// GCRA state of the release and of the passes handed out.
+    /// GCRA state of the release.
     pub release_tat_us: u64,
-    pub claim_tat_us: u64,
     /// Collected passes holding a slot, and released places not collected.
     pub passes: u64,
     pub pending: u64,
@@ -377,25 +375,16 @@ pub fn release(
 }
 
 /// A claim's decision (the store's `claim` of a place still in its claim
-/// window): the pass is handed over only while a slot is free and the
-/// passes handed out stay at the configured pace. `true` if it is; the
-/// place then holds a slot.
-pub fn claim(pacing: &mut Pacing, now_us: u64, policy: &Policy) -> bool {
+/// window): the pass is handed over only while a slot is free. `true` if
+/// it is; the place then holds a slot.
+///
+/// The passes handed out are not paced again here: a pace at exactly the
+/// rate behind a release made up to it would be a queue served as fast as
+/// it fills, which grows without bound and serves whoever asks first.
+pub fn claim(pacing: &mut Pacing, policy: &Policy) -> bool {
     if pacing.passes >= u64::from(policy.max_active.get()) {
         return false;
     }
-    let step = no_show::interval_us(policy.release_per_second.get(), 0);
-    let (granted, tat) = gcra(
-        pacing.claim_tat_us,
-        now_us,
-        step,
-        u64::from(policy.burst.get()),
-        1,
-    );
-    if granted == 0 {
-        return false;
-    }
-    pacing.claim_tat_us = tat;
     pacing.pending = pacing.pending.saturating_sub(1);
     pacing.passes += 1;
     true

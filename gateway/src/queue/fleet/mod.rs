@@ -322,8 +322,6 @@ impl SharedRoom {
         let policy = self.policy.load();
         let args = ClaimArgs {
             pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
-            release_per_second: policy.release_per_second.get(),
-            burst: policy.burst.get(),
             max_active: policy.max_active.get(),
             claim_window_ms: decide::claim_window_ms(&policy),
         };

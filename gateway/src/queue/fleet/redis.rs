@@ -242,8 +242,6 @@ impl RoomStore for RedisStore {
                 &[
                     seq,
                     a.pass_ttl_ms,
-                    u64::from(a.release_per_second),
-                    u64::from(a.burst),
                     u64::from(a.max_active),
                     a.claim_window_ms,
                 ],

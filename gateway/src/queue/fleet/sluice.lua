@@ -15,7 +15,6 @@ Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 share keys with sluice_1's):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
-                             tat_claim_us (GCRA of the passes handed out),
                              paused, sold_out (0/1), version (bumped by
                              set_state), born_ms (when this hash was made: see
                              WARM_UP_MS), shows / no_shows (released places
@@ -175,25 +174,21 @@ local function tick(keys, args)
 end
 
 -- FCALL sluice_2_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
---       <rate> <burst> <max_active> <claim_window_ms>
+--       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
--- free and the collection pace (GCRA at rate, burst: the passes handed
--- out never outrun the configured rate, whatever the make-up released)
--- allows, and ends at now + pass_ttl; later claims get the same end. With
--- no slot or no pace to spare the place stays released (its claim window
--- starts again: its holder is here) and the holder asks again.
+-- free, and ends at now + pass_ttl; later claims get the same end. With no
+-- slot free the place stays released (its claim window starts again: its
+-- holder is here) and the holder asks again.
 -- -> {0, serving} still waiting | {1, expires_at_ms} admitted | {2, 0} gone
 --    | {3, 0} released, no slot free yet
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
-  local rate, burst, max_active = tonumber(args[3]), tonumber(args[4]), tonumber(args[5])
-  local claim_window_ms = tonumber(args[6])
+  local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
   local serving = num(redis.call('HGET', keys[1], 'serving'))
   if tonumber(seq) >= serving then
     return {0, serving}
   end
-  local us = now_us()
-  local ms = math.floor(us / 1000)
+  local ms = now_ms()
   local held = tonumber(redis.call('ZSCORE', keys[2], 'c' .. seq))
   if held and held > ms then
     return {1, held}
@@ -203,15 +198,12 @@ local function claim(keys, args)
     return {2, 0}
   end
   local passes = redis.call('ZCOUNT', keys[2], '(' .. string.format('%d', ms), '+inf')
-  local step = interval_us(rate, 0)
-  local tat = math.max(num(redis.call('HGET', keys[1], 'tat_claim_us')), us)
-  if passes >= max_active or us + burst * step - tat < step then
+  if passes >= max_active then
     redis.call('ZADD', keys[3], 'XX', ms + claim_window_ms, 'u' .. seq)
     return {3, 0}
   end
   redis.call('ZREM', keys[3], 'u' .. seq)
   redis.call('ZADD', keys[2], ms + ttl, 'c' .. seq)
-  redis.call('HSET', keys[1], 'tat_claim_us', string.format('%d', tat + step))
   redis.call('HINCRBY', keys[1], 'shows', 1)
   return {1, ms + ttl}
 end

@@ -47,9 +47,6 @@ pub struct TickArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimArgs {
     pub pass_ttl_ms: u64,
-    /// The pace of passes handed out: `release_per_second`, `burst`.
-    pub release_per_second: u32,
-    pub burst: u32,
     pub max_active: u32,
     /// A holder who found no slot free gets this long again.
     pub claim_window_ms: u64,
@@ -94,8 +91,7 @@ pub trait RoomStore: Send + Sync + 'static {
     async fn tick(&self, room: &str, args: &TickArgs) -> Result<Tick, StoreError>;
 
     /// The pass of released place `seq`: the first claim takes a slot if
-    /// one is free and the pace of passes handed out allows
-    /// ([`ClaimReply::Full`] if not), and its slot then holds it until the
+    /// one is free ([`ClaimReply::Full`] if not), and its slot then holds it until the
     /// returned end, the same on every later claim.
     async fn claim(&self, room: &str, seq: u64, args: &ClaimArgs)
         -> Result<ClaimReply, StoreError>;
