@@ -18,6 +18,7 @@
 use rand::Rng;
 
 use crate::no_show::{self, SHARE_MAX_MILLI};
+pub use crate::no_show::{claim_window_ms, CLAIM_SLACK};
 use crate::poll::poll_after_s;
 use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
 use crate::ticket_id::TicketId;
@@ -304,22 +305,6 @@ pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinE
     }
     Ok(reply.first + u64::from(i))
 }
-
-/// How long a released place waits for its holder before it is a
-/// no-show: two of the longest poll intervals the room tells a waiting
-/// ticket, plus [`CLAIM_SLACK`] for the network (a live page asks at least
-/// that often), never longer than the idle timeout (the room's own rule
-/// for having left) nor a pass. The place takes no slot meanwhile; a
-/// shorter window only measures no-shows sooner.
-pub fn claim_window_ms(policy: &Policy) -> u64 {
-    (policy.poll_max * 2 + CLAIM_SLACK)
-        .min(policy.idle_timeout)
-        .min(policy.pass_ttl)
-        .as_millis() as u64
-}
-
-/// Added to two poll intervals in [`claim_window_ms`].
-pub const CLAIM_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The GCRA of the store's release: `step_us` between two grants,
 /// up to `burst` at once; `tat_us` is the theoretical arrival time kept.

@@ -23,6 +23,9 @@
 //! what these functions do.
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::Policy;
 
 /// Seconds of outcomes behind the measured share.
 pub const WINDOW_S: u64 = 60;
@@ -91,6 +94,23 @@ impl NoShowMeter {
         ((no_shows * 1000 / outcomes) as u32).min(SHARE_MAX_MILLI)
     }
 }
+
+/// How long a released place waits for its holder before it is a
+/// no-show, counted from the holder's last poll: two of the longest poll
+/// intervals the room tells a waiting ticket, plus [`CLAIM_SLACK`] for the
+/// network (a live page asks at least that often), never longer than the
+/// idle timeout (the room's own rule for having left) nor a pass. The
+/// place takes no slot meanwhile; a shorter window only measures no-shows
+/// sooner.
+pub fn claim_window_ms(policy: &Policy) -> u64 {
+    (policy.poll_max * 2 + CLAIM_SLACK)
+        .min(policy.idle_timeout)
+        .min(policy.pass_ttl)
+        .as_millis() as u64
+}
+
+/// Added to two poll intervals in [`claim_window_ms`].
+pub const CLAIM_SLACK: Duration = Duration::from_secs(5);
 
 /// Microseconds between two releases at `rate` per second made up for a
 /// no-show share of `share_milli`: `(1 - s) / rate`.

@@ -5,7 +5,7 @@ use super::{
     SWEEP_PLACES_PER_PASS,
 };
 use crate::journal::RoomEvent;
-use crate::no_show::{interval_us, releasable};
+use crate::no_show::{claim_window_ms, interval_us, releasable};
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
@@ -118,11 +118,14 @@ impl<S: QueueStore> WaitingRoom<S> {
                 ..slot
             },
         );
-        // The holder comes back at the poll it was told, or is a no-show.
-        let due_s = self.epoch_s
-            + u64::from(slot.last_poll_s)
-            + u64::from(slot.poll_after_s).max(self.policy.poll_min.as_secs());
-        let claim_by_s = due_s.max(issued_at_s) + CLAIM_SLACK_S;
+        // The holder comes back within the claim window from their last
+        // poll (and surely by the poll they were told), or is a no-show.
+        let last_poll_s = self.epoch_s + u64::from(slot.last_poll_s);
+        let due_s = last_poll_s + u64::from(slot.poll_after_s) + CLAIM_SLACK_S;
+        let window_s = claim_window_ms(&self.policy) / 1000;
+        let claim_by_s = due_s
+            .max(last_poll_s + window_s)
+            .max(issued_at_s + CLAIM_SLACK_S);
         self.uncollected
             .insert(self.cursor, PendingPass { pass, claim_by_s });
         self.emit(RoomEvent::Released {

@@ -10,6 +10,7 @@ use thiserror::Error;
 use super::pre_queue::PreQueueState;
 use super::{store_places_max, ActivePass, PendingPass, WaitingRoom, CLAIM_SLACK_S};
 use crate::journal::{EventSink, RoomEvent};
+use crate::no_show::claim_window_ms;
 use crate::policy::{Policy, PolicyError};
 use crate::stock::StockAuthority;
 use crate::store::{MemoryStore, QueueStore, Slot, SlotState};
@@ -248,7 +249,8 @@ impl WaitingRoom<MemoryStore> {
             issued_at_s,
             expires_at_s,
         };
-        let claim_by_s = Self::unix_s(now_ms) + self.policy.poll_max.as_secs() + CLAIM_SLACK_S;
+        let window_s = claim_window_ms(&self.policy) / 1000;
+        let claim_by_s = Self::unix_s(now_ms) + window_s.max(CLAIM_SLACK_S);
         self.uncollected
             .insert(place, PendingPass { pass, claim_by_s });
     }

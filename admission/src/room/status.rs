@@ -4,6 +4,7 @@ use super::{
     Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, CLAIM_SLACK_S, POLL_SLACK_S,
 };
 use crate::journal::RoomEvent;
+use crate::no_show::claim_window_ms;
 use crate::store::{QueueStore, Slot, SlotState};
 use crate::ticket_id::TicketId;
 
@@ -56,8 +57,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Ok(Status::SoldOut);
         }
         self.check_on_time(&slot, now_s)?;
-        let ahead = self.store.live_before(place);
-        let estimated_wait_s = self.estimate_s(ahead, now_s);
+        // Released places still waiting for their holder are ahead too,
+        // but already let in: the estimate counts them in the slots.
+        let in_line = self.store.live_before(place);
+        let ahead = in_line + self.uncollected.len() as u64;
+        let estimated_wait_s = self.estimate_s(in_line, now_s);
         let poll = self.poll_for(estimated_wait_s);
         self.store.set(
             place,
@@ -100,12 +104,15 @@ impl<S: QueueStore> WaitingRoom<S> {
                 // Here, but no slot to spare: at the front, and
                 // not a no-show while it keeps asking.
                 let poll_after_s = self.policy.poll_min.as_secs();
+                let window_s = claim_window_ms(&self.policy) / 1000;
                 if let Some(p) = self.uncollected.get_mut(&place) {
-                    p.claim_by_s = now_unix_s + poll_after_s + CLAIM_SLACK_S;
+                    p.claim_by_s = now_unix_s + window_s.max(poll_after_s + CLAIM_SLACK_S);
                 }
+                // Ahead: the released places before it still waiting too.
+                let ahead = self.uncollected.range(..place).count() as u64;
                 let wait = Wait {
-                    position: 1,
-                    ahead: 0,
+                    position: ahead + 1,
+                    ahead,
                     estimated_wait_s: 0,
                     poll_after_s: poll_after_s as u32,
                     expires_at_s: pending.pass.expires_at_s,
