@@ -103,10 +103,10 @@ n = sum(codes.values())
 print(f"polls: {codes} {n / secs:.0f}/s over {secs:.1f} s; {max(calls, 0)} FCALLs beyond the ticks ({max(calls, 0) / n:.4f} per poll)")
 EOF
 
-given=$(R HGET 'sluice:{drop}' next)
-room=$(R MEMORY USAGE 'sluice:{drop}')
-slots=$(R MEMORY USAGE 'sluice:{drop}:slots' || echo 0)
-R FCALL sluice_join 1 'sluice:{drop}' 1000000 100000000 0 >/dev/null
-given2=$(R HGET 'sluice:{drop}' next)
-room2=$(R MEMORY USAGE 'sluice:{drop}')
+given=$(R HGET 'sluice2:{drop}' next)
+room=$(R MEMORY USAGE 'sluice2:{drop}')
+slots=$(R MEMORY USAGE 'sluice2:{drop}:slots' || echo 0)
+R FCALL sluice_2_join 1 'sluice2:{drop}' 1000000 100000000 0 >/dev/null
+given2=$(R HGET 'sluice2:{drop}' next)
+room2=$(R MEMORY USAGE 'sluice2:{drop}')
 echo "memory: room hash $room B with $given places given, $room2 B with $given2; slots zset $slots B (bounded by max_active)"
