@@ -19,6 +19,7 @@ use rand::Rng;
 
 use crate::no_show::{self, SHARE_MAX_MILLI};
 pub use crate::no_show::{claim_window_ms, CLAIM_SLACK};
+use crate::pace::gcra;
 use crate::poll::poll_after_s;
 use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
 use crate::ticket_id::TicketId;
@@ -304,16 +305,6 @@ pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinE
         return Err(JoinError::QueueFull { retry_after_s });
     }
     Ok(reply.first + u64::from(i))
-}
-
-/// The GCRA of the store's release: `step_us` between two grants,
-/// up to `burst` at once; `tat_us` is the theoretical arrival time kept.
-/// How many of `wanted` it grants at `now_us`, and the new `tat_us`.
-pub fn gcra(tat_us: u64, now_us: u64, step_us: u64, burst: u64, wanted: u64) -> (u64, u64) {
-    let tat = tat_us.max(now_us);
-    let allowed = (now_us + burst * step_us).saturating_sub(tat) / step_us;
-    let granted = allowed.min(wanted);
-    (granted, tat + granted * step_us)
 }
 
 /// The store's room as the pacing decisions see it.

@@ -27,17 +27,18 @@
 //! - [`join_limiter`]: joins per client address.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
-//! - [`bucket`], [`rate_meter`]: the release rate limit and its measurement.
+//! - [`pace`], [`rate_meter`]: the release pace (GCRA, as on the fleet) and
+//!   its measurement.
 //! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
 
 pub mod adaptive;
-pub mod bucket;
 pub mod clock;
 pub mod fair_start;
 pub mod fleet;
 pub mod join_limiter;
 pub mod journal;
 pub mod no_show;
+pub mod pace;
 pub mod pass_orders;
 pub mod policy;
 pub mod poll;

@@ -114,9 +114,10 @@ pub const CLAIM_SLACK: Duration = Duration::from_secs(5);
 
 /// Microseconds between two releases at `rate` per second made up for a
 /// no-show share of `share_milli`: `(1 - s) / rate`.
+/// Rounded up: never faster than that.
 pub fn interval_us(rate: u32, share_milli: u32) -> u64 {
     let show = u64::from(1000 - share_milli.min(SHARE_MAX_MILLI));
-    (show * 1000 / u64::from(rate.max(1))).max(1)
+    (show * 1000).div_ceil(u64::from(rate.max(1))).max(1)
 }
 
 /// Releases per second that [`interval_us`] paces.
@@ -173,6 +174,7 @@ mod tests {
     fn the_release_makes_up_for_the_share_within_the_bound() {
         assert_eq!(interval_us(10, 0), 100_000);
         assert_eq!(interval_us(10, 333), 66_700);
+        assert_eq!(interval_us(3, 0), 333_334, "rounded up");
         assert_eq!(interval_us(10, 900), 50_000, "never past twice the rate");
         assert!((make_up_rate(30, 333) - 45.0).abs() < 0.1);
         assert_eq!(releasable(10, 4, 0, 0), 6);

@@ -40,10 +40,10 @@ pub use outcome::{
 pub use restore::RestoreError;
 pub use watermark::{RoomState, Watermark};
 
-use crate::bucket::TokenBucket;
 use crate::fair_start::FairStartInfo;
 use crate::journal::{EventSink, RoomEvent};
 use crate::no_show::{releasable, NoShowMeter};
+use crate::pace::Pacer;
 use crate::policy::{Policy, PolicyError};
 use crate::rate_meter::RateMeter;
 use crate::stats::{JoinCounts, RoomStats, WaitHistogram};
@@ -178,7 +178,8 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     cursor: u64,
     /// Where the abandonment sweep continues.
     sweep_at: u64,
-    bucket: TokenBucket,
+    /// The release pace (GCRA).
+    pace: Pacer,
     /// Passes that may still start a checkout, by place; never more than
     /// `max_active`. A pass leaves when it expires or has spent its
     /// checkouts, and never comes back.
@@ -265,7 +266,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     ) -> Result<Self, PolicyError> {
         policy.validate()?;
         let pre_queue = policy.opens_at_ms.map(|at| PreQueueState::new(at, seed));
-        let bucket = TokenBucket::new(policy.release_per_second.get(), policy.burst.get(), now_ms);
+        let pace = Pacer::new(policy.release_per_second.get(), policy.burst.get());
         Ok(Self {
             name: name.to_owned(),
             store,
@@ -275,7 +276,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             epoch_s: now_ms / 1000,
             cursor: 0,
             sweep_at: 0,
-            bucket,
+            pace,
             active: BTreeMap::new(),
             uncollected: BTreeMap::new(),
             no_shows: NoShowMeter::default(),
@@ -336,17 +337,19 @@ impl<S: QueueStore> WaitingRoom<S> {
     pub fn update_policy(&mut self, mut policy: Policy) -> Result<(), PolicyError> {
         policy.validate()?;
         policy.opens_at_ms = self.policy.opens_at_ms;
-        self.bucket
-            .reconfigure(policy.release_per_second.get(), policy.burst.get());
+        let share = self.share_milli();
+        self.pace
+            .set(policy.release_per_second.get(), share, policy.burst.get());
         self.policy = policy;
         Ok(())
     }
 
     /// Sets the release rate alone (adaptive release, once a second); the
-    /// line, passes, burst and the bucket's level stay.
+    /// line, passes, burst and the pace's state stay.
     pub fn set_release_per_second(&mut self, rate: std::num::NonZeroU32) {
         self.policy.release_per_second = rate;
-        self.bucket.reconfigure(rate.get(), self.policy.burst.get());
+        let share = self.share_milli();
+        self.pace.set(rate.get(), share, self.policy.burst.get());
     }
 
     /// Passes that can still be let in before `max_active` is reached.

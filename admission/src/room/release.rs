@@ -5,7 +5,7 @@ use super::{
     SWEEP_PLACES_PER_PASS,
 };
 use crate::journal::RoomEvent;
-use crate::no_show::{claim_window_ms, interval_us, releasable};
+use crate::no_show::{claim_window_ms, releasable};
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
@@ -27,9 +27,11 @@ impl<S: QueueStore> WaitingRoom<S> {
         let cursor_before = self.cursor;
         let expired_passes = self.expire_passes(now_ms);
         let share = self.share_milli();
-        let rate = self.policy.release_per_second.get();
-        self.bucket
-            .set_rate_milli(1_000_000_000 / interval_us(rate, share));
+        let (rate, burst) = (
+            self.policy.release_per_second.get(),
+            self.policy.burst.get(),
+        );
+        self.pace.set(rate, share, burst);
         let mut out = ReleaseOutcome {
             released: 0,
             skipped: 0,
@@ -96,7 +98,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             if releasable(max_active, held, pending, self.share_milli()) == 0 {
                 return Stop::Full;
             }
-            if !self.bucket.try_take(now_ms) {
+            if !self.pace.try_take(now_ms) {
                 return Stop::RateLimited;
             }
             self.admit(slot, now_ms, now_s);

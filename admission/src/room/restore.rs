@@ -41,7 +41,7 @@ impl WaitingRoom<MemoryStore> {
     /// ids and the fair-start seed derive from it. Every place, ticket and
     /// pass of the events is held again; waiting tickets get a fresh idle
     /// window from `now_ms` and may poll at once (the restart was not their
-    /// doing). The release rate starts from a full bucket.
+    /// doing). The release pace starts with its whole burst.
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         name: &str,

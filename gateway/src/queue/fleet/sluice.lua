@@ -113,7 +113,7 @@ local function show_milli(share_milli)
 end
 
 local function interval_us(rate, share_milli)
-  return math.max(1, math.floor(show_milli(share_milli) * 1000 / rate))
+  return math.max(1, math.ceil(show_milli(share_milli) * 1000 / rate))
 end
 
 -- FCALL sluice_2_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
