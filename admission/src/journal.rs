@@ -6,7 +6,8 @@
 //!
 //! What is recorded is what cannot be worked out again: who joined when,
 //! who ended how, which places were released as which pass, which passes
-//! gave their slot back, how far the release went. What is not: polls (a
+//! were collected and which gave their slot back (or were never collected),
+//! how far the release went. What is not: polls (a
 //! restart gives every waiting ticket a fresh idle window, which costs a
 //! shopper nothing), rates, counters for metrics.
 //!

@@ -3,11 +3,13 @@
 //! - [`WaitingRoom::join`] gives a place at the end of the line (or in the
 //!   fair-start pre-queue before the opening).
 //! - [`WaitingRoom::status`] answers a poll: place, wait, when to ask again,
-//!   or the pass once the place has been released.
+//!   or the pass once the place has been released (the first such answer
+//!   collects it, and the pass then takes a `max_active` slot).
 //! - [`WaitingRoom::release_once`] is the release worker's one bounded pass:
 //!   it walks the line from the front, lets the next live people in while the
 //!   rate limit and `max_active` allow, and passes over the people who left
-//!   without spending any capacity on them.
+//!   without spending any capacity on them; released places nobody comes
+//!   back for are no-shows, made up for as [`crate::no_show`] says.
 //! - [`WaitingRoom::watermark`] gives the numbers shared by every ticket,
 //!   from which a client works out its own place.
 //! - [`WaitingRoom::restore`] rebuilds a room from its events, and
