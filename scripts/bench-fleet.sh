@@ -150,10 +150,11 @@ ppc=$(awk '$1 == "F1" {print $4 / $2}' "$work/polls" | median)
 
 lib=$(R FUNCTION LIST | awk '/^library_name$/ {getline; print; exit}')
 join_fn=$(R FUNCTION LIST | grep -o "${lib}_join\b" | head -1 || true)
-key='sluice:{drop}'
+# The room's hash: the one key that is neither the fleet list nor a part.
+key=$(R --scan --pattern '*{drop}' | head -1)
 given=$(R HGET "$key" next || echo "?")
 room=$(R MEMORY USAGE "$key")
-slots=$(R MEMORY USAGE "$key:slots" || echo 0)
+slots=$(R MEMORY USAGE "$key:slots" || echo 0); slots=${slots:-0}
 extra=""
 if [ -n "$join_fn" ]; then
   # One more batch of 1,000,000 places, as the join function gives them.

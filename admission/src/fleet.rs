@@ -6,11 +6,20 @@
 //! [`JoinError`] the embedded room gives.
 //!
 //! The shared store keeps no record per waiting shopper: a place is its
-//! `seq`, `serving` says which places have been released, and whether a
-//! released place was collected lives in the store's `max_active` slots.
+//! `seq`, `serving` says which places have been released; a released place
+//! waits for its holder in the store's released set (its claim window) and
+//! takes one of the `max_active` slots only when its pass is collected.
+//! The store cannot tell leavers from people still polling, so every place
+//! is released in turn; those whose holder never comes back are no-shows,
+//! made up for as [`crate::no_show`] says. [`release`] and [`claim`] are the
+//! store's two pacing decisions, written here so that the seeded simulation
+//! runs what the store's Function runs (`sluice.lua` mirrors them).
 
 use rand::Rng;
 
+use crate::no_show::{self, SHARE_MAX_MILLI};
+pub use crate::no_show::{claim_window_ms, CLAIM_SLACK};
+use crate::pace::gcra;
 use crate::poll::poll_after_s;
 use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
 use crate::ticket_id::TicketId;
@@ -31,9 +40,19 @@ pub struct LineNumbers {
     pub next: u64,
     /// Places below this have been released.
     pub serving: u64,
-    /// Slots of `max_active` held (released places not collected yet and
-    /// passes that may still start a checkout).
+    /// Slots of `max_active` held: collected passes that may still start a
+    /// checkout.
     pub held: u64,
+    /// Released places not collected yet (within their claim window).
+    pub pending: u64,
+    /// Released places collected and never collected so far (totals).
+    pub shows: u64,
+    pub no_shows: u64,
+    /// Mean milliseconds a pass held its slot (0: none ended yet).
+    pub hold_ms: u64,
+    /// The no-show share this gateway measured from the totals, in
+    /// thousandths (stamped by the gateway, like `read_at_ms`).
+    pub share_milli: u32,
     pub paused: bool,
     pub sold_out: bool,
     /// Bumped by the store each time `paused` or `sold_out` changes.
@@ -143,30 +162,53 @@ pub fn poll(
 }
 
 /// The wait of someone with `ahead` places in front, from the shared
-/// numbers: the configured rate, and the held slots taken as ending evenly
-/// over one pass lifetime (the store does not say when each one ends).
+/// numbers. Places (leavers among them) go at the release's pace, the rate
+/// made up for the measured no-show share; when the slots bind, each slot
+/// a pass gives back lets `1 / (1 - share)` places go, after the measured
+/// mean time a pass holds its slot (`pass_ttl` until one has ended) plus
+/// what the no-shows cost it: each collected pass comes with
+/// `share / (1 - share)` places nobody collects, each counted as
+/// `1 - share` of a slot for its claim window `W`, so `share · W` more per
+/// pass; and a slot freed is taken at its next holder's next poll, half a
+/// shortest poll interval later on average. The slots held now are taken as ending evenly over that time (the
+/// store does not say when each one ends).
 pub fn estimate_s(ahead: u64, numbers: &LineNumbers, policy: &Policy) -> u64 {
-    let slots = SharedSlots {
-        max_active: u64::from(policy.max_active.get()),
-        held: numbers.held,
-        hold_s: policy.pass_ttl.as_secs_f64(),
+    let share = numbers.share_milli.min(SHARE_MAX_MILLI);
+    let max_active = u64::from(policy.max_active.get());
+    let held_s = if numbers.hold_ms > 0 {
+        numbers.hold_ms as f64 / 1000.0
+    } else {
+        policy.pass_ttl.as_secs_f64()
     };
-    estimated_wait_s(ahead, f64::from(policy.release_per_second.get()), &slots)
+    let hold_s = held_s
+        + f64::from(share) / 1000.0 * claim_window_ms(policy) as f64 / 1000.0
+        + policy.poll_min.as_secs_f64() / 2.0;
+    let slots = SharedSlots {
+        places: no_show::releasable(max_active, 0, 0, share),
+        free: no_show::releasable(max_active, numbers.held, numbers.pending, share),
+        held: no_show::releasable(numbers.held, 0, 0, share),
+        hold_s,
+    };
+    let rate = no_show::make_up_rate(policy.release_per_second.get(), share);
+    estimated_wait_s(ahead, rate, &slots)
 }
 
+/// The slots in places: with a no-show share `s`, a slot stands for
+/// `1 / (1 - s)` released places.
 struct SharedSlots {
-    max_active: u64,
+    places: u64,
+    free: u64,
     held: u64,
     hold_s: f64,
 }
 
 impl SlotOutlook for SharedSlots {
     fn slots(&self) -> u64 {
-        self.max_active
+        self.places
     }
 
     fn free(&self) -> u64 {
-        self.max_active.saturating_sub(self.held)
+        self.free.min(self.places)
     }
 
     fn end_in_s(&self, n: u64) -> Option<f64> {
@@ -186,9 +228,12 @@ pub enum ClaimReply {
     Waiting { serving: u64 },
     /// The pass's slot is held until this unix ms.
     Admitted { expires_at_ms: u64 },
-    /// Released, but its slot ended before the pass was collected (or it
-    /// was given back): the place is spent.
+    /// Released, but its claim window ended before the pass was collected
+    /// (or its pass ended, or was given back): the place is spent.
     Gone,
+    /// Released and waiting for its holder, but no slot is free right
+    /// now: the place stays at the front and asks again.
+    Full,
 }
 
 /// The status a claim comes to. The pass is the same every time it is
@@ -206,6 +251,13 @@ pub fn claimed(ticket: &Presented, reply: ClaimReply, policy: &Policy) -> Status
             })
         }
         ClaimReply::Gone => Status::Expired,
+        ClaimReply::Full => Status::Waiting(Wait {
+            position: 1,
+            ahead: 0,
+            estimated_wait_s: 0,
+            poll_after_s: policy.poll_min.as_secs() as u32,
+            expires_at_s: ticket.expires_at_s,
+        }),
         ClaimReply::Waiting { serving } => {
             let ahead = ticket.seq.saturating_sub(serving);
             Status::Waiting(Wait {
@@ -255,20 +307,64 @@ pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinE
     Ok(reply.first + u64::from(i))
 }
 
-/// What a released place that nobody collects may hold a slot for: two
-/// of the longest poll intervals the room tells a waiting ticket, plus
-/// [`CLAIM_SLACK`] for the network (a live page asks at least that often),
-/// never longer than the idle timeout (the room's own rule for having
-/// left) nor a pass. A shorter window gives leavers' slots back sooner.
-pub fn claim_window_ms(policy: &Policy) -> u64 {
-    (policy.poll_max * 2 + CLAIM_SLACK)
-        .min(policy.idle_timeout)
-        .min(policy.pass_ttl)
-        .as_millis() as u64
+/// The store's room as the pacing decisions see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pacing {
+    /// GCRA state of the release.
+    pub release_tat_us: u64,
+    /// Collected passes holding a slot, and released places not collected.
+    pub passes: u64,
+    pub pending: u64,
 }
 
-/// Added to two poll intervals in [`claim_window_ms`].
-pub const CLAIM_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// The release tick's decision (the store's `tick`): how many of the
+/// `waiting` places to release at `now_us`, paced at the rate made up for
+/// `share_milli` and within the slots as [`no_show::releasable`] counts
+/// them. Updates `pacing`.
+pub fn release(
+    pacing: &mut Pacing,
+    now_us: u64,
+    policy: &Policy,
+    share_milli: u32,
+    waiting: u64,
+) -> u64 {
+    let step = no_show::interval_us(policy.release_per_second.get(), share_milli);
+    let slots = no_show::releasable(
+        u64::from(policy.max_active.get()),
+        pacing.passes,
+        pacing.pending,
+        share_milli,
+    );
+    let wanted = slots.min(waiting);
+    let (granted, tat) = gcra(
+        pacing.release_tat_us,
+        now_us,
+        step,
+        u64::from(policy.burst.get()),
+        wanted,
+    );
+    if granted > 0 {
+        pacing.release_tat_us = tat;
+        pacing.pending += granted;
+    }
+    granted
+}
+
+/// A claim's decision (the store's `claim` of a place still in its claim
+/// window): the pass is handed over only while a slot is free. `true` if
+/// it is; the place then holds a slot.
+///
+/// The passes handed out are not paced again here: a pace at exactly the
+/// rate behind a release made up to it would be a queue served as fast as
+/// it fills, which grows without bound and serves whoever asks first.
+pub fn claim(pacing: &mut Pacing, policy: &Policy) -> bool {
+    if pacing.passes >= u64::from(policy.max_active.get()) {
+        return false;
+    }
+    pacing.pending = pacing.pending.saturating_sub(1);
+    pacing.passes += 1;
+    true
+}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,8 @@
 //!
 //! What is recorded is what cannot be worked out again: who joined when,
 //! who ended how, which places were released as which pass, which passes
-//! gave their slot back, how far the release went. What is not: polls (a
+//! were collected and which gave their slot back (or were never collected),
+//! how far the release went. What is not: polls (a
 //! restart gives every waiting ticket a fresh idle window, which costs a
 //! shopper nothing), rates, counters for metrics.
 //!
@@ -44,8 +45,11 @@ pub enum RoomEvent {
         issued_at_s: u64,
         expires_at_s: u64,
     },
-    /// The pass of place `place` gave its active slot back.
+    /// The pass of place `place` gave its active slot back (or, never
+    /// collected, its claim window ended: a no-show).
     GaveBack { place: u64 },
+    /// The pass of released place `place` was collected: it holds a slot.
+    Collected { place: u64 },
     /// Every place before `cursor` has been released or passed over.
     Cursor { cursor: u64 },
     /// A snapshot begins: the line starts at `start`, the release is at
@@ -61,12 +65,14 @@ pub enum RoomEvent {
         joined_s: u32,
         state: SlotState,
     },
-    /// A snapshot's pass that still holds its slot.
+    /// A snapshot's pass that still holds its slot (`collected`), or a
+    /// released place still waiting for its holder.
     Active {
         place: u64,
         number: u64,
         issued_at_s: u64,
         expires_at_s: u64,
+        collected: bool,
     },
     /// A snapshot of a room whose pre-queue of `entrants` was drawn.
     Drawn { entrants: u64 },
@@ -151,8 +157,14 @@ impl RoomEvent {
                 number,
                 issued_at_s,
                 expires_at_s,
-            } => (12, 0, [place, number, issued_at_s, expires_at_s]),
+                collected,
+            } => (
+                12,
+                u8::from(!collected),
+                [place, number, issued_at_s, expires_at_s],
+            ),
             Drawn { entrants } => (13, 0, [entrants, 0, 0, 0]),
+            Collected { place } => (14, 0, [place, 0, 0, 0]),
         };
         let mut out = [0u8; RECORD_BYTES];
         out[0] = kind;
@@ -216,13 +228,21 @@ impl RoomEvent {
                 joined_s: seconds(b)?,
                 state: state_of(record[1])?,
             },
+            // Snapshots written before collection was kept say 0:
+            // collected, as every released pass then held its slot.
             12 => Active {
                 place: a,
                 number: b,
                 issued_at_s: c,
                 expires_at_s: d,
+                collected: match record[1] {
+                    0 => true,
+                    1 => false,
+                    other => return Err(DecodeError::State(other)),
+                },
             },
             13 => Drawn { entrants: a },
+            14 => Collected { place: a },
             other => return Err(DecodeError::Kind(other)),
         })
     }
@@ -282,8 +302,17 @@ mod tests {
                 number: 1,
                 issued_at_s: 2,
                 expires_at_s: 3,
+                collected: true,
+            },
+            RoomEvent::Active {
+                place: 9,
+                number: 2,
+                issued_at_s: 2,
+                expires_at_s: 3,
+                collected: false,
             },
             RoomEvent::Drawn { entrants: 10 },
+            RoomEvent::Collected { place: 9 },
         ];
         for event in all {
             let mut record = event.encode();

@@ -19,22 +19,26 @@
 //!   from the shared numbers a store returns.
 //! - [`journal`]: the room's changes as events for a durable store to keep,
 //!   and the room rebuilt from them after a restart.
+//! - [`no_show`]: released places nobody collects, measured and made up
+//!   for, for both back ends.
 //! - [`poll`]: when to ask again.
 //! - [`wait_estimate`]: the estimated wait, whether the rate or the
 //!   `max_active` slots hold people back.
 //! - [`join_limiter`]: joins per client address.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
-//! - [`bucket`], [`rate_meter`]: the release rate limit and its measurement.
+//! - [`pace`], [`rate_meter`]: the release pace (GCRA, as on the fleet) and
+//!   its measurement.
 //! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
 
 pub mod adaptive;
-pub mod bucket;
 pub mod clock;
 pub mod fair_start;
 pub mod fleet;
 pub mod join_limiter;
 pub mod journal;
+pub mod no_show;
+pub mod pace;
 pub mod pass_orders;
 pub mod policy;
 pub mod poll;

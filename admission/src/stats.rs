@@ -58,8 +58,13 @@ pub struct RoomStats {
     pub admitted_total: u64,
     /// Polls refused for coming sooner than told.
     pub too_early_total: u64,
-    /// Passes valid now (`sluice_active_passes`).
+    /// Passes valid now (`sluice_active_passes`): collected, holding a
+    /// `max_active` slot.
     pub active_passes: u64,
+    /// Released places whose pass was not collected yet.
+    pub uncollected: u64,
+    /// The measured no-show share the release makes up for, 0 to 0.5.
+    pub no_show_share: f64,
     /// Admissions per second over the last 10 s (`sluice_release_rate`).
     pub release_rate: f64,
     /// The configured ceiling.

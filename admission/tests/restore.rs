@@ -196,13 +196,30 @@ fn released_passes_and_places_survive_and_the_line_moves_on() {
     let a = room.join(T0_MS).unwrap();
     let b = room.join(T0_MS).unwrap();
     room.release_once(T0_MS, 1);
+    assert!(
+        !room.may_start(a.seq, &a.ticket_id, T0_MS),
+        "released, but the pass is not collected yet"
+    );
+    assert!(matches!(
+        room.status(a.seq, &a.ticket_id, T0_MS),
+        Ok(Status::Admitted(_))
+    ));
     assert!(room.may_start(a.seq, &a.ticket_id, T0_MS));
     let mut again = restore(&policy(), sink.taken(), T0_MS + 1000, &sink);
-    assert!(again.may_start(a.seq, &a.ticket_id, T0_MS + 1000));
+    assert!(
+        again.may_start(a.seq, &a.ticket_id, T0_MS + 1000),
+        "the collection was kept"
+    );
     assert!(!again.may_start(b.seq, &b.ticket_id, T0_MS + 1000));
     let c = again.join(T0_MS + 1000).unwrap();
     assert_eq!(c.seq, 2, "places continue after the last one given");
     again.release_once(T0_MS + 2000, 10);
+    for t in [&b, &c] {
+        assert!(matches!(
+            again.status(t.seq, &t.ticket_id, T0_MS + 2000),
+            Ok(Status::Admitted(_))
+        ));
+    }
     assert!(again.may_start(b.seq, &b.ticket_id, T0_MS + 2000));
     // A third life sees the second one's releases too.
     let third = restore(&policy(), sink.taken(), T0_MS + 3000, &Recorder::default());
@@ -230,6 +247,10 @@ fn a_refusing_sink_stops_joins_and_releases_and_loses_no_one() {
     *sink.refuse.lock().unwrap() = false;
     let out = room.release_once(T0_MS + 3000, 10);
     assert_eq!(out.released, 1);
+    assert!(matches!(
+        room.status(a.seq, &a.ticket_id, T0_MS + 3000),
+        Ok(Status::Admitted(_))
+    ));
     let b = room.join(T0_MS + 3000).unwrap();
     assert_eq!(b.seq, 2, "the refused join's place was written off");
     let mut again = restore(&policy(), sink.taken(), T0_MS + 4000, &sink);

@@ -132,6 +132,14 @@ fn a_pass_holds_its_slot_until_its_checkouts_are_spent_or_it_expires() {
     let b = join(&mut r, T0_MS);
     let c = join(&mut r, T0_MS);
     assert_eq!(r.release_once(T0_MS, 10).released, 1);
+    assert!(
+        !r.may_start(a.seq, &a.ticket_id, T0_MS + 1_000),
+        "not collected yet"
+    );
+    assert!(matches!(
+        r.status(a.seq, &a.ticket_id, T0_MS + 1_000),
+        Ok(Status::Admitted(_))
+    ));
     assert!(r.may_start(a.seq, &a.ticket_id, T0_MS + 1_000));
     assert!(
         !r.may_start(a.seq, &b.ticket_id, T0_MS + 1_000),
@@ -157,6 +165,10 @@ fn a_pass_holds_its_slot_until_its_checkouts_are_spent_or_it_expires() {
         "a pass whose slot was given back cannot start another checkout"
     );
     assert_eq!(r.release_once(T0_MS + 5_000, 10).released, 1);
+    assert!(matches!(
+        r.status(b.seq, &b.ticket_id, T0_MS + 5_000),
+        Ok(Status::Admitted(_))
+    ));
     assert!(r.may_start(b.seq, &b.ticket_id, T0_MS + 5_000));
     // b never finishes: its pass expires after pass_ttl (60 s) and frees the slot.
     for t in [10_000, 20_000, 30_000, 40_000, 50_000] {
@@ -298,9 +310,7 @@ fn join_before_pause(r: &mut WaitingRoom) -> Joined {
 #[test]
 fn stats_count_waiting_oldest_and_rate() {
     let mut r = room(policy());
-    for i in 0..30 {
-        join(&mut r, T0_MS + i * 100);
-    }
+    let joined: Vec<Joined> = (0..30).map(|i| join(&mut r, T0_MS + i * 100)).collect();
     let s = r.stats(T0_MS + 5_000);
     assert_eq!(s.waiting, 30);
     assert_eq!(s.oldest_wait_s, 5);
@@ -309,6 +319,11 @@ fn stats_count_waiting_oldest_and_rate() {
     }
     let s = r.stats(T0_MS + 8_500);
     assert_eq!(s.admitted_total, 30, "burst 10, then 10/s");
+    assert_eq!(s.active_passes, 0, "released, none collected yet");
+    for j in &joined {
+        r.status(j.seq, &j.ticket_id, T0_MS + 8_500).unwrap();
+    }
+    let s = r.stats(T0_MS + 8_500);
     assert_eq!(s.active_passes, 30);
     assert_eq!(s.waiting, 0);
     assert!(s.release_rate > 2.0, "{s:?}");

@@ -180,6 +180,8 @@ impl Admin {
                     room["waiting"] = json!(s.waiting);
                     room["serving"] = json!(s.serving);
                     room["active"] = json!(s.active_passes);
+                    room["uncollected"] = json!(s.uncollected);
+                    room["no_show_share"] = json!(s.no_show_share);
                     room["admitted_total"] = json!(s.admitted_total);
                     room["abandoned_total"] = json!(s.abandoned_total);
                     room["oldest_wait_s"] = json!(s.oldest_wait_s);

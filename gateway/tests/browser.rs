@@ -345,8 +345,9 @@ async fn a_full_line_is_said_clearly() {
     // browser is started first: the admitted pass lasts only 3 s).
     let join = || client().post(gw.url("/queue/drop/join")).send();
     assert_eq!(join().await.unwrap().status(), 202);
+    // Released (its pass is collected at its first poll): out of the line.
     let admitted = eventually_async(Duration::from_secs(5), || {
-        gw.admin_json("/admin/state")["rooms"][0]["active"] == 1
+        gw.admin_json("/admin/state")["rooms"][0]["serving"] == 1
     })
     .await;
     assert!(admitted.is_some(), "the first one is let in");

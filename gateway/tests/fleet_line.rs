@@ -453,3 +453,44 @@ async fn a_collected_pass_is_shown_again_from_memory_while_redis_is_away() {
         assert_eq!(body["pass"].as_str(), Some(pass.as_str()), "the same pass");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leavers_place_gives_its_slot_back_to_the_next_in_line() {
+    // One slot; the first joiner never comes back for the pass. The place
+    // takes no slot while it waits for its holder, and once its claim
+    // window (here the 4 s idle timeout) is over the next in line, who
+    // polls on another gateway, gets in.
+    let redis = Redis::start();
+    let rooms = "[[rooms]]\nname = \"leave\"\nrelease_per_second = 50\nburst = 50\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 2\nidle_timeout_s = 4\npass_ttl_s = 60\n";
+    let fleet = start_fleet(&redis, 2, None, rooms);
+    let client = client();
+    let leaver = ticket(&client, &fleet[0], "leave").await;
+    let stayer = ticket(&client, &fleet[1], "leave").await;
+    assert_eq!(seq_of(&stayer), seq_of(&leaver) + 1);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(15);
+    let pass = loop {
+        let (code, body) = status(&client, &fleet[1], "leave", &stayer).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        if body["state"] == "admitted" {
+            break body["pass"].as_str().unwrap().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leaver's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(!pass.is_empty());
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "not before the leaver's claim window: {:?}",
+        started.elapsed()
+    );
+    // The leaver coming back late finds its place spent.
+    let (code, body) = status(&client, &fleet[0], "leave", &leaver).await;
+    assert_eq!(
+        (code, body["state"].as_str()),
+        (StatusCode::OK, Some("expired"))
+    );
+}

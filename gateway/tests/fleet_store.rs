@@ -1,8 +1,8 @@
 //! The Redis room store on its own, against a throwaway Redis: the release
 //! is paced by Redis's clock however often it is called, slots bound the
-//! passes, a released place nobody collects frees its slot after the claim
-//! window, the state reaches joins, and the Functions come back when Redis
-//! loses them.
+//! passes, a released place nobody collects takes no slot and is a no-show
+//! after its claim window (and the release makes up for no-shows), the
+//! state reaches joins, and the Functions come back when Redis loses them.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use sluice_admission::fleet::ClaimReply;
 use sluice_gateway::queue::fleet::redis::RedisStore;
-use sluice_gateway::queue::fleet::{RoomStore, TickArgs};
+use sluice_gateway::queue::fleet::{ClaimArgs, RoomStore, TickArgs};
 
 fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArgs {
     TickArgs {
@@ -22,6 +22,16 @@ fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArg
         hw_next: 0,
         hw_serving: 0,
         sold_out_seen: false,
+        share_milli: 0,
+        pass_ttl_ms: 60_000,
+    }
+}
+
+fn claim_args(a: &TickArgs) -> ClaimArgs {
+    ClaimArgs {
+        pass_ttl_ms: a.pass_ttl_ms,
+        max_active: a.max_active,
+        claim_window_ms: a.claim_window_ms,
     }
 }
 
@@ -64,35 +74,113 @@ async fn slots_bound_the_passes_and_an_uncollected_place_frees_its_slot() {
     let store = RedisStore::new(&redis.url()).unwrap();
     join_after_warm_up(&store, "r", 3).await;
     let a = args(100, 100, 1, 300);
+    let c = claim_args(&a);
     let tick = store.tick("r", &a).await.unwrap();
-    assert_eq!((tick.numbers.serving, tick.numbers.held), (1, 1));
+    // Place 0 is released; it takes no slot until collected, but counts
+    // as the one expected to come (no no-show measured yet).
+    assert_eq!(
+        (
+            tick.numbers.serving,
+            tick.numbers.held,
+            tick.numbers.pending
+        ),
+        (1, 0, 1)
+    );
     assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 1);
-    // Place 0 is never collected: after the claim window, place 1 goes.
+    // Place 0 is never collected: after the claim window it is a no-show
+    // and place 1 goes.
     let deadline = Instant::now() + Duration::from_secs(3);
-    while store.tick("r", &a).await.unwrap().numbers.serving < 2 {
+    let tick = loop {
+        let tick = store.tick("r", &a).await.unwrap();
+        if tick.numbers.serving >= 2 {
+            break tick;
+        }
         assert!(Instant::now() < deadline, "the slot came back");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(store.claim("r", 0, 60_000).await.unwrap(), ClaimReply::Gone);
-    let ClaimReply::Admitted { expires_at_ms } = store.claim("r", 1, 60_000).await.unwrap() else {
+    };
+    assert_eq!((tick.numbers.shows, tick.numbers.no_shows), (0, 1));
+    assert_eq!(store.claim("r", 0, &c).await.unwrap(), ClaimReply::Gone);
+    let ClaimReply::Admitted { expires_at_ms } = store.claim("r", 1, &c).await.unwrap() else {
         panic!("place 1 collects its pass")
     };
     assert_eq!(
-        store.claim("r", 1, 60_000).await.unwrap(),
+        store.claim("r", 1, &c).await.unwrap(),
         ClaimReply::Admitted { expires_at_ms },
         "the same pass every time"
     );
     assert!(matches!(
-        store.claim("r", 2, 60_000).await.unwrap(),
+        store.claim("r", 2, &c).await.unwrap(),
         ClaimReply::Waiting { serving: 2 }
     ));
     // A collected pass holds its slot for its lifetime, not the window.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 2);
-    assert!(store.give_back("r", 1).await.unwrap());
-    assert!(!store.give_back("r", 1).await.unwrap());
     let tick = store.tick("r", &a).await.unwrap();
-    assert_eq!((tick.numbers.serving, tick.numbers.held), (3, 1));
+    assert_eq!((tick.numbers.serving, tick.numbers.held), (2, 1));
+    assert_eq!(tick.numbers.shows, 1);
+    assert!(store.give_back("r", 1, a.pass_ttl_ms).await.unwrap());
+    assert!(!store.give_back("r", 1, a.pass_ttl_ms).await.unwrap());
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!(
+        (
+            tick.numbers.serving,
+            tick.numbers.held,
+            tick.numbers.pending
+        ),
+        (3, 0, 1)
+    );
+    assert!(
+        tick.numbers.hold_ms < 5_000,
+        "the slot was held about 0.4 s, not a pass's 60 s: {} ms",
+        tick.numbers.hold_ms
+    );
+}
+
+#[tokio::test]
+async fn a_measured_no_show_share_releases_more_but_a_claim_never_passes_max_active() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 10).await;
+    // Half of the released places are taken as no-shows: with 2 slots, 4
+    // places may wait for their holders at once.
+    let a = TickArgs {
+        share_milli: 500,
+        ..args(1000, 100, 2, 60_000)
+    };
+    let c = claim_args(&a);
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!((tick.numbers.serving, tick.numbers.pending), (4, 4));
+    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 4);
+    // All four come back: two get the slots, two stay at the front.
+    assert!(matches!(
+        store.claim("r", 0, &c).await.unwrap(),
+        ClaimReply::Admitted { .. }
+    ));
+    assert!(matches!(
+        store.claim("r", 1, &c).await.unwrap(),
+        ClaimReply::Admitted { .. }
+    ));
+    assert_eq!(store.claim("r", 2, &c).await.unwrap(), ClaimReply::Full);
+    assert_eq!(store.claim("r", 3, &c).await.unwrap(), ClaimReply::Full);
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!((tick.numbers.held, tick.numbers.pending), (2, 2));
+    assert_eq!(
+        tick.numbers.serving, 4,
+        "no slot free: nothing more released"
+    );
+    // A slot given back goes to a holder waiting at the front.
+    assert!(store.give_back("r", 0, a.pass_ttl_ms).await.unwrap());
+    assert!(matches!(
+        store.claim("r", 2, &c).await.unwrap(),
+        ClaimReply::Admitted { .. }
+    ));
+    assert_eq!(store.claim("r", 3, &c).await.unwrap(), ClaimReply::Full);
+    // Without the make-up, the same room would have let only two wait.
+    join_after_warm_up(&store, "plain", 10).await;
+    let plain = store
+        .tick("plain", &args(1000, 100, 2, 60_000))
+        .await
+        .unwrap();
+    assert_eq!(plain.numbers.serving, 2);
 }
 
 #[tokio::test]

@@ -75,8 +75,11 @@ impl<S: QueueStore> WaitingRoom<S> {
     fn join_line(&mut self, now_ms: u64) -> Option<Joined> {
         let now_s = self.room_s(now_ms);
         // Everyone live is ahead of a newcomer.
-        let ahead = self.store.live();
-        let estimated_wait_s = self.estimate_s(ahead, now_s);
+        // Released places still waiting for their holder are ahead too,
+        // but already let in: the estimate counts them in the slots.
+        let in_line = self.store.live();
+        let ahead = in_line + self.uncollected.len() as u64;
+        let estimated_wait_s = self.estimate_s(in_line, now_s);
         let poll = self.poll_for(estimated_wait_s);
         let slot = Slot::waiting(now_s, poll);
         let place = self.store.push(slot)?;

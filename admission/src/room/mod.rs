@@ -3,11 +3,13 @@
 //! - [`WaitingRoom::join`] gives a place at the end of the line (or in the
 //!   fair-start pre-queue before the opening).
 //! - [`WaitingRoom::status`] answers a poll: place, wait, when to ask again,
-//!   or the pass once the place has been released.
+//!   or the pass once the place has been released (the first such answer
+//!   collects it, and the pass then takes a `max_active` slot).
 //! - [`WaitingRoom::release_once`] is the release worker's one bounded pass:
 //!   it walks the line from the front, lets the next live people in while the
 //!   rate limit and `max_active` allow, and passes over the people who left
-//!   without spending any capacity on them.
+//!   without spending any capacity on them; released places nobody comes
+//!   back for are no-shows, made up for as [`crate::no_show`] says.
 //! - [`WaitingRoom::watermark`] gives the numbers shared by every ticket,
 //!   from which a client works out its own place.
 //! - [`WaitingRoom::restore`] rebuilds a room from its events, and
@@ -40,9 +42,10 @@ pub use outcome::{
 pub use restore::RestoreError;
 pub use watermark::{RoomState, Watermark};
 
-use crate::bucket::TokenBucket;
 use crate::fair_start::FairStartInfo;
 use crate::journal::{EventSink, RoomEvent};
+use crate::no_show::{releasable, NoShowMeter};
+use crate::pace::Pacer;
 use crate::policy::{Policy, PolicyError};
 use crate::rate_meter::RateMeter;
 use crate::stats::{JoinCounts, RoomStats, WaitHistogram};
@@ -69,12 +72,25 @@ const ENDS_EXACT_MAX: u64 = 4096;
 /// A poll up to this much sooner than told still counts as on time: clients
 /// round, and requests take time to arrive.
 const POLL_SLACK_S: u32 = 1;
+/// A released place waits for its holder until the poll it was told to
+/// make, plus this for the network; then it is a no-show.
+const CLAIM_SLACK_S: u64 = 5;
 
 /// The store's hard size: live tickets are held to `queue_capacity`, and the
 /// places of people who left stay until the release walks past them. Twice
 /// the capacity bounds memory even while a paused room keeps losing people.
 pub fn store_places_max(policy: &Policy) -> usize {
     policy.queue_capacity.get() as usize * 2
+}
+
+/// A released place whose holder has not collected the pass yet: it takes
+/// no slot, and counts toward them as the share expected to come
+/// ([`crate::no_show`]).
+#[derive(Debug, Clone, Copy)]
+struct PendingPass {
+    pass: ActivePass,
+    /// Unix second after which the holder is a no-show.
+    claim_by_s: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -85,34 +101,50 @@ struct ActivePass {
     expires_at_s: u64,
 }
 
-/// The room's slots as the estimate sees them.
+/// The room's slots as the estimate sees them, in places: with a
+/// no-show share `s` a slot stands for `1 / (1 - s)` released places.
 struct RoomSlots<'a> {
     active: &'a BTreeMap<u64, ActivePass>,
+    pending: &'a BTreeMap<u64, PendingPass>,
     max_active: u64,
+    share_milli: u32,
     now_unix_s: u64,
     hold_s: f64,
 }
 
 impl SlotOutlook for RoomSlots<'_> {
     fn slots(&self) -> u64 {
-        self.max_active
+        releasable(self.max_active, 0, 0, self.share_milli).max(1)
     }
 
     fn free(&self) -> u64 {
-        self.max_active.saturating_sub(self.active.len() as u64)
+        releasable(
+            self.max_active,
+            self.active.len() as u64,
+            self.pending.len() as u64,
+            self.share_milli,
+        )
     }
 
     fn end_in_s(&self, n: u64) -> Option<f64> {
-        let held = self.active.len() as u64;
-        if n >= held {
+        // The places the passes out stand for (collected ones and those
+        // still to be collected), spread over those passes.
+        let held = self.slots().saturating_sub(self.free());
+        let passes = (self.active.len() + self.pending.len()) as u64;
+        if n >= held || passes == 0 {
             return None;
         }
         if n >= ENDS_EXACT_MAX {
             return Some(self.hold_s * (n + 1) as f64 / held as f64);
         }
-        // Release order is place order; a pass is expected to end after
-        // the mean hold, and surely at its expiry.
-        let pass = self.active.values().nth(n as usize)?;
+        // Release order is about place order; a pass is expected to end
+        // after the mean hold, and surely at its expiry.
+        let i = (n * passes / held) as usize;
+        let pass = self
+            .active
+            .values()
+            .chain(self.pending.values().map(|p| &p.pass))
+            .nth(i)?;
         let expected = (pass.issued_at_s as f64 + self.hold_s).min(pass.expires_at_s as f64);
         Some(expected - self.now_unix_s as f64)
     }
@@ -148,11 +180,16 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     cursor: u64,
     /// Where the abandonment sweep continues.
     sweep_at: u64,
-    bucket: TokenBucket,
+    /// The release pace (GCRA).
+    pace: Pacer,
     /// Passes that may still start a checkout, by place; never more than
     /// `max_active`. A pass leaves when it expires or has spent its
     /// checkouts, and never comes back.
     active: BTreeMap<u64, ActivePass>,
+    /// Released places whose pass was not collected yet, by place.
+    uncollected: BTreeMap<u64, PendingPass>,
+    /// Released places collected and not: the share the release makes up.
+    no_shows: NoShowMeter,
     paused: bool,
     meter: RateMeter,
     pre_queue: Option<PreQueueState>,
@@ -231,7 +268,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     ) -> Result<Self, PolicyError> {
         policy.validate()?;
         let pre_queue = policy.opens_at_ms.map(|at| PreQueueState::new(at, seed));
-        let bucket = TokenBucket::new(policy.release_per_second.get(), policy.burst.get(), now_ms);
+        let pace = Pacer::new(policy.release_per_second.get(), policy.burst.get());
         Ok(Self {
             name: name.to_owned(),
             store,
@@ -241,8 +278,10 @@ impl<S: QueueStore> WaitingRoom<S> {
             epoch_s: now_ms / 1000,
             cursor: 0,
             sweep_at: 0,
-            bucket,
+            pace,
             active: BTreeMap::new(),
+            uncollected: BTreeMap::new(),
+            no_shows: NoShowMeter::default(),
             paused: false,
             meter: RateMeter::default(),
             pre_queue,
@@ -300,17 +339,19 @@ impl<S: QueueStore> WaitingRoom<S> {
     pub fn update_policy(&mut self, mut policy: Policy) -> Result<(), PolicyError> {
         policy.validate()?;
         policy.opens_at_ms = self.policy.opens_at_ms;
-        self.bucket
-            .reconfigure(policy.release_per_second.get(), policy.burst.get());
+        let share = self.share_milli();
+        self.pace
+            .set(policy.release_per_second.get(), share, policy.burst.get());
         self.policy = policy;
         Ok(())
     }
 
     /// Sets the release rate alone (adaptive release, once a second); the
-    /// line, passes, burst and the bucket's level stay.
+    /// line, passes, burst and the pace's state stay.
     pub fn set_release_per_second(&mut self, rate: std::num::NonZeroU32) {
         self.policy.release_per_second = rate;
-        self.bucket.reconfigure(rate.get(), self.policy.burst.get());
+        let share = self.share_milli();
+        self.pace.set(rate.get(), share, self.policy.burst.get());
     }
 
     /// Passes that can still be let in before `max_active` is reached.
@@ -353,6 +394,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             admitted_total: self.counters.admitted,
             too_early_total: self.counters.too_early,
             active_passes: self.active.len() as u64,
+            uncollected: self.uncollected.len() as u64,
+            no_show_share: f64::from(self.no_shows.share_milli(Self::unix_s(now_ms))) / 1000.0,
             release_rate: self.meter.rate(now_s, RATE_GAUGE_WINDOW_S),
             release_per_second: self.policy.release_per_second.get(),
             serving: self.cursor,
@@ -453,11 +496,18 @@ impl<S: QueueStore> WaitingRoom<S> {
     fn estimate_s(&self, ahead: u64, now_s: u32) -> u64 {
         let slots = RoomSlots {
             active: &self.active,
+            pending: &self.uncollected,
+            share_milli: self.share_milli(),
             max_active: u64::from(self.policy.max_active.get()),
             now_unix_s: self.epoch_s + u64::from(now_s),
             hold_s: self.hold_s(),
         };
         estimated_wait_s(ahead, self.planning_rate(now_s), &slots)
+    }
+
+    /// The measured no-show share, in thousandths.
+    fn share_milli(&self) -> u32 {
+        self.no_shows.share_milli(self.now_s_seen)
     }
 
     fn hold_s(&self) -> f64 {

@@ -1,16 +1,22 @@
 //! The release worker's bounded pass.
 
-use super::{ActivePass, ReleaseOutcome, Stop, WaitingRoom, SWEEP_PLACES_PER_PASS};
+use super::{
+    ActivePass, PendingPass, ReleaseOutcome, Stop, WaitingRoom, CLAIM_SLACK_S,
+    SWEEP_PLACES_PER_PASS,
+};
 use crate::journal::RoomEvent;
+use crate::no_show::{claim_window_ms, releasable};
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// One release pass at `now_ms`, looking at no more than `limit` places.
     ///
-    /// Ends passes that ran out, then walks the line from the cursor: people
-    /// who left or outlived their ticket are passed over for free; the next
-    /// live person is let in if the rate limit has a token and fewer than
-    /// `max_active` passes are valid. Nothing is released while paused, sold
+    /// Ends passes that ran out and released places nobody collected in
+    /// time (no-shows), then walks the line from the cursor: people who
+    /// left or outlived their ticket are passed over for free; the next
+    /// live person is let in if the rate limit (made up for the measured
+    /// no-show share, see [`crate::no_show`]) has a token and the slots
+    /// allow one more released place. Nothing is released while paused, sold
     /// out or before a fair-start opening. Call it often (every 50-100 ms):
     /// each call does a bounded amount of work. With a sink, nobody is
     /// released while it refuses events, and what a pass released is kept
@@ -20,6 +26,12 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.saw(now_ms);
         let cursor_before = self.cursor;
         let expired_passes = self.expire_passes(now_ms);
+        let share = self.share_milli();
+        let (rate, burst) = (
+            self.policy.release_per_second.get(),
+            self.policy.burst.get(),
+        );
+        self.pace.set(rate, share, burst);
         let mut out = ReleaseOutcome {
             released: 0,
             skipped: 0,
@@ -81,10 +93,12 @@ impl<S: QueueStore> WaitingRoom<S> {
                 self.cursor += 1;
                 continue;
             }
-            if self.active.len() >= self.policy.max_active.get() as usize {
+            let max_active = u64::from(self.policy.max_active.get());
+            let (held, pending) = (self.active.len() as u64, self.uncollected.len() as u64);
+            if releasable(max_active, held, pending, self.share_milli()) == 0 {
                 return Stop::Full;
             }
-            if !self.bucket.try_take(now_ms) {
+            if !self.pace.try_take(now_ms) {
                 return Stop::RateLimited;
             }
             self.admit(slot, now_ms, now_s);
@@ -106,7 +120,16 @@ impl<S: QueueStore> WaitingRoom<S> {
                 ..slot
             },
         );
-        self.active.insert(self.cursor, pass);
+        // The holder comes back within the claim window from their last
+        // poll (and surely by the poll they were told), or is a no-show.
+        let last_poll_s = self.epoch_s + u64::from(slot.last_poll_s);
+        let due_s = last_poll_s + u64::from(slot.poll_after_s) + CLAIM_SLACK_S;
+        let window_s = claim_window_ms(&self.policy) / 1000;
+        let claim_by_s = due_s
+            .max(last_poll_s + window_s)
+            .max(issued_at_s + CLAIM_SLACK_S);
+        self.uncollected
+            .insert(self.cursor, PendingPass { pass, claim_by_s });
         self.emit(RoomEvent::Released {
             place: self.cursor,
             number: pass.number,
@@ -120,9 +143,21 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.cursor += 1;
     }
 
-    /// Drops passes whose time is up; how many.
+    /// Drops passes whose time is up, and released places whose holder did
+    /// not come in time (counted as no-shows); how many passes.
     fn expire_passes(&mut self, now_ms: u64) -> u32 {
         let now_unix_s = Self::unix_s(now_ms);
+        let gone: Vec<u64> = self
+            .uncollected
+            .iter()
+            .filter(|(_, p)| p.claim_by_s <= now_unix_s || p.pass.expires_at_s <= now_unix_s)
+            .map(|(place, _)| *place)
+            .collect();
+        for place in &gone {
+            self.uncollected.remove(place);
+            self.emit(RoomEvent::GaveBack { place: *place });
+        }
+        self.no_shows.record(now_unix_s, 0, gone.len() as u64);
         let before = self.active.len();
         let mut held = Vec::new();
         self.active.retain(|_, pass| {

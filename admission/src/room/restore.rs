@@ -8,8 +8,9 @@ use rand::rngs::StdRng;
 use thiserror::Error;
 
 use super::pre_queue::PreQueueState;
-use super::{store_places_max, ActivePass, WaitingRoom};
+use super::{store_places_max, ActivePass, PendingPass, WaitingRoom, CLAIM_SLACK_S};
 use crate::journal::{EventSink, RoomEvent};
+use crate::no_show::claim_window_ms;
 use crate::policy::{Policy, PolicyError};
 use crate::stock::StockAuthority;
 use crate::store::{MemoryStore, QueueStore, Slot, SlotState};
@@ -40,7 +41,7 @@ impl WaitingRoom<MemoryStore> {
     /// ids and the fair-start seed derive from it. Every place, ticket and
     /// pass of the events is held again; waiting tickets get a fresh idle
     /// window from `now_ms` and may poll at once (the restart was not their
-    /// doing). The release rate starts from a full bucket.
+    /// doing). The release pace starts with its whole burst.
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         name: &str,
@@ -74,6 +75,7 @@ impl WaitingRoom<MemoryStore> {
         room.sweep_at = room.cursor;
         let now_s = Self::unix_s(now_ms);
         room.active.retain(|_, pass| now_s < pass.expires_at_s);
+        room.uncollected.retain(|_, p| now_s < p.pass.expires_at_s);
         room.sink = Some(sink);
         if !created {
             room.emit(RoomEvent::Created {
@@ -163,7 +165,7 @@ impl WaitingRoom<MemoryStore> {
                         return Err("only a waiting place is released");
                     }
                 }
-                self.activate(place, number, issued_at_s, expires_at_s);
+                self.release_pending(place, number, issued_at_s, expires_at_s, now_ms);
                 self.counters.admitted = self.counters.admitted.max(number);
                 self.cursor = self.cursor.max(place + 1);
             }
@@ -172,9 +174,25 @@ impl WaitingRoom<MemoryStore> {
                 number,
                 issued_at_s,
                 expires_at_s,
+                collected: true,
             } => self.activate(place, number, issued_at_s, expires_at_s),
+            RoomEvent::Active {
+                place,
+                number,
+                issued_at_s,
+                expires_at_s,
+                collected: false,
+            } => self.release_pending(place, number, issued_at_s, expires_at_s, now_ms),
+            RoomEvent::Collected { place } => {
+                let pending = self
+                    .uncollected
+                    .remove(&place)
+                    .ok_or("only a released place is collected")?;
+                self.active.insert(place, pending.pass);
+            }
             RoomEvent::GaveBack { place } => {
                 self.active.remove(&place);
+                self.uncollected.remove(&place);
             }
             RoomEvent::Cursor { cursor } => {
                 self.cursor = self.cursor.max(cursor);
@@ -214,6 +232,27 @@ impl WaitingRoom<MemoryStore> {
                 expires_at_s,
             },
         );
+    }
+
+    /// A released place waiting for its holder, who gets a fresh claim
+    /// window from the restart (like a waiting ticket's idle window).
+    fn release_pending(
+        &mut self,
+        place: u64,
+        number: u64,
+        issued_at_s: u64,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) {
+        let pass = ActivePass {
+            number,
+            issued_at_s,
+            expires_at_s,
+        };
+        let window_s = claim_window_ms(&self.policy) / 1000;
+        let claim_by_s = Self::unix_s(now_ms) + window_s.max(CLAIM_SLACK_S);
+        self.uncollected
+            .insert(place, PendingPass { pass, claim_by_s });
     }
 
     fn pre_queue_waiting(&mut self) -> Result<&mut PreQueueState, &'static str> {
@@ -262,12 +301,15 @@ impl WaitingRoom<MemoryStore> {
                 });
             }
         }
-        for (&place, pass) in &self.active {
+        let held = self.active.iter().map(|(p, pass)| (p, pass, true));
+        let pending = self.uncollected.iter().map(|(p, pp)| (p, &pp.pass, false));
+        for (&place, pass, collected) in held.chain(pending) {
             visit(RoomEvent::Active {
                 place,
                 number: pass.number,
                 issued_at_s: pass.issued_at_s,
                 expires_at_s: pass.expires_at_s,
+                collected,
             });
         }
     }
@@ -279,6 +321,6 @@ impl WaitingRoom<MemoryStore> {
             .as_ref()
             .filter(|p| !p.opened)
             .map_or(0, |p| p.entrants());
-        2 + pre + self.store.len() as u64 + self.active.len() as u64
+        2 + pre + self.store.len() as u64 + (self.active.len() + self.uncollected.len()) as u64
     }
 }

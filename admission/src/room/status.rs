@@ -1,7 +1,10 @@
 //! Answering a poll.
 
-use super::{Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, POLL_SLACK_S};
+use super::{
+    Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, CLAIM_SLACK_S, POLL_SLACK_S,
+};
 use crate::journal::RoomEvent;
+use crate::no_show::claim_window_ms;
 use crate::store::{QueueStore, Slot, SlotState};
 use crate::ticket_id::TicketId;
 
@@ -10,7 +13,10 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// stands at `now_ms`.
     ///
     /// Once its place has been released the answer is `Admitted` with the
-    /// same pass every time, until the pass ends. A waiting ticket that asks
+    /// same pass every time, until the pass ends. The first such answer
+    /// collects the pass, which then takes a `max_active` slot: only while
+    /// one is free; until then the holder is told it is at the front, to
+    /// ask again. A waiting ticket that asks
     /// sooner than it was told gets `TooEarly`, and the early poll does not
     /// count as a sign of life.
     ///
@@ -51,8 +57,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Ok(Status::SoldOut);
         }
         self.check_on_time(&slot, now_s)?;
-        let ahead = self.store.live_before(place);
-        let estimated_wait_s = self.estimate_s(ahead, now_s);
+        // Released places still waiting for their holder are ahead too,
+        // but already let in: the estimate counts them in the slots.
+        let in_line = self.store.live_before(place);
+        let ahead = in_line + self.uncollected.len() as u64;
+        let estimated_wait_s = self.estimate_s(in_line, now_s);
         let poll = self.poll_for(estimated_wait_s);
         self.store.set(
             place,
@@ -76,7 +85,41 @@ impl<S: QueueStore> WaitingRoom<S> {
         })
     }
 
-    fn released_status(&self, seq: u64, ticket_id: &TicketId, place: u64, now_ms: u64) -> Status {
+    fn released_status(
+        &mut self,
+        seq: u64,
+        ticket_id: &TicketId,
+        place: u64,
+        now_ms: u64,
+    ) -> Status {
+        if let Some(pending) = self.uncollected.get(&place).copied() {
+            let now_unix_s = Self::unix_s(now_ms);
+            let free = self.active.len() < self.policy.max_active.get() as usize;
+            if now_unix_s < pending.pass.expires_at_s && free {
+                self.uncollected.remove(&place);
+                self.active.insert(place, pending.pass);
+                self.no_shows.record(now_unix_s, 1, 0);
+                self.emit(RoomEvent::Collected { place });
+            } else if now_unix_s < pending.pass.expires_at_s {
+                // Here, but no slot to spare: at the front, and
+                // not a no-show while it keeps asking.
+                let poll_after_s = self.policy.poll_min.as_secs();
+                let window_s = claim_window_ms(&self.policy) / 1000;
+                if let Some(p) = self.uncollected.get_mut(&place) {
+                    p.claim_by_s = now_unix_s + window_s.max(poll_after_s + CLAIM_SLACK_S);
+                }
+                // Ahead: the released places before it still waiting too.
+                let ahead = self.uncollected.range(..place).count() as u64;
+                let wait = Wait {
+                    position: ahead + 1,
+                    ahead,
+                    estimated_wait_s: 0,
+                    poll_after_s: poll_after_s as u32,
+                    expires_at_s: pending.pass.expires_at_s,
+                };
+                return Status::Waiting(wait);
+            }
+        }
         match self.active.get(&place) {
             Some(pass) if Self::unix_s(now_ms) < pass.expires_at_s => Status::Admitted(Admitted {
                 seq,

@@ -145,6 +145,8 @@ impl RoomEntry {
             stats.waiting = numbers.waiting();
             stats.serving = numbers.serving;
             stats.active_passes = numbers.held;
+            stats.uncollected = numbers.pending;
+            stats.no_show_share = f64::from(numbers.share_milli) / 1000.0;
             stats.release_per_second = shared.policy().release_per_second.get();
             stats.paused = numbers.paused || numbers.is_stale(now_ms);
             stats.sold_out = stats.sold_out || numbers.sold_out;

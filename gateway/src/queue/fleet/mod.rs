@@ -30,12 +30,13 @@ use arc_swap::ArcSwap;
 use sluice_admission::fleet::{
     self as decide, ClaimReply, LineNumbers, Presented, STORE_RETRY_AFTER_S,
 };
+use sluice_admission::no_show::NoShowMeter;
 use sluice_admission::stats::JoinCounts;
 use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
-pub use store::{Member, RoomStore, StoreError, TickArgs};
+pub use store::{ClaimArgs, Member, RoomStore, StoreError, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).
@@ -142,6 +143,7 @@ impl Fleet {
             given_back: Mutex::new(HashMap::new()),
             reachable: AtomicBool::new(true),
             joins_counted: Mutex::new(JoinCounts::default()),
+            no_shows: Mutex::new(NoShowMeter::default()),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
@@ -186,6 +188,9 @@ pub struct SharedRoom {
     reachable: AtomicBool,
     /// This gateway's joins by result (`sluice_queue_joins_total`).
     joins_counted: Mutex<JoinCounts>,
+    /// The room's no-show share, from the store's totals at every tick
+    /// (every gateway reads the same totals, so they measure alike).
+    no_shows: Mutex<NoShowMeter>,
 }
 
 impl SharedRoom {
@@ -241,6 +246,11 @@ impl SharedRoom {
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// The no-show share the release makes up for, in thousandths.
+    pub fn share_milli(&self) -> u32 {
+        self.numbers.load().share_milli
     }
 
     /// This gateway's joins by result.
@@ -309,11 +319,16 @@ impl SharedRoom {
     async fn claim_from_store(&self, seq: u64) -> Result<ClaimReply, StoreError> {
         let store = self.fleet.store.clone();
         let name = self.name.clone();
-        let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
+        let policy = self.policy.load();
+        let args = ClaimArgs {
+            pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
+            max_active: policy.max_active.get(),
+            claim_window_ms: decide::claim_window_ms(&policy),
+        };
         let call = self
             .fleet
             .rt
-            .spawn(async move { store.claim(&name, seq, ttl_ms).await });
+            .spawn(async move { store.claim(&name, seq, &args).await });
         match tokio::time::timeout(ANSWER_WAIT_MAX, call).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("claim task: {e}"))),
@@ -341,8 +356,9 @@ impl SharedRoom {
         }
         let store = self.fleet.store.clone();
         let name = self.name.clone();
+        let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
         self.fleet.rt.spawn(async move {
-            if let Err(e) = store.give_back(&name, seq).await {
+            if let Err(e) = store.give_back(&name, seq, ttl_ms).await {
                 // The slot then ends with the pass, as if never given back.
                 tracing::warn!(room = name, "a pass's slot could not be given back: {e}");
             }
@@ -400,6 +416,7 @@ impl SharedRoom {
             }
         }
         let policy = self.policy.load_full();
+        let share_milli = self.share_milli();
         let args = TickArgs {
             release_per_second: policy.release_per_second.get(),
             burst: policy.burst.get(),
@@ -408,6 +425,8 @@ impl SharedRoom {
             hw_next: self.hw_next.load(Ordering::Relaxed),
             hw_serving: self.hw_serving.load(Ordering::Relaxed),
             sold_out_seen: !self.stock.can_sell(&self.name),
+            share_milli,
+            pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
         };
         match store.tick(&self.name, &args).await {
             Ok(tick) => {
@@ -417,6 +436,12 @@ impl SharedRoom {
                 }
                 let mut numbers = tick.numbers;
                 numbers.read_at_ms = now_ms();
+                numbers.share_milli = {
+                    let now_s = tick.store_now_ms / 1000;
+                    let mut meter = self.no_shows.lock().unwrap_or_else(|p| p.into_inner());
+                    meter.observe_totals(now_s, numbers.shows, numbers.no_shows);
+                    meter.share_milli(now_s)
+                };
                 self.saw(numbers.next, numbers.serving);
                 self.numbers.store(Arc::new(numbers));
                 self.answered(Ok(()));

@@ -3,8 +3,9 @@
 //! new connection and again whenever Redis says a function is missing, as
 //! after a restart without data), which read Redis's own clock.
 //!
-//! Keys of room `R`: `sluice:{R}` and `sluice:{R}:slots`, one hash tag, so
-//! Redis Cluster keeps each room on one slot.
+//! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots` and
+//! `sluice2:{R}:released`, one hash tag, so Redis Cluster keeps each room
+//! on one slot.
 //!
 //! One multiplexed connection ([`ConnectionManager`], which reconnects by
 //! itself), explicit connect and response timeouts, and every call bounded
@@ -18,7 +19,7 @@ use redis::{Cmd, RedisError};
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
 use tokio::sync::Mutex;
 
-use super::store::{Member, RoomStore, StoreError, Tick, TickArgs};
+use super::store::{ClaimArgs, Member, RoomStore, StoreError, Tick, TickArgs};
 
 /// The Functions library.
 pub const LIBRARY: &str = include_str!("sluice.lua");
@@ -146,11 +147,13 @@ fn classify(e: RedisError) -> StoreError {
 /// The fleet's members.
 pub const FLEET_KEY: &str = "sluice:fleet";
 
-/// The keys of room `room`, under its hash tag.
-pub fn keys(room: &str) -> [String; 2] {
+/// The keys of room `room`, under its hash tag: the room, its slots,
+/// its released places waiting for their holder.
+pub fn keys(room: &str) -> [String; 3] {
     [
-        format!("sluice:{{{room}}}"),
-        format!("sluice:{{{room}}}:slots"),
+        format!("sluice2:{{{room}}}"),
+        format!("sluice2:{{{room}}}:slots"),
+        format!("sluice2:{{{room}}}:released"),
     ]
 }
 
@@ -167,16 +170,16 @@ impl RoomStore for RedisStore {
         capacity: u32,
         hw_next: u64,
     ) -> Result<JoinReply, StoreError> {
-        let [line, _] = keys(room);
+        let [line, _, _] = keys(room);
         let r: Vec<u64> = self
             .fcall(
-                "sluice_1_join",
+                "sluice_2_join",
                 &[line],
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
         let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_1_join gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_2_join gave {r:?}")));
         };
         Ok(JoinReply {
             first,
@@ -191,7 +194,7 @@ impl RoomStore for RedisStore {
     async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_1_tick",
+                "sluice_2_tick",
                 &keys(room),
                 &[
                     u64::from(a.release_per_second),
@@ -201,17 +204,26 @@ impl RoomStore for RedisStore {
                     a.hw_next,
                     a.hw_serving,
                     flag(a.sold_out_seen),
+                    u64::from(a.share_milli),
+                    a.pass_ttl_ms,
                 ],
             )
             .await?;
-        let [next, serving, held, paused, sold_out, version, released, now_ms] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_1_tick gave {r:?}")));
+        let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms] =
+            r[..]
+        else {
+            return Err(StoreError::Protocol(format!("sluice_2_tick gave {r:?}")));
         };
         Ok(Tick {
             numbers: LineNumbers {
                 next,
                 serving,
                 held,
+                pending,
+                shows,
+                no_shows,
+                hold_ms,
+                share_milli: 0,
                 paused: paused != 0,
                 sold_out: sold_out != 0,
                 version,
@@ -222,26 +234,32 @@ impl RoomStore for RedisStore {
         })
     }
 
-    async fn claim(
-        &self,
-        room: &str,
-        seq: u64,
-        pass_ttl_ms: u64,
-    ) -> Result<ClaimReply, StoreError> {
+    async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
-            .fcall("sluice_1_claim", &keys(room), &[seq, pass_ttl_ms])
+            .fcall(
+                "sluice_2_claim",
+                &keys(room),
+                &[
+                    seq,
+                    a.pass_ttl_ms,
+                    u64::from(a.max_active),
+                    a.claim_window_ms,
+                ],
+            )
             .await?;
         match r[..] {
             [0, serving] => Ok(ClaimReply::Waiting { serving }),
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
-            _ => Err(StoreError::Protocol(format!("sluice_1_claim gave {r:?}"))),
+            [3, _] => Ok(ClaimReply::Full),
+            _ => Err(StoreError::Protocol(format!("sluice_2_claim gave {r:?}"))),
         }
     }
 
-    async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError> {
+    async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
+        let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_1_give_back", &keys(room), &[seq])
+            .fcall("sluice_2_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -253,9 +271,9 @@ impl RoomStore for RedisStore {
         sold_out: bool,
         only_if_new: bool,
     ) -> Result<u64, StoreError> {
-        let [line, _] = keys(room);
+        let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_1_set_state",
+            "sluice_2_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -265,12 +283,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_1_heartbeat",
+                "sluice_2_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_1_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_2_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

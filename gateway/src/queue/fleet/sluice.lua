@@ -1,23 +1,29 @@
-#!lua name=sluice_1
+#!lua name=sluice_2
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_1`): a change of a
+The library and every function carry a version (`sluice_2`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
 versions then share the room's keys, so a layout change also needs its own
 key prefix.
 
-Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot:
-  sluice:{R}        HASH  next (next seq to give), serving (seqs below it are
-                          released), tat_us (GCRA theoretical arrival time),
-                          paused, sold_out (0/1), version (bumped by set_state),
-                          born_ms (when this hash was made: see WARM_UP_MS)
-  sluice:{R}:slots  ZSET  the max_active slots: "u<seq>" a released place not
-                          collected yet, "c<seq>" a collected pass; score =
-                          unix ms at which the slot is free again
+Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
+(prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
+share keys with sluice_1's):
+  sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
+                             released), tat_us (GCRA of the release),
+                             paused, sold_out (0/1), version (bumped by
+                             set_state), born_ms (when this hash was made: see
+                             WARM_UP_MS), shows / no_shows (released places
+                             collected / never collected, totals), hold_ms
+                             (mean time a pass held its slot)
+  sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
+                             score = unix ms at which its slot is free again
+  sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
+                             score = unix ms at which its claim window ends
 
 And one key for the fleet itself (its own slot in Redis Cluster):
   sluice:fleet      HASH  gateway id -> "<unix ms last seen> <region>"
@@ -65,7 +71,7 @@ local function load(key, hw_next, hw_serving, ms)
   return r
 end
 
--- FCALL sluice_1_join 1 <room> <n> <capacity> <hw_next>
+-- FCALL sluice_2_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
 -- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
@@ -85,15 +91,46 @@ local function join(keys, args)
   return {first, granted, r.serving, r.paused, r.sold_out, warming}
 end
 
--- FCALL sluice_1_tick 2 <room> <slots> <rate> <burst> <max_active>
---       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen>
--- Frees ended slots, then releases the next places while the GCRA
--- (rate, burst) and the free slots allow; any gateway may call it, as often
--- as it likes: the rate comes from TIME, not from the number of calls.
--- -> {next, serving, held, paused, sold_out, version, released, now_ms}
+-- The running mean of how long a pass held its slot (weight 1/32 for the
+-- newest), kept in the room's hash as hold_ms (0: none yet).
+local function observe_hold(key, held_ms)
+  local mean = num(redis.call('HGET', key, 'hold_ms'))
+  if mean == 0 then
+    mean = held_ms
+  else
+    mean = mean + (held_ms - mean) / 32
+  end
+  redis.call('HSET', key, 'hold_ms', string.format('%d', math.floor(mean)))
+end
+
+-- The release's pace and the uncollected places that may be out, made up
+-- for a no-show share of share_milli (thousandths, at most 500): the same
+-- integer arithmetic as sluice_admission::no_show.
+local SHARE_MAX_MILLI = 500
+
+local function show_milli(share_milli)
+  return 1000 - math.min(share_milli, SHARE_MAX_MILLI)
+end
+
+local function interval_us(rate, share_milli)
+  return math.max(1, math.ceil(show_milli(share_milli) * 1000 / rate))
+end
+
+-- FCALL sluice_2_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
+--       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
+--       <pass_ttl_ms>
+-- Ends passes that ran out and released places nobody collected within
+-- their claim window (no-shows), then releases the next places while the
+-- GCRA (rate made up for the no-show share, burst) and the slots allow:
+-- an uncollected place takes no slot, it counts as the share expected to
+-- come. Any gateway may call it, as often as it likes: the rate comes from
+-- TIME, not from the number of calls.
+-- -> {next, serving, passes, pending, paused, sold_out, version, released,
+--     now_ms, shows, no_shows, hold_ms}
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local claim_window_ms = tonumber(args[4])
+  local share_milli, ttl = tonumber(args[8]), tonumber(args[9])
   local us = now_us()
   local ms = math.floor(us / 1000)
   local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), ms)
@@ -101,62 +138,89 @@ local function tick(keys, args)
     r.sold_out = 1
     r.version = r.version + 1
   end
+  -- Passes that lived their whole life held their slot for it.
+  local ended = redis.call('ZCOUNT', keys[2], '-inf', ms)
+  for _ = 1, math.min(ended, 64) do observe_hold(keys[1], ttl) end
   redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', ms)
-  local held = redis.call('ZCARD', keys[2])
+  local no_shows = redis.call('ZREMRANGEBYSCORE', keys[3], '-inf', ms)
+  if no_shows > 0 then redis.call('HINCRBY', keys[1], 'no_shows', no_shows) end
+  local passes = redis.call('ZCARD', keys[2])
+  local pending = redis.call('ZCARD', keys[3])
   local released = 0
   local warming = ms - r.born_ms < WARM_UP_MS
-  if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving
-      and held < max_active then
-    local interval_us = math.floor(1000000 / rate)
+  if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
+    local step = interval_us(rate, share_milli)
     local tat = math.max(r.tat_us, us)
-    local allowed = math.floor((us + burst * interval_us - tat) / interval_us)
-    released = math.min(allowed, max_active - held, r.next - r.serving)
+    local allowed = math.floor((us + burst * step - tat) / step)
+    local free = math.max(0, max_active - passes)
+    local slots = math.floor(free * 1000 / show_milli(share_milli)) - pending
+    released = math.min(allowed, slots, r.next - r.serving)
     if released > 0 then
       for i = 0, released - 1 do
-        redis.call('ZADD', keys[2], ms + claim_window_ms, 'u' .. string.format('%d', r.serving + i))
+        redis.call('ZADD', keys[3], ms + claim_window_ms, 'u' .. string.format('%d', r.serving + i))
       end
       r.serving = r.serving + released
-      r.tat_us = tat + released * interval_us
-      held = held + released
+      r.tat_us = tat + released * step
+      pending = pending + released
     else
       released = 0
     end
   end
   redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving, 'tat_us', r.tat_us,
     'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version, 'born_ms', r.born_ms)
-  return {r.next, r.serving, held, r.paused, r.sold_out, r.version, released, ms}
+  local v = redis.call('HMGET', keys[1], 'shows', 'no_shows', 'hold_ms')
+  return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
+    num(v[1]), num(v[2]), num(v[3])}
 end
 
--- FCALL sluice_1_claim 2 <room> <slots> <seq> <pass_ttl_ms>
--- The pass of a released place: the first claim turns the place's slot into
--- a pass slot ending at now + pass_ttl; later claims get the same end.
+-- FCALL sluice_2_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
+--       <max_active> <claim_window_ms>
+-- The pass of a released place. The first claim takes a slot, if one is
+-- free, and ends at now + pass_ttl; later claims get the same end. With no
+-- slot free the place stays released (its claim window starts again: its
+-- holder is here) and the holder asks again.
 -- -> {0, serving} still waiting | {1, expires_at_ms} admitted | {2, 0} gone
+--    | {3, 0} released, no slot free yet
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
+  local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
   local serving = num(redis.call('HGET', keys[1], 'serving'))
   if tonumber(seq) >= serving then
     return {0, serving}
   end
   local ms = now_ms()
-  redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', ms)
-  local held = redis.call('ZSCORE', keys[2], 'c' .. seq)
-  if held then
-    return {1, tonumber(held)}
+  local held = tonumber(redis.call('ZSCORE', keys[2], 'c' .. seq))
+  if held and held > ms then
+    return {1, held}
   end
-  if redis.call('ZREM', keys[2], 'u' .. seq) == 1 then
-    redis.call('ZADD', keys[2], ms + ttl, 'c' .. seq)
-    return {1, ms + ttl}
+  local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
+  if not deadline or deadline <= ms then
+    return {2, 0}
   end
-  return {2, 0}
+  local passes = redis.call('ZCOUNT', keys[2], '(' .. string.format('%d', ms), '+inf')
+  if passes >= max_active then
+    redis.call('ZADD', keys[3], 'XX', ms + claim_window_ms, 'u' .. seq)
+    return {3, 0}
+  end
+  redis.call('ZREM', keys[3], 'u' .. seq)
+  redis.call('ZADD', keys[2], ms + ttl, 'c' .. seq)
+  redis.call('HINCRBY', keys[1], 'shows', 1)
+  return {1, ms + ttl}
 end
 
--- FCALL sluice_1_give_back 2 <room> <slots> <seq>
--- A pass that can start no more checkouts frees its slot. -> 1 if it held one
+-- FCALL sluice_2_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- A pass that can start no more checkouts frees its slot (and says how
+-- long it held it). -> 1 if it held one
 local function give_back(keys, args)
-  return redis.call('ZREM', keys[2], 'c' .. args[1])
+  local ends = tonumber(redis.call('ZSCORE', keys[2], 'c' .. args[1]))
+  if not ends then return 0 end
+  redis.call('ZREM', keys[2], 'c' .. args[1])
+  local held_ms = tonumber(args[2]) - (ends - now_ms())
+  observe_hold(keys[1], math.max(0, held_ms))
+  return 1
 end
 
--- FCALL sluice_1_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_2_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -177,7 +241,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_1_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_2_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -199,9 +263,9 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_1_heartbeat', heartbeat)
-redis.register_function('sluice_1_join', join)
-redis.register_function('sluice_1_tick', tick)
-redis.register_function('sluice_1_claim', claim)
-redis.register_function('sluice_1_give_back', give_back)
-redis.register_function('sluice_1_set_state', set_state)
+redis.register_function('sluice_2_heartbeat', heartbeat)
+redis.register_function('sluice_2_join', join)
+redis.register_function('sluice_2_tick', tick)
+redis.register_function('sluice_2_claim', claim)
+redis.register_function('sluice_2_give_back', give_back)
+redis.register_function('sluice_2_set_state', set_state)

@@ -28,14 +28,28 @@ pub struct TickArgs {
     pub release_per_second: u32,
     pub burst: u32,
     pub max_active: u32,
-    /// How long a released place holds its slot before it is collected.
+    /// How long a released place waits for its holder (a no-show after).
     pub claim_window_ms: u64,
+    /// The no-show share this gateway measured, in thousandths: the
+    /// release makes up for it (bounded, see `sluice_admission::no_show`).
+    pub share_milli: u32,
+    /// What a pass that ran out held its slot for (the mean hold).
+    pub pass_ttl_ms: u64,
     /// The highest `next` and `serving` this gateway has seen: a store
     /// restarted empty starts again from them, never below.
     pub hw_next: u64,
     pub hw_serving: u64,
     /// This gateway's stock says the room is sold out.
     pub sold_out_seen: bool,
+}
+
+/// What a claim needs from the room's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimArgs {
+    pub pass_ttl_ms: u64,
+    pub max_active: u32,
+    /// A holder who found no slot free gets this long again.
+    pub claim_window_ms: u64,
 }
 
 /// What one tick did, and the room's numbers after it.
@@ -76,13 +90,15 @@ pub trait RoomStore: Send + Sync + 'static {
     /// releases no more), and reads the room's numbers.
     async fn tick(&self, room: &str, args: &TickArgs) -> Result<Tick, StoreError>;
 
-    /// The pass of released place `seq`: its slot now holds it until the
+    /// The pass of released place `seq`: the first claim takes a slot if
+    /// one is free ([`ClaimReply::Full`] if not), and its slot then holds it until the
     /// returned end, the same on every later claim.
-    async fn claim(&self, room: &str, seq: u64, pass_ttl_ms: u64)
+    async fn claim(&self, room: &str, seq: u64, args: &ClaimArgs)
         -> Result<ClaimReply, StoreError>;
 
-    /// Frees the slot of pass `seq`; `true` if it held one.
-    async fn give_back(&self, room: &str, seq: u64) -> Result<bool, StoreError>;
+    /// Frees the slot of pass `seq` (of a room whose passes live
+    /// `pass_ttl_ms`); `true` if it held one.
+    async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError>;
 
     /// The kill switch and sold out; returns the state's new version.
     /// With `only_if_new`, changes nothing when the store already holds
