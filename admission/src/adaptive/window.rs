@@ -18,6 +18,9 @@ pub const WINDOW_MS: u64 = 3000;
 /// Checkouts a step wants to judge on: with fewer in [`WINDOW_MS`], the
 /// window reaches back for the newest this many.
 pub const SAMPLES_WANTED: usize = 20;
+/// The longer window: its mean latency is what CRUISE watches for a
+/// recovery (a 3 s mean swings too much at 25 checkouts a second).
+pub const LONG_MS: u64 = 10_000;
 /// How far back the window reaches at most, for [`SAMPLES_WANTED`].
 pub const HORIZON_MS: u64 = 30_000;
 /// Checkouts it holds at most; past this the oldest are forgotten, so the
@@ -93,14 +96,39 @@ impl CheckoutWindow {
             let rank = (latencies.len() * 99).div_ceil(100).max(1) - 1;
             Some(*latencies.select_nth_unstable(rank).1)
         };
+        let mean_ms = mean(latencies.iter().copied());
+        let last_s = self
+            .samples
+            .iter()
+            .rev()
+            .take_while(|s| s.at_ms + 1000 > now_ms)
+            .filter(|s| !s.failed)
+            .count();
+        let long_mean_ms = mean(
+            self.samples
+                .iter()
+                .rev()
+                .take_while(|s| s.at_ms + LONG_MS > now_ms)
+                .map(|s| s.latency_ms),
+        );
         Measurements {
             checkouts: latencies.len() as u32,
             p99_ms,
+            mean_ms,
             backend_failures: failures as u32,
             served_per_second: (latencies.len() - failures) as f64 * 1000.0 / span_ms as f64,
+            served_last_s: last_s as f64,
+            long_mean_ms,
+            in_flight: None,
+            started_per_second: None,
             free_slots,
         }
     }
+}
+
+fn mean(latencies: impl Iterator<Item = u32>) -> Option<f64> {
+    let (sum, n) = latencies.fold((0.0, 0u32), |(sum, n), l| (sum + f64::from(l), n + 1));
+    (n > 0).then(|| sum / f64::from(n))
 }
 
 #[cfg(test)]
