@@ -111,11 +111,18 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         }
         _ => return hold(rate, Reason::Steady),
     };
-    let base_ms = match previous.base_ms {
-        _ if m.checkouts < BASE_SAMPLES => previous.base_ms,
-        None => Some(mean),
-        Some(b) if mean < b => Some(b + BASE_DOWN * (mean - b)),
-        Some(b) => Some(mean.min(b * (1.0 + BASE_DRIFT))),
+    // A room under ~67/s never has BASE_SAMPLES in one window: it learns
+    // on its newest ones over a longer span instead.
+    let learnt = if m.checkouts >= BASE_SAMPLES {
+        Some(mean)
+    } else {
+        m.slow_room_mean_ms
+    };
+    let base_ms = match (previous.base_ms, learnt) {
+        (b, None) => b,
+        (None, Some(x)) => Some(x),
+        (Some(b), Some(x)) if x < b => Some(b + BASE_DOWN * (x - b)),
+        (Some(b), Some(x)) => Some(x.min(b * (1.0 + BASE_DRIFT))),
     };
     let queue = match (base_ms, m.in_flight) {
         (None, _) => 0.0,

@@ -73,6 +73,10 @@ pub struct Measurements {
     /// Mean latency of the checkouts that ended in the last
     /// [`window::LONG_MS`]; `None` with none.
     pub long_mean_ms: Option<f64>,
+    /// With fewer than [`window::SLOW_ROOM_BELOW`] checkouts in the window
+    /// and a horizon spanning [`window::SLOW_ROOM_SPAN_MS`]: the mean
+    /// latency of the newest that many; `None` otherwise.
+    pub slow_room_mean_ms: Option<f64>,
     /// Checkouts at the backend (started, not ended), averaged over the
     /// last step; `None` when the caller does not count them.
     pub in_flight: Option<f64>,

@@ -28,6 +28,7 @@ fn m(checkouts: u32, mean_ms: f64, served: f64, in_flight: f64, started: f64) ->
         served_per_second: served,
         served_last_s: served,
         long_mean_ms: Some(mean_ms),
+        slow_room_mean_ms: None,
         in_flight: Some(in_flight),
         started_per_second: Some(started),
         free_slots: 100,
