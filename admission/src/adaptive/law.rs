@@ -4,8 +4,9 @@
 //! ```text
 //! base     = the checkouts' mean latency with no queue (Vegas's BaseRTT,
 //!            BBR's RTprop): min-filtered over windows of ≥ BASE_SAMPLES
-//!            checkouts, base += BASE_DOWN × (mean − base) below it, and
-//!            creeping up by BASE_DRIFT a second above it
+//!            checkouts (a slower room: over its newest BASE_SAMPLES of
+//!            the horizon), base += BASE_DOWN × (mean − base) below it,
+//!            and creeping up by BASE_DRIFT a second above it
 //! queue    = in_flight − started/s × base        (Little's law: the
 //!            checkouts waiting at the backend, Vegas's diff)
 //! saturated: released > served / OUTPACED and queue > QUEUE_STARTUP (one
@@ -13,14 +14,15 @@
 //!            row, otherwise); or p99 > P99_CEILING × target_p99_ms; or
 //!            backend failures above max_error_ratio by ERROR_SIGMAS
 //! STARTUP  rate' = min(rate × (1 + STARTUP_GROWTH), max(rate, STARTUP_SERVED × served))
-//!          a recovery returns at once to CRUISE_GAIN × the highest
-//!          capacity measured (CUBIC's return to W_max), at most ×4
+//!          below CRUISE_GAIN × the highest capacity measured before (after
+//!          a recovery, or a false alarm), straight back to it (CUBIC's
+//!          return to W_max), at most × RETURN_MAX in one step
 //!          saturated → DRAIN, capacity = served
 //! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
 //!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
-//!          (a drain that never saw a saturated second was a false alarm:
-//!          back to STARTUP at the same rate)
+//!          (once it has cruised, a drain that never saw queue >
+//!          QUEUE_CAPACITY was a false alarm: back to STARTUP, same rate)
 //! CRUISE   rate' = rate
 //!          saturated → DRAIN
 //!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
