@@ -21,6 +21,7 @@ use sluice_checkout::{
     PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink, SinkError,
     SqliteBackend, Store, PM_DECLINE, PM_OK,
 };
+use sluice_loadtest::relay::{Link, Relay};
 
 struct Fixture {
     backend: Arc<dyn OrderBackend>,
@@ -107,6 +108,7 @@ on_both!(
     provider_events_settle_once_whatever_their_order,
     the_payments_reconciler_resolves_an_unanswered_payment,
     adjustments_move_free_units_only,
+    racing_keys_of_one_pass_make_no_more_orders_than_its_limit,
 );
 
 fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
@@ -654,7 +656,226 @@ fn partitions_never_exceed_the_total_over_random_interleavings(f: &Fixture) {
     f.assert_books_balance();
 }
 
+/// One pass, a limit of one order, 20 checkouts at once with 20 distinct
+/// keys: exactly one order, the others refused without an order (a count
+/// outside the creating transaction's lock lets them all through).
+fn racing_keys_of_one_pass_make_no_more_orders_than_its_limit(f: &Fixture) {
+    const RACERS: usize = 20;
+    f.seed(&[("sku-a", 100, 1)]);
+    let one = OrderLimits {
+        orders_per_subject_max: 1,
+    };
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let handles: Vec<_> = (0..RACERS)
+        .map(|i| {
+            let backend = Arc::clone(&f.backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                backend.checkout_within(
+                    "pass-1",
+                    &key(&format!("racing-key-{i:04}")),
+                    &request("sku-a", 1, PM_OK),
+                    one,
+                    T0_MS,
+                )
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("racer"))
+        .collect();
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, Ok((_, Created::Created))))
+        .count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(CheckoutError::PurchaseLimit)))
+        .count();
+    assert_eq!((created, refused), (1, RACERS - 1), "{results:?}");
+    let counted = f.backend.subject_orders("pass-1").unwrap();
+    assert_eq!(counted.started, 1);
+    let sum: u64 = f.backend.order_counts().unwrap().iter().map(|c| c.1).sum();
+    assert_eq!(sum, 1);
+    f.assert_books_balance();
+}
+
 // PostgreSQL only: migrations and an unreachable server.
+
+/// Four gateways' first starts at once on an empty database, on ten
+/// fresh databases (the collision of racing `CREATE TABLE IF NOT EXISTS`
+/// is a narrow window): every one opens, at the binary's version.
+#[test]
+fn postgres_concurrent_first_starts_on_an_empty_database_all_open() {
+    const GATEWAYS: usize = 4;
+    const ROUNDS: usize = 10;
+    let cluster = pg::shared();
+    for _ in 0..ROUNDS {
+        let url = cluster.create_database();
+        let barrier = Arc::new(Barrier::new(GATEWAYS));
+        let handles: Vec<_> = (0..GATEWAYS)
+            .map(|_| {
+                let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    let provider = Arc::new(SimulatedProvider::default());
+                    barrier.wait();
+                    PgBackend::open(&PgConfig::new(url), provider).map(|b| b.schema_version())
+                })
+            })
+            .collect();
+        for h in handles {
+            let version = h.join().expect("opener").expect("open").expect("version");
+            assert_eq!(version, sluice_checkout::backend::postgres::SCHEMA_VERSION);
+        }
+    }
+}
+
+/// The URL of `url`'s database through a relay to its server.
+fn through_relay(url: &str) -> (Relay, String) {
+    let port: u16 = url
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a loopback URL with a port");
+    let relay = Relay::start(([127, 0, 0, 1], port).into()).expect("relay");
+    let relayed = url.replacen(&format!("127.0.0.1:{port}"), &relay.addr().to_string(), 1);
+    (relay, relayed)
+}
+
+/// Runs `call` on a thread of its own and waits `within` for its answer.
+fn answered_within<T: Send + 'static>(
+    within: Duration,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Option<(T, Duration)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(within).ok().map(|t| (t, started.elapsed()))
+}
+
+#[test]
+fn postgres_blackholed_link_answers_store_unavailable_quickly_and_recovers() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let (relay, relayed) = through_relay(&url);
+    let provider = Arc::new(SimulatedProvider::default());
+    let backend = Arc::new(PgBackend::open(&PgConfig::new(relayed), provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    let checkout = |name: &'static str| {
+        let backend = Arc::clone(&backend);
+        move || {
+            backend.checkout_within(
+                "sub",
+                &key(name),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+        }
+    };
+    // Idle connections in the pool, as in a sale's pause.
+    let (before, _) = checkout("before-partition")().unwrap();
+    assert_eq!(before.state, OrderState::Confirmed);
+
+    relay.set(Link::Blackholed);
+    for name in ["during-partition-1", "during-partition-2"] {
+        let (result, took) = answered_within(Duration::from_secs(10), checkout(name))
+            .expect("a checkout during a partition is answered, not left hanging");
+        let err = result.expect_err("nothing reaches the database");
+        assert_eq!(err.code(), "store_unavailable", "{err:?}");
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    }
+
+    relay.set(Link::Up);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let (result, _) = answered_within(Duration::from_secs(10), checkout("after-partition"))
+            .expect("answered once the link is up");
+        match result {
+            Ok((order, _)) => break order,
+            Err(e) if e.code() == "store_unavailable" && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("service did not resume: {e:?}"),
+        }
+    };
+    assert_eq!(after.state, OrderState::Confirmed);
+    assert_eq!(backend.stock("sku-a").unwrap().committed, 2);
+}
+
+#[test]
+fn postgres_a_lock_held_past_lock_timeout_answers_store_unavailable() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let mut config = PgConfig::new(url.clone());
+    config.timeouts.lock = Duration::from_millis(300);
+    let backend = Arc::new(PgBackend::open(&config, provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let waiting = Arc::clone(&backend);
+    let (result, took) = answered_within(Duration::from_secs(10), move || {
+        waiting.checkout_within(
+            "sub",
+            &key("behind-a-lock"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+    })
+    .expect("answered while the lock is still held");
+    let err = result.expect_err("the lock is never granted");
+    assert_eq!(
+        (err.code(), err.status()),
+        ("store_unavailable", 503),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    tx.rollback().unwrap();
+    let (order, created) = backend
+        .checkout_within(
+            "sub",
+            &key("behind-a-lock"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(
+        (order.state, created),
+        (OrderState::Confirmed, Created::Created)
+    );
+}
 
 #[test]
 fn postgres_migrations_are_recorded_and_applied_once() {
