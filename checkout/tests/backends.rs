@@ -28,6 +28,8 @@ struct Fixture {
     provider: Arc<SimulatedProvider>,
     /// The temp dir or the database cluster, kept alive.
     _keep: Box<dyn Any>,
+    /// The PostgreSQL database's URL.
+    url: Option<String>,
 }
 
 impl Fixture {
@@ -40,6 +42,7 @@ impl Fixture {
             backend: Arc::new(SqliteBackend::new(Arc::new(service))),
             provider,
             _keep: Box::new(dir),
+            url: None,
         }
     }
 
@@ -47,13 +50,14 @@ impl Fixture {
         let cluster = pg::shared();
         let url = cluster.create_database();
         let provider = Arc::new(SimulatedProvider::default());
-        let mut config = PgConfig::new(url);
+        let mut config = PgConfig::new(url.clone());
         config.pool_max = 24;
         let backend = PgBackend::open(&config, provider.clone()).expect("open postgres");
         Self {
             backend: Arc::new(backend),
             provider,
             _keep: Box::new(cluster),
+            url: Some(url),
         }
     }
 
@@ -730,6 +734,99 @@ fn postgres_concurrent_first_starts_on_an_empty_database_all_open() {
             assert_eq!(version, sluice_checkout::backend::postgres::SCHEMA_VERSION);
         }
     }
+}
+
+/// Sessions of `client`'s database waiting for a lock.
+fn lock_waiters(client: &mut ::postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn wait_for_lock_waiters(client: &mut ::postgres::Client, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lock_waiters(client) < n {
+        assert!(Instant::now() < deadline, "{n} lock waiters never came");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A cancel of an `authorizing` order racing the capture's settlement:
+/// the settlement holds the order when the cancel comes, then confirms
+/// it. The cancel must act on `confirmed` (a refund), not record a cancel
+/// no settlement will read and answer the stale `authorizing`.
+#[test]
+fn postgres_a_cancel_racing_the_capture_refunds_rather_than_being_lost() {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent};
+    use sluice_checkout::Faults;
+    let f = Fixture::postgres();
+    f.seed(&[("sku-c", 2, 1)]);
+    f.provider.set_faults(Faults {
+        timeout_per_mille: 1000,
+        ..Faults::default()
+    });
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "c",
+            &key("cancel-race-1"),
+            &request("sku-c", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Authorizing);
+    f.provider.set_faults(Faults::default());
+
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    // A settlement under way: the order row locked.
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    // The capture's answer arrives and waits for the order first ...
+    let captured = WebhookEvent {
+        id: "evt_race_capture".into(),
+        event_type: EventType::Captured,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_race_1".into(),
+            order_id: order.order_id.clone(),
+            amount_cents: order.amount_cents,
+        },
+    };
+    let webhook = {
+        let backend = Arc::clone(&f.backend);
+        thread::spawn(move || backend.apply_webhook(&captured, T0_MS + 1))
+    };
+    wait_for_lock_waiters(&mut watcher, 1);
+    // ... then the shopper's cancel.
+    let cancel = {
+        let (backend, id) = (Arc::clone(&f.backend), order.order_id.clone());
+        thread::spawn(move || backend.cancel("c", &id, T0_MS + 2))
+    };
+    wait_for_lock_waiters(&mut watcher, 2);
+    held.rollback().unwrap();
+    webhook.join().unwrap().expect("the capture settles");
+    let answered = cancel.join().unwrap().expect("the cancel is answered");
+    let now = f.backend.get_order("c", &order.order_id).unwrap();
+    assert!(
+        matches!(answered.state, OrderState::Refunding | OrderState::Refunded),
+        "the cancel answered {:?}; the order is {:?}",
+        answered.state,
+        now.state
+    );
+    assert_eq!(now.state, answered.state, "the answer is the order's state");
+    f.assert_books_balance();
 }
 
 /// The URL of `url`'s database through a relay to its server.
