@@ -113,6 +113,7 @@ on_both!(
     the_payments_reconciler_resolves_an_unanswered_payment,
     adjustments_move_free_units_only,
     racing_keys_of_one_pass_make_no_more_orders_than_its_limit,
+    units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass,
 );
 
 fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
@@ -703,6 +704,65 @@ fn racing_keys_of_one_pass_make_no_more_orders_than_its_limit(f: &Fixture) {
     assert_eq!(counted.started, 1);
     let sum: u64 = f.backend.order_counts().unwrap().iter().map(|c| c.1).sum();
     assert_eq!(sum, 1);
+    f.assert_books_balance();
+}
+
+/// Every unit held, `partitions` lowered from 4 to 2, the holds
+/// cancelled: half the units go back to the two retired partitions, which
+/// a checkout never takes from. One reconcile pass moves them to the live
+/// ones, and all 8 units sell again.
+fn units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass(f: &Fixture) {
+    f.seed(&[("sku-p", 8, 4)]);
+    let limits = OrderLimits::UNLIMITED;
+    let held: Vec<_> = (0..8)
+        .map(|i| {
+            let (order, _) = f
+                .backend
+                .begin_within(
+                    &format!("h{i}"),
+                    &key(&format!("hold-{i:04}")),
+                    &request("sku-p", 1, PM_OK),
+                    limits,
+                    T0_MS,
+                )
+                .unwrap();
+            assert_eq!(order.state, OrderState::Reserved);
+            order
+        })
+        .collect();
+    f.seed(&[("sku-p", 8, 2)]);
+    for order in &held {
+        let cancelled = f
+            .backend
+            .cancel(&order.subject, &order.order_id, T0_MS)
+            .unwrap();
+        assert_eq!(cancelled.state, OrderState::Cancelled);
+    }
+    let parts = f.backend.partitions("sku-p").unwrap();
+    let retired_free: i64 = parts.iter().skip(2).map(|p| p.available).sum();
+    assert_eq!(retired_free, 4, "{parts:?}");
+    let outcome = f.backend.reconcile_once(T0_MS + 1, 3_600_000, 100).unwrap();
+    assert_eq!(outcome.rebalanced, 1, "{outcome:?}");
+    let parts = f.backend.partitions("sku-p").unwrap();
+    assert!(parts.iter().skip(2).all(|p| p.available == 0), "{parts:?}");
+    let sold = (0..10)
+        .filter(|i| {
+            let (order, _) = f
+                .backend
+                .checkout_within(
+                    &format!("b{i}"),
+                    &key(&format!("buy-{i:04}")),
+                    &request("sku-p", 1, PM_OK),
+                    limits,
+                    T0_MS + 2,
+                )
+                .unwrap();
+            order.state == OrderState::Confirmed
+        })
+        .count();
+    assert_eq!(sold, 8);
+    let stock = f.backend.stock("sku-p").unwrap();
+    assert_eq!((stock.total, stock.available, stock.committed), (8, 0, 8));
     f.assert_books_balance();
 }
 

@@ -26,7 +26,8 @@
 //! - `books`: the books, gauges, stuck orders and the readiness write;
 //! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
-//!   passes split the work instead of repeating it.
+//!   passes split the work instead of repeating it, and the leased
+//!   rebalance of partitions whose free units sit badly.
 //!
 //! Sync on purpose: the gateway already runs the core on a bounded
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
@@ -622,6 +623,7 @@ impl OrderBackend for PgBackend {
     ) -> Result<ReconcileOutcome, StoreError> {
         let expired = self.expire_holds(now_ms, limit)?;
         let pruned = self.prune_once(now_ms, limit)?;
+        let rebalanced = reconcile::rebalance_partitions(self, now_ms, limit)?;
         let before = now_ms.saturating_sub(stuck_after_ms);
         let stuck = self.read(|client| books::stuck(client, before))?;
         // Each partition's conservation is a CHECK the database enforces
@@ -629,6 +631,7 @@ impl OrderBackend for PgBackend {
         // are `sluice audit`'s, not every pass's.
         Ok(ReconcileOutcome {
             expired,
+            rebalanced,
             stuck: stuck.into_iter().filter(|(_, n)| *n > 0).collect(),
             keys_purged: pruned.idempotency_keys,
             pruned,
