@@ -889,6 +889,105 @@ fn postgres_a_cancel_racing_the_capture_refunds_rather_than_being_lost() {
     f.assert_books_balance();
 }
 
+/// The expiry pass skips an overdue hold whose order another transaction
+/// holds (a cancel or a payment, which lock the order and then the hold)
+/// instead of holding the hold while it waits for the order: the opposite
+/// order would deadlock.
+#[test]
+fn postgres_the_expiry_pass_skips_a_hold_whose_order_is_locked() {
+    let f = Fixture::postgres();
+    f.seed(&[("sku-e", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .begin_within(
+            "e",
+            &key("expiry-lock-1"),
+            &request("sku-e", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    let backend = Arc::clone(&f.backend);
+    let (expired, _) = answered_within(Duration::from_secs(5), move || {
+        backend.expire_holds(T0_MS + TTL_MS, 100)
+    })
+    .expect("the pass does not wait for a locked order");
+    assert_eq!(expired.unwrap(), 0);
+    held.rollback().unwrap();
+    assert_eq!(f.backend.expire_holds(T0_MS + TTL_MS, 100).unwrap(), 1);
+    f.assert_books_balance();
+}
+
+/// A payment's answer locks the order before its attempt, as a webhook
+/// does (order, then attempt): while it waits for an order another
+/// transaction holds, the attempt row is still free, so a webhook holding
+/// the order and coming for the attempt cannot deadlock with it.
+#[test]
+fn postgres_a_payment_answer_waits_for_the_order_before_locking_its_attempt() {
+    use sluice_checkout::Faults;
+    let f = Fixture::postgres();
+    f.seed(&[("sku-l", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "l",
+            &key("lock-order-1"),
+            &request("sku-l", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    // The refund's provider call takes long enough to lock the order in
+    // between its stored attempt and its answer.
+    f.provider.set_faults(Faults {
+        latency_ms: 1_500,
+        ..Faults::default()
+    });
+    let cancel = {
+        let (backend, id) = (Arc::clone(&f.backend), order.order_id.clone());
+        thread::spawn(move || backend.cancel("l", &id, T0_MS + 1))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.backend.get_order("l", &order.order_id).unwrap().state != OrderState::Refunding {
+        assert!(Instant::now() < deadline, "the refund was never stored");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    wait_for_lock_waiters(&mut watcher, 1);
+    let mut probe = watcher.transaction().unwrap();
+    let free = probe.query(
+        "SELECT 1 FROM payment_attempts WHERE order_id = $1 AND operation = 'refund'
+         FOR UPDATE NOWAIT",
+        &[&order.order_id],
+    );
+    assert!(
+        free.is_ok(),
+        "the answer holds the attempt while waiting for the order: {free:?}"
+    );
+    probe.rollback().unwrap();
+    held.rollback().unwrap();
+    let refunded = cancel.join().unwrap().unwrap();
+    assert_eq!(refunded.state, OrderState::Refunded);
+    f.assert_books_balance();
+}
+
 /// The URL of `url`'s database through a relay to its server.
 fn through_relay(url: &str) -> (Relay, String) {
     let port: u16 = url

@@ -24,6 +24,8 @@
 //! - `retention`: bounded pruning passes (keys, published events,
 //!   webhook ids, ended holds);
 //! - `books`: the books, gauges, stuck orders and the readiness write;
+//! - `tally`: counters a transaction decides on, added to the metrics
+//!   after its commit (a retried transaction counts once);
 //! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it, and the leased
@@ -45,6 +47,7 @@ mod retention;
 mod schema;
 mod settle;
 mod stock;
+mod tally;
 mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -599,7 +602,12 @@ impl OrderBackend for PgBackend {
         event: &WebhookEvent,
         now_ms: UnixMs,
     ) -> Result<WebhookOutcome, StoreError> {
-        let outcome = self.write(|tx| webhook::apply_event(tx, &self.metrics, event, now_ms))?;
+        let (outcome, tally) = self.write(|tx| {
+            let mut tally = tally::Tally::default();
+            let outcome = webhook::apply_event(tx, &mut tally, event, now_ms)?;
+            Ok::<_, StoreError>((outcome, tally))
+        })?;
+        tally.apply(&self.metrics);
         self.metrics.count_webhook(outcome.result());
         Ok(outcome)
     }

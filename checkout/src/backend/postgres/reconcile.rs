@@ -2,12 +2,14 @@
 //! `reserved` orders whose payment holds no money are released and their
 //! orders `expired`, at most `limit` per pass, in one transaction.
 //!
-//! The overdue rows are locked `FOR UPDATE SKIP LOCKED`, so when several
-//! gateways run the pass at once each takes different rows and none waits
-//! on another; the units go back one statement per partition, in
-//! ascending order (so two passes never deadlock on partitions); a gateway
-//! dying mid-pass rolls its transaction back and leaves the rows to the
-//! next pass.
+//! The overdue holds and their orders are locked `FOR UPDATE SKIP
+//! LOCKED`, so when several gateways run the pass at once each takes
+//! different rows and none waits on another, nor on a cancel or payment
+//! holding the order (which locks the order, then the hold: waiting for
+//! the order while holding the hold would deadlock with it); the units go
+//! back one statement per partition, in ascending order (so two passes
+//! never deadlock on partitions); a gateway dying mid-pass rolls its
+//! transaction back and leaves the rows to the next pass.
 //!
 //! The rebalance step evens out the free units of SKUs whose partitions
 //! sit badly — units in partitions retired by a lowered `partitions`
@@ -33,7 +35,7 @@ pub(super) fn expire_holds(
                  WHERE r.state = 'held' AND r.expires_at_ms <= $1
                    AND o.state = 'reserved' AND o.payment_state = 'none'
                  ORDER BY r.expires_at_ms LIMIT $2
-                 FOR UPDATE OF r SKIP LOCKED",
+                 FOR UPDATE OF r, o SKIP LOCKED",
                 &[&now_ms, &limit],
             )
             .map_err(pg_err)?

@@ -14,12 +14,12 @@
 use postgres::Transaction;
 
 use super::settle::{insert_attempt, settle};
+use super::tally::Tally;
 use super::{order, pg_err};
 use crate::attempt::Operation;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::events::{fit, Fit};
-use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::payment::OperationOutcome;
 use crate::state::PaymentState;
@@ -28,7 +28,7 @@ use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 /// Applies one verified event in the caller's transaction.
 pub(super) fn apply_event(
     tx: &mut Transaction<'_>,
-    metrics: &Metrics,
+    tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
 ) -> Result<WebhookOutcome, StoreError> {
@@ -47,9 +47,9 @@ pub(super) fn apply_event(
     if inserted == 0 {
         return Ok(WebhookOutcome::Duplicate);
     }
-    let outcome = advance(tx, metrics, event, now_ms)?;
+    let outcome = advance(tx, tally, event, now_ms)?;
     if outcome == WebhookOutcome::RejectedTransition {
-        Metrics::inc(&metrics.illegal_transitions);
+        tally.illegal_transition();
     }
     tx.execute(
         "UPDATE webhook_events SET result = $2 WHERE event_id = $1",
@@ -61,7 +61,7 @@ pub(super) fn apply_event(
 
 fn advance(
     tx: &mut Transaction<'_>,
-    metrics: &Metrics,
+    tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
 ) -> Result<WebhookOutcome, StoreError> {
@@ -83,7 +83,7 @@ fn advance(
         Fit::Reject => return Ok(WebhookOutcome::RejectedTransition),
         Fit::Orphan(operation) => {
             // Money for an order whose payment was declined: give it back.
-            Metrics::inc(&metrics.orphan_charges);
+            tally.orphan_charge();
             ensure(tx, &order, operation, pid, now_ms)?;
             return Ok(WebhookOutcome::Processed);
         }
@@ -94,17 +94,17 @@ fn advance(
         let declined = OperationOutcome::Declined {
             reason: "payment.declined".into(),
         };
-        settle(tx, metrics, &auth, &declined, now_ms)?;
+        settle(tx, tally, &auth, &declined, now_ms)?;
         return Ok(WebhookOutcome::Processed);
     }
     if matches!(current, PaymentState::None | PaymentState::Pending) {
         let auth = ensure(tx, &order, Operation::Authorize, pid, now_ms)?;
-        settle(tx, metrics, &auth, &succeeded, now_ms)?;
+        settle(tx, tally, &auth, &succeeded, now_ms)?;
     }
     let captured_or_past = matches!(current, PaymentState::Captured | PaymentState::Refunded);
     if matches!(event.event_type, EventType::Captured | EventType::Refunded) && !captured_or_past {
         let capture = ensure(tx, &order, Operation::Capture, pid, now_ms)?;
-        settle(tx, metrics, &capture, &succeeded, now_ms)?;
+        settle(tx, tally, &capture, &succeeded, now_ms)?;
     }
     let last = match event.event_type {
         EventType::Voided => Some(Operation::Void),
@@ -113,7 +113,7 @@ fn advance(
     };
     if let Some(operation) = last {
         let undo = ensure(tx, &order, operation, pid, now_ms)?;
-        settle(tx, metrics, &undo, &succeeded, now_ms)?;
+        settle(tx, tally, &undo, &succeeded, now_ms)?;
     }
     Ok(WebhookOutcome::Processed)
 }
