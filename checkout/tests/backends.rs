@@ -988,6 +988,61 @@ fn postgres_a_payment_answer_waits_for_the_order_before_locking_its_attempt() {
     f.assert_books_balance();
 }
 
+/// Every connection of the main pool busy (two checkouts waiting for a
+/// lock on a pool of two): the readiness write still gets through, on its
+/// own connection, instead of failing readiness for a busy sale.
+#[test]
+fn postgres_the_readiness_write_does_not_wait_for_a_busy_pool() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let mut config = PgConfig::new(url.clone());
+    config.pool_max = 2;
+    config.connect_timeout = Duration::from_millis(500);
+    config.timeouts.lock = Duration::from_secs(10);
+    let backend = Arc::new(PgBackend::open(&config, provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    backend.probe_write(T0_MS).unwrap();
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.batch_execute("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|i| {
+            let backend = Arc::clone(&backend);
+            thread::spawn(move || {
+                backend.checkout_within(
+                    "sub",
+                    &key(&format!("busy-pool-{i}")),
+                    &request("sku-a", 1, PM_OK),
+                    OrderLimits::UNLIMITED,
+                    T0_MS,
+                )
+            })
+        })
+        .collect();
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    wait_for_lock_waiters(&mut watcher, 2);
+    let started = Instant::now();
+    let probed = backend.probe_write(T0_MS + 1);
+    assert!(probed.is_ok(), "{probed:?} after {:?}", started.elapsed());
+    held.rollback().unwrap();
+    for w in waiting {
+        assert_eq!(w.join().unwrap().unwrap().0.state, OrderState::Confirmed);
+    }
+}
+
 /// The URL of `url`'s database through a relay to its server.
 fn through_relay(url: &str) -> (Relay, String) {
     let port: u16 = url

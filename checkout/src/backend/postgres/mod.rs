@@ -23,7 +23,8 @@
 //!   a fleet;
 //! - `retention`: bounded pruning passes (keys, published events,
 //!   webhook ids, ended holds);
-//! - `books`: the books, gauges, stuck orders and the readiness write;
+//! - `books`: the books, gauges, stuck orders and the readiness write
+//!   (on a connection of its own, not the busy pool);
 //! - `tally`: counters a transaction decides on, added to the metrics
 //!   after its commit (a retried transaction counts once);
 //! - `audit`: the books' checks (`sluice audit`);
@@ -272,6 +273,10 @@ pub struct PgBackend {
     /// A few connections of their own for recording provider answers, so
     /// a rush of new checkouts holding `pool` cannot starve them.
     answers: Pool,
+    /// One connection of its own for the readiness probe, so a sale
+    /// keeping `pool` busy does not read as a store that cannot be
+    /// written.
+    probe: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
     /// Counters the gateway exports (webhooks, compensations, …).
@@ -377,10 +382,16 @@ impl PgBackend {
             .max_size(ANSWER_POOL_MAX)
             .min_idle(Some(0))
             .connection_timeout(ANSWER_CONNECT_WAIT)
+            .build_unchecked(manager(pg.clone()));
+        let probe = r2d2::Pool::builder()
+            .max_size(1)
+            .min_idle(Some(0))
+            .connection_timeout(config.connect_timeout)
             .build_unchecked(manager(pg));
         let backend = Self {
             pool,
             answers,
+            probe,
             provider,
             durable_writes: AtomicU64::new(0),
             metrics: Metrics::default(),
@@ -672,7 +683,8 @@ impl OrderBackend for PgBackend {
     }
 
     fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
-        self.write(|tx| books::probe(tx, now_ms))
+        let client = self.probe.get().map_err(pool_err)?;
+        self.write_on(client, |tx| books::probe(tx, now_ms))
     }
 
     fn metrics(&self) -> &Metrics {
