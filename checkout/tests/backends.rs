@@ -17,9 +17,9 @@ use common::{key, request, test_payments, PRICE_CENTS, T0_MS, TTL_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_checkout::{
-    CheckoutError, CheckoutService, Created, OrderBackend, OrderLimits, OrderState, OutboxEvent,
-    PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink, SinkError,
-    SqliteBackend, Store, PM_DECLINE, PM_OK,
+    CheckoutError, CheckoutService, Created, Metrics, OrderBackend, OrderLimits, OrderState,
+    OutboxEvent, PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink,
+    SinkError, SqliteBackend, Store, PM_DECLINE, PM_OK,
 };
 use sluice_loadtest::relay::{Link, Relay};
 
@@ -114,6 +114,8 @@ on_both!(
     adjustments_move_free_units_only,
     racing_keys_of_one_pass_make_no_more_orders_than_its_limit,
     units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass,
+    a_compensation_a_provider_event_stores_is_sent_by_the_next_payments_pass,
+    money_for_an_order_the_store_does_not_hold_is_given_back,
 );
 
 fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
@@ -764,6 +766,90 @@ fn units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass(
     let stock = f.backend.stock("sku-p").unwrap();
     assert_eq!((stock.total, stock.available, stock.committed), (8, 0, 8));
     f.assert_books_balance();
+}
+
+/// An authorization reported by the provider for an order that never
+/// started paying: money with no live order, so a void is stored. Nobody
+/// is about to send it, so the very next payments pass does (not one a
+/// minute later, once the in-flight bound has run out).
+fn a_compensation_a_provider_event_stores_is_sent_by_the_next_payments_pass(f: &Fixture) {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent, WebhookOutcome};
+    f.seed(&[("sku-o", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .begin_within(
+            "o",
+            &key("orphan-auth-1"),
+            &request("sku-o", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Reserved);
+    let event = WebhookEvent {
+        id: "evt_orphan_auth".into(),
+        event_type: EventType::Authorized,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_orphan_1".into(),
+            order_id: order.order_id.clone(),
+            amount_cents: order.amount_cents,
+        },
+    };
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Processed
+    );
+    let pass = f
+        .backend
+        .reconcile_payments_once(T0_MS + 1_000, 100)
+        .unwrap();
+    assert_eq!(pass.attempts_driven, 1, "{pass:?}");
+    let voids: u64 = ["ok", "failed"]
+        .iter()
+        .map(|r| f.backend.metrics().compensations.get(&["void", r]))
+        .sum();
+    assert_eq!(voids, 1);
+}
+
+/// A provider's authorization for an order this store never held: money
+/// with no order, so it is processed as an orphan and voided by the next
+/// payments pass, on both back ends alike.
+fn money_for_an_order_the_store_does_not_hold_is_given_back(f: &Fixture) {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent, WebhookOutcome};
+    let event = WebhookEvent {
+        id: "evt_unknown_order".into(),
+        event_type: EventType::Authorized,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_unknown_1".into(),
+            order_id: "ord_never_held".into(),
+            amount_cents: 1_000,
+        },
+    };
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(Metrics::get(&f.backend.metrics().orphan_charges), 1);
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Duplicate
+    );
+    let pass = f
+        .backend
+        .reconcile_payments_once(T0_MS + 1_000, 100)
+        .unwrap();
+    assert_eq!(pass.attempts_driven, 1, "{pass:?}");
+    let voids: u64 = ["ok", "failed"]
+        .iter()
+        .map(|r| f.backend.metrics().compensations.get(&["void", r]))
+        .sum();
+    assert_eq!(voids, 1);
+    assert!(matches!(
+        f.backend.get_order("anyone", "ord_never_held"),
+        Err(CheckoutError::NotFound)
+    ));
 }
 
 // PostgreSQL only: migrations and an unreachable server.

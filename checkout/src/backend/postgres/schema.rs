@@ -154,6 +154,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
             WHERE outcome = 'pending';
         CREATE INDEX payment_attempts_by_order ON payment_attempts (order_id);",
     ),
+    // 3: a provider event about an order this database does not hold
+    // stores its compensation (a void or refund of money with no order),
+    // as the embedded store does, so attempts no longer need their order.
+    (
+        3,
+        "ALTER TABLE payment_attempts DROP CONSTRAINT IF EXISTS payment_attempts_order_id_fkey;",
+    ),
 ];
 
 /// The version this binary leaves a database at.

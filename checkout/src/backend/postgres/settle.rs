@@ -30,10 +30,11 @@ use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
-use crate::limits::PAYMENT_STEPS_MAX;
+use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
+pub(super) use crate::settle::FollowUp;
 use crate::state::{OrderState, PaymentState};
 
 /// Sends of one provider operation within one drive, at most.
@@ -69,6 +70,24 @@ pub(super) fn insert_attempt(
     )
     .map_err(pg_err)?;
     Ok(key)
+}
+
+/// Makes a stored, still pending attempt due for the payments
+/// reconciler's next pass (its in-flight bound already run out): for a
+/// follow-up no call is about to send (a provider event stored it), as
+/// the embedded store's `FollowUp::Due`.
+pub(super) fn make_due(
+    tx: &mut Transaction<'_>,
+    key: &str,
+    now_ms: UnixMs,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE payment_attempts SET updated_at_ms = LEAST(updated_at_ms, $2)
+         WHERE idempotency_key = $1 AND outcome = 'pending'",
+        &[&key, &now_ms.saturating_sub(PAYMENT_IN_FLIGHT_MS)],
+    )
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 /// One stored attempt, as [`drive`] sends it.
@@ -179,6 +198,7 @@ pub(super) fn settle(
     tally: &mut Tally,
     key: &str,
     answer: &OperationOutcome,
+    follow_up: FollowUp,
     now_ms: UnixMs,
 ) -> Result<Settled, StoreError> {
     let (outcome, answered_id) = match answer {
@@ -225,8 +245,11 @@ pub(super) fn settle(
     let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
     let succeeded = outcome == "succeeded";
     let follow = |tx: &mut Transaction<'_>, op: Operation| {
-        insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)
-            .map(Settled::Next)
+        let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
+        if follow_up == FollowUp::Due {
+            make_due(tx, &next, now_ms)?;
+        }
+        Ok(Settled::Next(next))
     };
     match (operation, succeeded) {
         (Operation::Authorize, true) => {
@@ -461,7 +484,7 @@ pub(super) fn drive(
             };
             let (settled, tally) = backend.write_answer(|tx| {
                 let mut tally = Tally::default();
-                let settled = settle(tx, &mut tally, &key, &answer, now_ms)?;
+                let settled = settle(tx, &mut tally, &key, &answer, FollowUp::Driven, now_ms)?;
                 Ok::<_, StoreError>((settled, tally))
             })?;
             tally.apply(backend.metrics());
