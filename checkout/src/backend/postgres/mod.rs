@@ -412,6 +412,11 @@ impl PgBackend {
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
         config.timeouts.apply(&mut pg, config.connect_timeout);
         let mut client = pg.connect(NoTls).map_err(pg_err)?;
+        // The checks scan every hold: an operator's command, not bound by
+        // a shopper's statement timeout.
+        client
+            .batch_execute("SET statement_timeout = 0")
+            .map_err(pg_err)?;
         let version = schema::version(&mut client)?;
         if version != SCHEMA_VERSION {
             return Err(StoreError::InvalidArgument(format!(
