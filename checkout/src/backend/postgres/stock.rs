@@ -252,7 +252,7 @@ pub(crate) fn needs_rebalance(available: &[i64], live: usize) -> bool {
     let live = live.clamp(1, available.len().max(1));
     let retired_free = available.iter().skip(live).any(|&a| a > 0);
     let live_parts = &available[..live.min(available.len())];
-    let empty = live_parts.iter().any(|&a| a == 0);
+    let empty = live_parts.contains(&0);
     let rich = live_parts.iter().any(|&a| a >= 2);
     retired_free || (empty && rich)
 }
