@@ -1309,6 +1309,45 @@ fn postgres_migrations_are_recorded_and_applied_once() {
     assert!(err.to_string().contains("newer"), "{err}");
 }
 
+/// The per-second counts of stuck orders and refused compensations can
+/// be answered through their partial indexes (with sequential scans
+/// priced out, the plan names the index), not only by a scan of every
+/// order and attempt.
+#[test]
+fn postgres_the_per_second_counts_have_indexes_to_go_through() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let _backend = PgBackend::open(&PgConfig::new(url.clone()), provider).unwrap();
+    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    client.batch_execute("SET enable_seqscan = off").unwrap();
+    let plan = |client: &mut ::postgres::Client, sql: &str| -> String {
+        client
+            .query(&format!("EXPLAIN {sql}"), &[])
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let stuck = plan(
+        &mut client,
+        "SELECT state, COUNT(*) FROM orders
+         WHERE state IN ('reserved', 'authorizing', 'refunding') AND updated_at_ms < 5
+         GROUP BY state",
+    );
+    assert!(stuck.contains("orders_in_flight"), "{stuck}");
+    let refused = plan(
+        &mut client,
+        "SELECT COUNT(*) FROM payment_attempts
+         WHERE operation IN ('void', 'refund') AND outcome = 'failed'",
+    );
+    assert!(
+        refused.contains("payment_attempts_failed_compensations"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn postgres_stopped_answers_store_unavailable_and_service_resumes() {
     let cluster = pg::own();

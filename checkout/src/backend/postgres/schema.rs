@@ -156,10 +156,17 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     // 3: a provider event about an order this database does not hold
     // stores its compensation (a void or refund of money with no order),
-    // as the embedded store does, so attempts no longer need their order.
+    // as the embedded store does, so attempts no longer need their order;
+    // and the indexes the per-second passes count through (orders resting
+    // in a state they should leave, refused compensations) instead of
+    // scanning every order and attempt.
     (
         3,
-        "ALTER TABLE payment_attempts DROP CONSTRAINT IF EXISTS payment_attempts_order_id_fkey;",
+        "ALTER TABLE payment_attempts DROP CONSTRAINT IF EXISTS payment_attempts_order_id_fkey;
+        CREATE INDEX orders_in_flight ON orders (updated_at_ms)
+            WHERE state IN ('reserved', 'authorizing', 'refunding');
+        CREATE INDEX payment_attempts_failed_compensations ON payment_attempts (order_id)
+            WHERE operation IN ('void', 'refund') AND outcome = 'failed';",
     ),
 ];
 
