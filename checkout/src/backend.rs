@@ -35,7 +35,7 @@ use crate::stock::StockLevel;
 use crate::store::ProductSeed;
 use crate::webhook::{WebhookEvent, WebhookOutcome};
 
-pub use postgres::{PgBackend, PgConfig};
+pub use postgres::{PgBackend, PgConfig, SessionTimeouts};
 pub use sqlite::SqliteBackend;
 
 /// One stock and order authority, as the checkout hot path sees it.

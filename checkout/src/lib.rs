@@ -98,7 +98,7 @@ pub mod webhook;
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
-pub use backend::{OrderBackend, PgBackend, PgConfig, SqliteBackend};
+pub use backend::{OrderBackend, PgBackend, PgConfig, SessionTimeouts, SqliteBackend};
 pub use books::Books;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
 pub use driver::PaymentsConfig;

@@ -17,16 +17,19 @@ use common::{key, request, test_payments, PRICE_CENTS, T0_MS, TTL_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_checkout::{
-    CheckoutError, CheckoutService, Created, OrderBackend, OrderLimits, OrderState, OutboxEvent,
-    PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink, SinkError,
-    SqliteBackend, Store, PM_DECLINE, PM_OK,
+    CheckoutError, CheckoutService, Created, Metrics, OrderBackend, OrderLimits, OrderState,
+    OutboxEvent, PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink,
+    SinkError, SqliteBackend, Store, PM_DECLINE, PM_OK,
 };
+use sluice_loadtest::relay::{Link, Relay};
 
 struct Fixture {
     backend: Arc<dyn OrderBackend>,
     provider: Arc<SimulatedProvider>,
     /// The temp dir or the database cluster, kept alive.
     _keep: Box<dyn Any>,
+    /// The PostgreSQL database's URL.
+    url: Option<String>,
 }
 
 impl Fixture {
@@ -39,6 +42,7 @@ impl Fixture {
             backend: Arc::new(SqliteBackend::new(Arc::new(service))),
             provider,
             _keep: Box::new(dir),
+            url: None,
         }
     }
 
@@ -46,13 +50,14 @@ impl Fixture {
         let cluster = pg::shared();
         let url = cluster.create_database();
         let provider = Arc::new(SimulatedProvider::default());
-        let mut config = PgConfig::new(url);
+        let mut config = PgConfig::new(url.clone());
         config.pool_max = 24;
         let backend = PgBackend::open(&config, provider.clone()).expect("open postgres");
         Self {
             backend: Arc::new(backend),
             provider,
             _keep: Box::new(cluster),
+            url: Some(url),
         }
     }
 
@@ -107,6 +112,10 @@ on_both!(
     provider_events_settle_once_whatever_their_order,
     the_payments_reconciler_resolves_an_unanswered_payment,
     adjustments_move_free_units_only,
+    racing_keys_of_one_pass_make_no_more_orders_than_its_limit,
+    units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass,
+    a_compensation_a_provider_event_stores_is_sent_by_the_next_payments_pass,
+    money_for_an_order_the_store_does_not_hold_is_given_back,
 );
 
 fn buy_all(f: &Fixture, sku: &str, buyers: usize, threads: usize) {
@@ -654,7 +663,616 @@ fn partitions_never_exceed_the_total_over_random_interleavings(f: &Fixture) {
     f.assert_books_balance();
 }
 
+/// One pass, a limit of one order, 20 checkouts at once with 20 distinct
+/// keys: exactly one order, the others refused without an order (a count
+/// outside the creating transaction's lock lets them all through).
+fn racing_keys_of_one_pass_make_no_more_orders_than_its_limit(f: &Fixture) {
+    const RACERS: usize = 20;
+    f.seed(&[("sku-a", 100, 1)]);
+    let one = OrderLimits {
+        orders_per_subject_max: 1,
+    };
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let handles: Vec<_> = (0..RACERS)
+        .map(|i| {
+            let backend = Arc::clone(&f.backend);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                backend.checkout_within(
+                    "pass-1",
+                    &key(&format!("racing-key-{i:04}")),
+                    &request("sku-a", 1, PM_OK),
+                    one,
+                    T0_MS,
+                )
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("racer"))
+        .collect();
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, Ok((_, Created::Created))))
+        .count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(CheckoutError::PurchaseLimit)))
+        .count();
+    assert_eq!((created, refused), (1, RACERS - 1), "{results:?}");
+    let counted = f.backend.subject_orders("pass-1").unwrap();
+    assert_eq!(counted.started, 1);
+    let sum: u64 = f.backend.order_counts().unwrap().iter().map(|c| c.1).sum();
+    assert_eq!(sum, 1);
+    f.assert_books_balance();
+}
+
+/// Every unit held, `partitions` lowered from 4 to 2, the holds
+/// cancelled: half the units go back to the two retired partitions, which
+/// a checkout never takes from. One reconcile pass moves them to the live
+/// ones, and all 8 units sell again.
+fn units_released_into_retired_partitions_are_sold_again_after_a_reconcile_pass(f: &Fixture) {
+    f.seed(&[("sku-p", 8, 4)]);
+    let limits = OrderLimits::UNLIMITED;
+    let held: Vec<_> = (0..8)
+        .map(|i| {
+            let (order, _) = f
+                .backend
+                .begin_within(
+                    &format!("h{i}"),
+                    &key(&format!("hold-{i:04}")),
+                    &request("sku-p", 1, PM_OK),
+                    limits,
+                    T0_MS,
+                )
+                .unwrap();
+            assert_eq!(order.state, OrderState::Reserved);
+            order
+        })
+        .collect();
+    f.seed(&[("sku-p", 8, 2)]);
+    for order in &held {
+        let cancelled = f
+            .backend
+            .cancel(&order.subject, &order.order_id, T0_MS)
+            .unwrap();
+        assert_eq!(cancelled.state, OrderState::Cancelled);
+    }
+    let parts = f.backend.partitions("sku-p").unwrap();
+    let retired_free: i64 = parts.iter().skip(2).map(|p| p.available).sum();
+    assert_eq!(retired_free, 4, "{parts:?}");
+    let outcome = f.backend.reconcile_once(T0_MS + 1, 3_600_000, 100).unwrap();
+    assert_eq!(outcome.rebalanced, 1, "{outcome:?}");
+    let parts = f.backend.partitions("sku-p").unwrap();
+    assert!(parts.iter().skip(2).all(|p| p.available == 0), "{parts:?}");
+    let sold = (0..10)
+        .filter(|i| {
+            let (order, _) = f
+                .backend
+                .checkout_within(
+                    &format!("b{i}"),
+                    &key(&format!("buy-{i:04}")),
+                    &request("sku-p", 1, PM_OK),
+                    limits,
+                    T0_MS + 2,
+                )
+                .unwrap();
+            order.state == OrderState::Confirmed
+        })
+        .count();
+    assert_eq!(sold, 8);
+    let stock = f.backend.stock("sku-p").unwrap();
+    assert_eq!((stock.total, stock.available, stock.committed), (8, 0, 8));
+    f.assert_books_balance();
+}
+
+/// An authorization reported by the provider for an order that never
+/// started paying: money with no live order, so a void is stored. Nobody
+/// is about to send it, so the very next payments pass does (not one a
+/// minute later, once the in-flight bound has run out).
+fn a_compensation_a_provider_event_stores_is_sent_by_the_next_payments_pass(f: &Fixture) {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent, WebhookOutcome};
+    f.seed(&[("sku-o", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .begin_within(
+            "o",
+            &key("orphan-auth-1"),
+            &request("sku-o", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Reserved);
+    let event = WebhookEvent {
+        id: "evt_orphan_auth".into(),
+        event_type: EventType::Authorized,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_orphan_1".into(),
+            order_id: order.order_id.clone(),
+            amount_cents: order.amount_cents,
+        },
+    };
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Processed
+    );
+    let pass = f
+        .backend
+        .reconcile_payments_once(T0_MS + 1_000, 100)
+        .unwrap();
+    assert_eq!(pass.attempts_driven, 1, "{pass:?}");
+    let voids: u64 = ["ok", "failed"]
+        .iter()
+        .map(|r| f.backend.metrics().compensations.get(&["void", r]))
+        .sum();
+    assert_eq!(voids, 1);
+}
+
+/// A provider's authorization for an order this store never held: money
+/// with no order, so it is processed as an orphan and voided by the next
+/// payments pass, on both back ends alike.
+fn money_for_an_order_the_store_does_not_hold_is_given_back(f: &Fixture) {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent, WebhookOutcome};
+    let event = WebhookEvent {
+        id: "evt_unknown_order".into(),
+        event_type: EventType::Authorized,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_unknown_1".into(),
+            order_id: "ord_never_held".into(),
+            amount_cents: 1_000,
+        },
+    };
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Processed
+    );
+    assert_eq!(Metrics::get(&f.backend.metrics().orphan_charges), 1);
+    assert_eq!(
+        f.backend.apply_webhook(&event, T0_MS).unwrap(),
+        WebhookOutcome::Duplicate
+    );
+    let pass = f
+        .backend
+        .reconcile_payments_once(T0_MS + 1_000, 100)
+        .unwrap();
+    assert_eq!(pass.attempts_driven, 1, "{pass:?}");
+    let voids: u64 = ["ok", "failed"]
+        .iter()
+        .map(|r| f.backend.metrics().compensations.get(&["void", r]))
+        .sum();
+    assert_eq!(voids, 1);
+    assert!(matches!(
+        f.backend.get_order("anyone", "ord_never_held"),
+        Err(CheckoutError::NotFound)
+    ));
+}
+
 // PostgreSQL only: migrations and an unreachable server.
+
+/// Four gateways' first starts at once on an empty database, on ten
+/// fresh databases (the collision of racing `CREATE TABLE IF NOT EXISTS`
+/// is a narrow window): every one opens, at the binary's version.
+#[test]
+fn postgres_concurrent_first_starts_on_an_empty_database_all_open() {
+    const GATEWAYS: usize = 4;
+    const ROUNDS: usize = 10;
+    let cluster = pg::shared();
+    for _ in 0..ROUNDS {
+        let url = cluster.create_database();
+        let barrier = Arc::new(Barrier::new(GATEWAYS));
+        let handles: Vec<_> = (0..GATEWAYS)
+            .map(|_| {
+                let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    let provider = Arc::new(SimulatedProvider::default());
+                    barrier.wait();
+                    PgBackend::open(&PgConfig::new(url), provider).map(|b| b.schema_version())
+                })
+            })
+            .collect();
+        for h in handles {
+            let version = h.join().expect("opener").expect("open").expect("version");
+            assert_eq!(version, sluice_checkout::backend::postgres::SCHEMA_VERSION);
+        }
+    }
+}
+
+/// Sessions of `client`'s database waiting for a lock.
+fn lock_waiters(client: &mut ::postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn wait_for_lock_waiters(client: &mut ::postgres::Client, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lock_waiters(client) < n {
+        assert!(Instant::now() < deadline, "{n} lock waiters never came");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A cancel of an `authorizing` order racing the capture's settlement:
+/// the settlement holds the order when the cancel comes, then confirms
+/// it. The cancel must act on `confirmed` (a refund), not record a cancel
+/// no settlement will read and answer the stale `authorizing`.
+#[test]
+fn postgres_a_cancel_racing_the_capture_refunds_rather_than_being_lost() {
+    use sluice_checkout::webhook::{EventData, EventType, WebhookEvent};
+    use sluice_checkout::Faults;
+    let f = Fixture::postgres();
+    f.seed(&[("sku-c", 2, 1)]);
+    f.provider.set_faults(Faults {
+        timeout_per_mille: 1000,
+        ..Faults::default()
+    });
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "c",
+            &key("cancel-race-1"),
+            &request("sku-c", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Authorizing);
+    f.provider.set_faults(Faults::default());
+
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    // A settlement under way: the order row locked.
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    // The capture's answer arrives and waits for the order first ...
+    let captured = WebhookEvent {
+        id: "evt_race_capture".into(),
+        event_type: EventType::Captured,
+        created: T0_MS / 1000,
+        data: EventData {
+            payment_id: "pay_race_1".into(),
+            order_id: order.order_id.clone(),
+            amount_cents: order.amount_cents,
+        },
+    };
+    let webhook = {
+        let backend = Arc::clone(&f.backend);
+        thread::spawn(move || backend.apply_webhook(&captured, T0_MS + 1))
+    };
+    wait_for_lock_waiters(&mut watcher, 1);
+    // ... then the shopper's cancel.
+    let cancel = {
+        let (backend, id) = (Arc::clone(&f.backend), order.order_id.clone());
+        thread::spawn(move || backend.cancel("c", &id, T0_MS + 2))
+    };
+    wait_for_lock_waiters(&mut watcher, 2);
+    held.rollback().unwrap();
+    webhook.join().unwrap().expect("the capture settles");
+    let answered = cancel.join().unwrap().expect("the cancel is answered");
+    let now = f.backend.get_order("c", &order.order_id).unwrap();
+    assert!(
+        matches!(answered.state, OrderState::Refunding | OrderState::Refunded),
+        "the cancel answered {:?}; the order is {:?}",
+        answered.state,
+        now.state
+    );
+    assert_eq!(now.state, answered.state, "the answer is the order's state");
+    f.assert_books_balance();
+}
+
+/// The expiry pass skips an overdue hold whose order another transaction
+/// holds (a cancel or a payment, which lock the order and then the hold)
+/// instead of holding the hold while it waits for the order: the opposite
+/// order would deadlock.
+#[test]
+fn postgres_the_expiry_pass_skips_a_hold_whose_order_is_locked() {
+    let f = Fixture::postgres();
+    f.seed(&[("sku-e", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .begin_within(
+            "e",
+            &key("expiry-lock-1"),
+            &request("sku-e", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    let backend = Arc::clone(&f.backend);
+    let (expired, _) = answered_within(Duration::from_secs(5), move || {
+        backend.expire_holds(T0_MS + TTL_MS, 100)
+    })
+    .expect("the pass does not wait for a locked order");
+    assert_eq!(expired.unwrap(), 0);
+    held.rollback().unwrap();
+    assert_eq!(f.backend.expire_holds(T0_MS + TTL_MS, 100).unwrap(), 1);
+    f.assert_books_balance();
+}
+
+/// A payment's answer locks the order before its attempt, as a webhook
+/// does (order, then attempt): while it waits for an order another
+/// transaction holds, the attempt row is still free, so a webhook holding
+/// the order and coming for the attempt cannot deadlock with it.
+#[test]
+fn postgres_a_payment_answer_waits_for_the_order_before_locking_its_attempt() {
+    use sluice_checkout::Faults;
+    let f = Fixture::postgres();
+    f.seed(&[("sku-l", 2, 1)]);
+    let (order, _) = f
+        .backend
+        .checkout_within(
+            "l",
+            &key("lock-order-1"),
+            &request("sku-l", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(order.state, OrderState::Confirmed);
+    // The refund's provider call takes long enough to lock the order in
+    // between its stored attempt and its answer.
+    f.provider.set_faults(Faults {
+        latency_ms: 1_500,
+        ..Faults::default()
+    });
+    let cancel = {
+        let (backend, id) = (Arc::clone(&f.backend), order.order_id.clone());
+        thread::spawn(move || backend.cancel("l", &id, T0_MS + 1))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.backend.get_order("l", &order.order_id).unwrap().state != OrderState::Refunding {
+        assert!(Instant::now() < deadline, "the refund was never stored");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE",
+        &[&order.order_id],
+    )
+    .unwrap();
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    wait_for_lock_waiters(&mut watcher, 1);
+    let mut probe = watcher.transaction().unwrap();
+    let free = probe.query(
+        "SELECT 1 FROM payment_attempts WHERE order_id = $1 AND operation = 'refund'
+         FOR UPDATE NOWAIT",
+        &[&order.order_id],
+    );
+    assert!(
+        free.is_ok(),
+        "the answer holds the attempt while waiting for the order: {free:?}"
+    );
+    probe.rollback().unwrap();
+    held.rollback().unwrap();
+    let refunded = cancel.join().unwrap().unwrap();
+    assert_eq!(refunded.state, OrderState::Refunded);
+    f.assert_books_balance();
+}
+
+/// Every connection of the main pool busy (two checkouts waiting for a
+/// lock on a pool of two): the readiness write still gets through, on its
+/// own connection, instead of failing readiness for a busy sale.
+#[test]
+fn postgres_the_readiness_write_does_not_wait_for_a_busy_pool() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let mut config = PgConfig::new(url.clone());
+    config.pool_max = 2;
+    config.connect_timeout = Duration::from_millis(500);
+    config.timeouts.lock = Duration::from_secs(10);
+    let backend = Arc::new(PgBackend::open(&config, provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    backend.probe_write(T0_MS).unwrap();
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.batch_execute("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|i| {
+            let backend = Arc::clone(&backend);
+            thread::spawn(move || {
+                backend.checkout_within(
+                    "sub",
+                    &key(&format!("busy-pool-{i}")),
+                    &request("sku-a", 1, PM_OK),
+                    OrderLimits::UNLIMITED,
+                    T0_MS,
+                )
+            })
+        })
+        .collect();
+    let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    wait_for_lock_waiters(&mut watcher, 2);
+    let started = Instant::now();
+    let probed = backend.probe_write(T0_MS + 1);
+    assert!(probed.is_ok(), "{probed:?} after {:?}", started.elapsed());
+    held.rollback().unwrap();
+    for w in waiting {
+        assert_eq!(w.join().unwrap().unwrap().0.state, OrderState::Confirmed);
+    }
+}
+
+/// The URL of `url`'s database through a relay to its server.
+fn through_relay(url: &str) -> (Relay, String) {
+    let port: u16 = url
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a loopback URL with a port");
+    let relay = Relay::start(([127, 0, 0, 1], port).into()).expect("relay");
+    let relayed = url.replacen(&format!("127.0.0.1:{port}"), &relay.addr().to_string(), 1);
+    (relay, relayed)
+}
+
+/// Runs `call` on a thread of its own and waits `within` for its answer.
+fn answered_within<T: Send + 'static>(
+    within: Duration,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Option<(T, Duration)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(within).ok().map(|t| (t, started.elapsed()))
+}
+
+#[test]
+fn postgres_blackholed_link_answers_store_unavailable_quickly_and_recovers() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let (relay, relayed) = through_relay(&url);
+    let provider = Arc::new(SimulatedProvider::default());
+    let backend = Arc::new(PgBackend::open(&PgConfig::new(relayed), provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    let checkout = |name: &'static str| {
+        let backend = Arc::clone(&backend);
+        move || {
+            backend.checkout_within(
+                "sub",
+                &key(name),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
+        }
+    };
+    // Idle connections in the pool, as in a sale's pause.
+    let (before, _) = checkout("before-partition")().unwrap();
+    assert_eq!(before.state, OrderState::Confirmed);
+
+    relay.set(Link::Blackholed);
+    for name in ["during-partition-1", "during-partition-2"] {
+        let (result, took) = answered_within(Duration::from_secs(10), checkout(name))
+            .expect("a checkout during a partition is answered, not left hanging");
+        let err = result.expect_err("nothing reaches the database");
+        assert_eq!(err.code(), "store_unavailable", "{err:?}");
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    }
+
+    relay.set(Link::Up);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let (result, _) = answered_within(Duration::from_secs(10), checkout("after-partition"))
+            .expect("answered once the link is up");
+        match result {
+            Ok((order, _)) => break order,
+            Err(e) if e.code() == "store_unavailable" && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("service did not resume: {e:?}"),
+        }
+    };
+    assert_eq!(after.state, OrderState::Confirmed);
+    assert_eq!(backend.stock("sku-a").unwrap().committed, 2);
+}
+
+#[test]
+fn postgres_a_lock_held_past_lock_timeout_answers_store_unavailable() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let mut config = PgConfig::new(url.clone());
+    config.timeouts.lock = Duration::from_millis(300);
+    let backend = Arc::new(PgBackend::open(&config, provider).unwrap());
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "sku-a".into(),
+                total: 5,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .unwrap();
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let waiting = Arc::clone(&backend);
+    let (result, took) = answered_within(Duration::from_secs(10), move || {
+        waiting.checkout_within(
+            "sub",
+            &key("behind-a-lock"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+    })
+    .expect("answered while the lock is still held");
+    let err = result.expect_err("the lock is never granted");
+    assert_eq!(
+        (err.code(), err.status()),
+        ("store_unavailable", 503),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    tx.rollback().unwrap();
+    let (order, created) = backend
+        .checkout_within(
+            "sub",
+            &key("behind-a-lock"),
+            &request("sku-a", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    assert_eq!(
+        (order.state, created),
+        (OrderState::Confirmed, Created::Created)
+    );
+}
 
 #[test]
 fn postgres_migrations_are_recorded_and_applied_once() {
@@ -689,6 +1307,45 @@ fn postgres_migrations_are_recorded_and_applied_once() {
         .err()
         .expect("a newer schema is refused");
     assert!(err.to_string().contains("newer"), "{err}");
+}
+
+/// The per-second counts of stuck orders and refused compensations can
+/// be answered through their partial indexes (with sequential scans
+/// priced out, the plan names the index), not only by a scan of every
+/// order and attempt.
+#[test]
+fn postgres_the_per_second_counts_have_indexes_to_go_through() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let _backend = PgBackend::open(&PgConfig::new(url.clone()), provider).unwrap();
+    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    client.batch_execute("SET enable_seqscan = off").unwrap();
+    let plan = |client: &mut ::postgres::Client, sql: &str| -> String {
+        client
+            .query(&format!("EXPLAIN {sql}"), &[])
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let stuck = plan(
+        &mut client,
+        "SELECT state, COUNT(*) FROM orders
+         WHERE state IN ('reserved', 'authorizing', 'refunding') AND updated_at_ms < 5
+         GROUP BY state",
+    );
+    assert!(stuck.contains("orders_in_flight"), "{stuck}");
+    let refused = plan(
+        &mut client,
+        "SELECT COUNT(*) FROM payment_attempts
+         WHERE operation IN ('void', 'refund') AND outcome = 'failed'",
+    );
+    assert!(
+        refused.contains("payment_attempts_failed_compensations"),
+        "{refused}"
+    );
 }
 
 #[test]

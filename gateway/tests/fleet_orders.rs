@@ -2,7 +2,8 @@
 //! PostgreSQL (`[cluster] postgres_url`): three gateways share one stock
 //! authority, a gateway killed mid-checkout loses nothing it acknowledged,
 //! and a PostgreSQL that goes away for 5 s is answered with
-//! `503 store_unavailable` and then served again without anyone's help.
+//! `503 store_unavailable` and then served again without anyone's help,
+//! as is one whose link to it is blackholed.
 //!
 //! Each gateway keeps its own embedded waiting room (admission is not the
 //! point here; stock sharing is), and its own simulated payment provider.
@@ -527,6 +528,85 @@ async fn postgres_stopped_for_five_seconds_is_503_then_served_again_by_itself() 
     }
     let (code, out) = audit(&fleet[2]);
     assert_eq!(code, 0, "{out}");
+}
+
+/// A gateway cut off from PostgreSQL by a partition that answers nothing
+/// (the relay holds the connections open and forwards nothing, so no
+/// socket error ever comes): its checkouts are refused `503
+/// store_unavailable` with `Retry-After` within seconds, not left hanging
+/// on pooled connections whose server went quiet, and once the link is up
+/// the same keys are served by itself, each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blackholed_postgres_link_is_503_within_seconds_then_served_again() {
+    use sluice_loadtest::relay::{Link, Relay};
+    let pg = Pg::start();
+    let url = pg.url();
+    let port: u16 = url
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a loopback URL with a port");
+    let relay = Relay::start(([127, 0, 0, 1], port).into()).unwrap();
+    let relayed = url.replacen(&format!("127.0.0.1:{port}"), &relay.addr().to_string(), 1);
+    let gw = Gateway::start(GatewayOptions {
+        rest: config(&relayed, 1000, ""),
+        ..Default::default()
+    });
+    let client = client();
+    let bases: Vec<String> = (0..12).map(|_| gw.url("")).collect();
+    let passes = passes(&client, &bases).await;
+    for (i, pass) in passes.iter().enumerate().take(4) {
+        let (status, body) = checkout(
+            &client,
+            &bases[i],
+            pass,
+            &format!("before-{i:02}-key"),
+            "pm_ok",
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    relay.set(Link::Blackholed);
+    let mut during = Vec::new();
+    for (i, pass) in passes.iter().enumerate().skip(4) {
+        let key = format!("during-{i:02}-key");
+        let (client, base, pass) = (client.clone(), bases[i].clone(), pass.clone());
+        during.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            let answer = tokio::time::timeout(
+                Duration::from_secs(20),
+                checkout_once(&client, &base, &pass, &key, "pm_ok"),
+            )
+            .await;
+            (answer, sent.elapsed(), (base, pass, key))
+        }));
+    }
+    let mut refused = Vec::new();
+    for call in during {
+        let (answer, took, shopper) = call.await.unwrap();
+        let (status, body, retry) = answer.expect("answered while the link is blackholed");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"], "store_unavailable", "{body}");
+        assert!(retry >= 1);
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+        refused.push(shopper);
+    }
+
+    relay.set(Link::Up);
+    for (base, pass, key) in &refused {
+        let (status, body) = checkout(&client, base, pass, key, "pm_ok").await;
+        assert_eq!(status, StatusCode::CREATED, "{key}: {body}");
+        assert_eq!(body["state"], "confirmed", "{body}");
+    }
+    let orders = 4 + refused.len() as i64;
+    assert_eq!(pg.count("SELECT COUNT(*) FROM orders"), orders);
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM orders WHERE state = 'confirmed'"),
+        orders
+    );
+    assert_eq!(pg_stock(&pg), format!("1000,{},0,{orders}", 1000 - orders));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

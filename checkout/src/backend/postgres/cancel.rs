@@ -8,6 +8,10 @@
 //!   authorization's answer then turns the capture into a void, or a
 //!   capture already under way into a refund (`settle`);
 //! - an order already ended is returned as it is.
+//!
+//! The decision is made in one transaction with the order row locked
+//! (`FOR UPDATE`, as every settlement does first), so it is made on the
+//! state at the commit, never on a read a settlement has since changed.
 
 use super::settle::{drive, insert_attempt};
 use super::{order, pg_err, stock, PgBackend};
@@ -17,72 +21,68 @@ use crate::error::{CheckoutError, StoreError};
 use crate::order::Order;
 use crate::state::OrderState;
 
+/// What the cancel's transaction left to do.
+enum Next {
+    /// Answer with this order (its state at the commit).
+    Show(Order),
+    /// Send the stored refund.
+    Refund,
+}
+
 pub(super) fn cancel(
     backend: &PgBackend,
     subject: &str,
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<Order, CheckoutError> {
-    let current = match backend.read(|client| order::load(client, order_id))? {
-        Some(found) if found.subject == subject => found,
-        _ => return Err(CheckoutError::NotFound),
-    };
-    match current.state {
-        OrderState::Reserved => {
-            let cancelled = backend.write(|tx| {
+    // One transaction with the order locked: a settlement committing
+    // meanwhile is waited for and its state is the one decided on, so a
+    // cancel is never recorded against an order already past it.
+    let next = backend.write(|tx| {
+        let current = match order::load_for_update(tx, order_id)? {
+            Some(found) if found.subject == subject => found,
+            _ => return Err(CheckoutError::NotFound),
+        };
+        match current.state {
+            OrderState::Reserved => {
                 let (from, to) = (OrderState::Reserved, OrderState::Cancelled);
-                match order::transition(tx, order_id, from, to, now_ms) {
-                    Ok(done) => {
-                        stock::move_hold(tx, order_id, stock::HoldMove::Release, now_ms)?;
-                        Ok(Some(done))
-                    }
-                    // Lost a race (paid or expired meanwhile): show that.
-                    Err(StoreError::IllegalTransition { .. }) => Ok(None),
-                    Err(e) => Err(e),
-                }
-            })?;
-            match cancelled {
-                Some(done) => Ok(done),
-                None => Ok(backend.read(|client| order::load_existing(client, order_id))?),
+                let done = order::transition(tx, order_id, from, to, now_ms)?;
+                stock::move_hold(tx, order_id, stock::HoldMove::Release, now_ms)?;
+                Ok(Next::Show(done))
             }
-        }
-        OrderState::Confirmed => {
-            let started = backend.write(|tx| {
+            OrderState::Confirmed => {
                 let (from, to) = (OrderState::Confirmed, OrderState::Refunding);
-                match order::transition(tx, order_id, from, to, now_ms) {
-                    Ok(refunding) => {
-                        insert_attempt(
-                            tx,
-                            order_id,
-                            Operation::Refund,
-                            refunding.amount_cents,
-                            None,
-                            refunding.payment_id.as_deref(),
-                            now_ms,
-                        )?;
-                        Ok(())
-                    }
-                    // A concurrent cancel got there first.
-                    Err(StoreError::IllegalTransition { .. }) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            });
-            started?;
-            refund(backend, order_id, now_ms)
-        }
-        OrderState::Refunding => refund(backend, order_id, now_ms),
-        OrderState::Authorizing => {
-            backend.write(|tx| {
+                let refunding = order::transition(tx, order_id, from, to, now_ms)?;
+                insert_attempt(
+                    tx,
+                    order_id,
+                    Operation::Refund,
+                    refunding.amount_cents,
+                    None,
+                    refunding.payment_id.as_deref(),
+                    now_ms,
+                )?;
+                Ok(Next::Refund)
+            }
+            OrderState::Refunding => Ok(Next::Refund),
+            OrderState::Authorizing => {
+                // Read under the same lock by the settlement of the
+                // authorization or capture, which turns it into a void or
+                // a refund.
                 tx.execute(
                     "INSERT INTO cancel_requests (order_id, requested_at_ms) VALUES ($1, $2)
                      ON CONFLICT DO NOTHING",
                     &[&order_id, &now_ms],
                 )
-                .map_err(pg_err)
-            })?;
-            Ok(current)
+                .map_err(pg_err)?;
+                Ok(Next::Show(current))
+            }
+            _ => Ok(Next::Show(current)),
         }
-        _ => Ok(current),
+    })?;
+    match next {
+        Next::Show(order) => Ok(order),
+        Next::Refund => refund(backend, order_id, now_ms),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The idempotent checkout on PostgreSQL, in as few durable waits as it
 //! needs, with no transaction open while the provider is called:
 //!
-//! 1. claim the key, count the subject's orders, take the units
+//! 1. claim the key, count the subject's orders (under a per-subject
+//!    advisory lock held to the commit, so racing keys cannot all pass
+//!    the limit), take the units
 //!    (conditional UPDATE on one partition), create the order, and — for a
 //!    full checkout — move it to `authorizing` with its authorize attempt
 //!    stored; sold out, the order is `rejected` and the key completed;
@@ -147,6 +149,14 @@ fn claim_and_create(
             }
         }
     }
+    // One creating transaction per subject at a time, until its commit:
+    // under READ COMMITTED, racing checkouts with distinct keys would each
+    // count the others' orders as not there yet and all pass the limit.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('subject:' || $1::text, 0))",
+        &[&subject],
+    )
+    .map_err(pg_err)?;
     let (started, _) = order::subject_orders(tx, subject)?;
     if started >= limits.orders_per_subject_max {
         // The whole transaction rolls back: the key is not burnt.

@@ -23,10 +23,14 @@
 //!   a fleet;
 //! - `retention`: bounded pruning passes (keys, published events,
 //!   webhook ids, ended holds);
-//! - `books`: the books, gauges, stuck orders and the readiness write;
+//! - `books`: the books, gauges, stuck orders and the readiness write
+//!   (on a connection of its own, not the busy pool);
+//! - `tally`: counters a transaction decides on, added to the metrics
+//!   after its commit (a retried transaction counts once);
 //! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
-//!   passes split the work instead of repeating it.
+//!   passes split the work instead of repeating it, and the leased
+//!   rebalance of partitions whose free units sit badly.
 //!
 //! Sync on purpose: the gateway already runs the core on a bounded
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
@@ -44,6 +48,7 @@ mod retention;
 mod schema;
 mod settle;
 mod stock;
+mod tally;
 mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,7 +80,81 @@ use crate::webhook::{WebhookEvent, WebhookOutcome};
 pub use outbox::OUTBOX_LEASE_MS;
 pub use schema::SCHEMA_VERSION;
 
-type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+type Pool = r2d2::Pool<Manager>;
+type Pooled = r2d2::PooledConnection<Manager>;
+
+/// `r2d2_postgres`'s manager with a bounded check-out test: its own
+/// `is_valid` waits for the server without end, so a pool whose idle
+/// connections were cut off (a partition that still ACKs, a hung
+/// primary) would hang every `get` instead of answering `Unavailable`.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    valid_within: Duration,
+}
+
+/// A pooled client. One that failed its check-out test is dropped on a
+/// thread of its own: the driver's drop waits for the server to close the
+/// session, which a cut-off link never does (the thread ends when the
+/// socket finally fails, `tcp_user_timeout` or the link coming back).
+pub(crate) struct Conn {
+    client: Option<postgres::Client>,
+    cut_off: bool,
+}
+
+impl std::ops::Deref for Conn {
+    type Target = postgres::Client;
+    fn deref(&self) -> &postgres::Client {
+        self.client.as_ref().expect("a client until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut postgres::Client {
+        self.client.as_mut().expect("a client until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if !self.cut_off {
+            return drop(client);
+        }
+        let dropped = std::thread::Builder::new()
+            .name("pg-cut-off".into())
+            .spawn(move || drop(client));
+        if let Err(e) = dropped {
+            tracing::warn!("a cut-off PostgreSQL connection is leaked: {e}");
+        }
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: Some(self.inner.connect()?),
+            cut_off: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        let valid = conn.is_valid(self.valid_within);
+        if valid.is_err() {
+            conn.cut_off = true;
+        }
+        valid
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.is_closed()
+    }
+}
 
 /// How to reach the database and how many connections to keep.
 #[derive(Clone)]
@@ -85,8 +164,84 @@ pub struct PgConfig {
     /// Connections at most (each is one durable wait in flight).
     pub pool_max: u32,
     /// How long a caller waits for a connection before the store counts as
-    /// unavailable.
+    /// unavailable (also the TCP connect's bound).
     pub connect_timeout: Duration,
+    /// The server's bounds on every pooled session: `statement_timeout`,
+    /// `lock_timeout`, `idle_in_transaction_session_timeout`.
+    pub timeouts: SessionTimeouts,
+}
+
+/// Server-side bounds set on every pooled connection (startup
+/// `options`), and the client's socket bounds. A statement, a lock wait or
+/// a transaction left open past them is ended by the server, and the
+/// caller gets `Unavailable` (`503 store_unavailable` with `Retry-After`)
+/// instead of holding a blocking-pool permit for hours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionTimeouts {
+    /// `statement_timeout` (SQLSTATE 57014 when it fires).
+    pub statement: Duration,
+    /// `lock_timeout` (SQLSTATE 55P03): a row, table or advisory lock
+    /// waited for longer than this.
+    pub lock: Duration,
+    /// `idle_in_transaction_session_timeout`: a session whose client went
+    /// quiet inside a transaction is ended and its locks freed.
+    pub idle_in_transaction: Duration,
+    /// TCP keepalive idle time (and interval); with `tcp_user_timeout`
+    /// (Linux), a peer that stopped acknowledging is dropped after about
+    /// this plus `user_timeout`.
+    pub keepalive: Duration,
+    /// `tcp_user_timeout`: sent data left unacknowledged this long closes
+    /// the connection.
+    pub user_timeout: Duration,
+    /// How long the pool's check-out test (`SELECT` of nothing) waits for
+    /// the server before the idle connection is dropped.
+    pub check_out: Duration,
+}
+
+impl Default for SessionTimeouts {
+    /// 5 s per statement, 2 s per lock wait, 10 s idle in a transaction,
+    /// keepalives every 5 s, 10 s of unacknowledged data, 500 ms for the
+    /// check-out test.
+    fn default() -> Self {
+        Self {
+            statement: Duration::from_secs(5),
+            lock: Duration::from_secs(2),
+            idle_in_transaction: Duration::from_secs(10),
+            keepalive: Duration::from_secs(5),
+            user_timeout: Duration::from_secs(10),
+            check_out: Duration::from_millis(500),
+        }
+    }
+}
+
+impl SessionTimeouts {
+    /// The startup `options` that set the server-side bounds.
+    fn options(&self) -> String {
+        format!(
+            "-c statement_timeout={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+            self.statement.as_millis(),
+            self.lock.as_millis(),
+            self.idle_in_transaction.as_millis()
+        )
+    }
+
+    /// `pg` with these bounds, and `connect_timeout` for the TCP connect
+    /// unless the URL gives one.
+    fn apply(&self, pg: &mut postgres::Config, connect_timeout: Duration) {
+        let options = match pg.get_options() {
+            Some(given) if !given.is_empty() => format!("{given} {}", self.options()),
+            _ => self.options(),
+        };
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(connect_timeout);
+        }
+        pg.options(&options)
+            .keepalives(true)
+            .keepalives_idle(self.keepalive)
+            .keepalives_interval(self.keepalive)
+            .keepalives_retries(2)
+            .tcp_user_timeout(self.user_timeout);
+    }
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -95,17 +250,19 @@ impl std::fmt::Debug for PgConfig {
             .field("url", &"<secret>")
             .field("pool_max", &self.pool_max)
             .field("connect_timeout", &self.connect_timeout)
+            .field("timeouts", &self.timeouts)
             .finish()
     }
 }
 
 impl PgConfig {
-    /// 16 connections, 2 s to get one.
+    /// 16 connections, 2 s to get one, [`SessionTimeouts::default`].
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             pool_max: 16,
             connect_timeout: Duration::from_secs(2),
+            timeouts: SessionTimeouts::default(),
         }
     }
 }
@@ -116,6 +273,10 @@ pub struct PgBackend {
     /// A few connections of their own for recording provider answers, so
     /// a rush of new checkouts holding `pool` cannot starve them.
     answers: Pool,
+    /// One connection of its own for the readiness probe, so a sale
+    /// keeping `pool` busy does not read as a store that cannot be
+    /// written.
+    probe: Pool,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: AtomicU64,
     /// Counters the gateway exports (webhooks, compensations, …).
@@ -124,15 +285,28 @@ pub struct PgBackend {
     node: String,
 }
 
+/// Whether a SQLSTATE says the server could not do it now, though the
+/// statement is sound: 08 connection exception; 57P operator intervention
+/// (shutdown, crash recovery, cannot connect now); 57014 a statement
+/// cancelled (`statement_timeout`); 55P03 a lock not granted within
+/// `lock_timeout`; 25006 a read-only transaction (a standby, or a primary
+/// demoted mid-failover); 53 insufficient resources (too many
+/// connections, disk or memory full).
+pub(crate) fn unavailable_code(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("57P")
+        || code.starts_with("53")
+        || matches!(code, "57014" | "55P03" | "25006")
+}
+
 /// Maps a driver error: a refused statement is `Postgres`; a connection
-/// that cannot be made, was lost or whose server is shutting down is
-/// `Unavailable`.
+/// that cannot be made, was lost or whose server is shutting down, and a
+/// statement the server could not run in time or now
+/// ([`unavailable_code`]), is `Unavailable`.
 pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
     match e.as_db_error() {
-        // 08: connection exception; 57P: operator intervention (shutdown,
-        // crash recovery, cannot connect now).
-        Some(db) if db.code().code().starts_with("08") || db.code().code().starts_with("57P") => {
-            StoreError::Unavailable(db.message().to_owned())
+        Some(db) if unavailable_code(db.code().code()) => {
+            StoreError::Unavailable(format!("{}: {}", db.code().code(), db.message()))
         }
         Some(db) => StoreError::Postgres(format!("{}: {}", db.code().code(), db.message())),
         None if e.is_closed() || io_failure(&e) => StoreError::Unavailable(e.to_string()),
@@ -190,23 +364,34 @@ impl PgBackend {
     /// Connects, applies the migrations the database lacks, and keeps a
     /// pool. Fails with `Unavailable` when the server cannot be reached.
     pub fn open(config: &PgConfig, provider: Arc<dyn PaymentProvider>) -> Result<Self, StoreError> {
-        let pg: postgres::Config = config
+        let mut pg: postgres::Config = config
             .url
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
+        config.timeouts.apply(&mut pg, config.connect_timeout);
+        let manager = |pg: postgres::Config| Manager {
+            inner: PostgresConnectionManager::new(pg, NoTls),
+            valid_within: config.timeouts.check_out,
+        };
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_max.max(1))
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
-            .build_unchecked(PostgresConnectionManager::new(pg.clone(), NoTls));
+            .build_unchecked(manager(pg.clone()));
         let answers = r2d2::Pool::builder()
             .max_size(ANSWER_POOL_MAX)
             .min_idle(Some(0))
             .connection_timeout(ANSWER_CONNECT_WAIT)
-            .build_unchecked(PostgresConnectionManager::new(pg, NoTls));
+            .build_unchecked(manager(pg.clone()));
+        let probe = r2d2::Pool::builder()
+            .max_size(1)
+            .min_idle(Some(0))
+            .connection_timeout(config.connect_timeout)
+            .build_unchecked(manager(pg));
         let backend = Self {
             pool,
             answers,
+            probe,
             provider,
             durable_writes: AtomicU64::new(0),
             metrics: Metrics::default(),
@@ -225,8 +410,13 @@ impl PgBackend {
             .url
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
-        pg.connect_timeout(config.connect_timeout);
+        config.timeouts.apply(&mut pg, config.connect_timeout);
         let mut client = pg.connect(NoTls).map_err(pg_err)?;
+        // The checks scan every hold: an operator's command, not bound by
+        // a shopper's statement timeout.
+        client
+            .batch_execute("SET statement_timeout = 0")
+            .map_err(pg_err)?;
         let version = schema::version(&mut client)?;
         if version != SCHEMA_VERSION {
             return Err(StoreError::InvalidArgument(format!(
@@ -276,7 +466,7 @@ impl PgBackend {
 
     fn write_on<T, E>(
         &self,
-        mut client: r2d2::PooledConnection<PostgresConnectionManager<NoTls>>,
+        mut client: Pooled,
         mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
@@ -428,7 +618,12 @@ impl OrderBackend for PgBackend {
         event: &WebhookEvent,
         now_ms: UnixMs,
     ) -> Result<WebhookOutcome, StoreError> {
-        let outcome = self.write(|tx| webhook::apply_event(tx, &self.metrics, event, now_ms))?;
+        let (outcome, tally) = self.write(|tx| {
+            let mut tally = tally::Tally::default();
+            let outcome = webhook::apply_event(tx, &mut tally, event, now_ms)?;
+            Ok::<_, StoreError>((outcome, tally))
+        })?;
+        tally.apply(&self.metrics);
         self.metrics.count_webhook(outcome.result());
         Ok(outcome)
     }
@@ -452,6 +647,7 @@ impl OrderBackend for PgBackend {
     ) -> Result<ReconcileOutcome, StoreError> {
         let expired = self.expire_holds(now_ms, limit)?;
         let pruned = self.prune_once(now_ms, limit)?;
+        let rebalanced = reconcile::rebalance_partitions(self, now_ms, limit)?;
         let before = now_ms.saturating_sub(stuck_after_ms);
         let stuck = self.read(|client| books::stuck(client, before))?;
         // Each partition's conservation is a CHECK the database enforces
@@ -459,6 +655,7 @@ impl OrderBackend for PgBackend {
         // are `sluice audit`'s, not every pass's.
         Ok(ReconcileOutcome {
             expired,
+            rebalanced,
             stuck: stuck.into_iter().filter(|(_, n)| *n > 0).collect(),
             keys_purged: pruned.idempotency_keys,
             pruned,
@@ -491,7 +688,8 @@ impl OrderBackend for PgBackend {
     }
 
     fn probe_write(&self, now_ms: UnixMs) -> Result<(), StoreError> {
-        self.write(|tx| books::probe(tx, now_ms))
+        let client = self.probe.get().map_err(pool_err)?;
+        self.write_on(client, |tx| books::probe(tx, now_ms))
     }
 
     fn metrics(&self) -> &Metrics {

@@ -19,6 +19,7 @@
 //! again once its lease runs out.
 
 use super::settle::drive;
+use super::tally::Tally;
 use super::webhook::apply_event;
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
@@ -107,10 +108,11 @@ fn recover_events(
         return Ok(());
     }
     let next = i64::try_from(page.next.max(cursor)).unwrap_or(i64::MAX);
-    let results = backend.write(|tx| {
+    let (results, tally) = backend.write(|tx| {
+        let mut tally = Tally::default();
         let mut results = Vec::with_capacity(page.events.len());
         for event in &page.events {
-            results.push(apply_event(tx, backend.metrics(), &event.event, now_ms)?);
+            results.push(apply_event(tx, &mut tally, &event.event, now_ms)?);
         }
         tx.execute(
             "INSERT INTO provider_cursor (provider, cursor) VALUES ($1, $2)
@@ -119,8 +121,9 @@ fn recover_events(
             &[&provider, &next],
         )
         .map_err(pg_err)?;
-        Ok::<_, StoreError>(results)
+        Ok::<_, StoreError>((results, tally))
     })?;
+    tally.apply(backend.metrics());
     outcome.events_processed = results
         .iter()
         .filter(|r| **r == WebhookOutcome::Processed)

@@ -2,12 +2,19 @@
 //! `reserved` orders whose payment holds no money are released and their
 //! orders `expired`, at most `limit` per pass, in one transaction.
 //!
-//! The overdue rows are locked `FOR UPDATE SKIP LOCKED`, so when several
-//! gateways run the pass at once each takes different rows and none waits
-//! on another; the units go back one statement per partition, in
-//! ascending order (so two passes never deadlock on partitions); a gateway
-//! dying mid-pass rolls its transaction back and leaves the rows to the
-//! next pass.
+//! The overdue holds and their orders are locked `FOR UPDATE SKIP
+//! LOCKED`, so when several gateways run the pass at once each takes
+//! different rows and none waits on another, nor on a cancel or payment
+//! holding the order (which locks the order, then the hold: waiting for
+//! the order while holding the hold would deadlock with it); the units go
+//! back one statement per partition, in ascending order (so two passes
+//! never deadlock on partitions); a gateway dying mid-pass rolls its
+//! transaction back and leaves the rows to the next pass.
+//!
+//! The rebalance step evens out the free units of SKUs whose partitions
+//! sit badly — units in partitions retired by a lowered `partitions`
+//! (which `take` never looks at), or an empty live partition beside a
+//! full one — each SKU leased to one gateway's pass at a time.
 
 use super::{order, pg_err, stock, PgBackend};
 use crate::clock::UnixMs;
@@ -28,7 +35,7 @@ pub(super) fn expire_holds(
                  WHERE r.state = 'held' AND r.expires_at_ms <= $1
                    AND o.state = 'reserved' AND o.payment_state = 'none'
                  ORDER BY r.expires_at_ms LIMIT $2
-                 FOR UPDATE OF r SKIP LOCKED",
+                 FOR UPDATE OF r, o SKIP LOCKED",
                 &[&now_ms, &limit],
             )
             .map_err(pg_err)?
@@ -48,4 +55,22 @@ pub(super) fn expire_holds(
         let expired = stock::release_holds(tx, &ours, now_ms)?;
         Ok(expired)
     })
+}
+
+/// Rebalances up to `limit` SKUs whose free units sit badly, one
+/// transaction each; returns how many were rebalanced.
+pub(super) fn rebalance_partitions(
+    backend: &PgBackend,
+    now_ms: UnixMs,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    let limit = i64::try_from(limit.clamp(1, PASS_ROWS_MAX)).unwrap_or(1);
+    let due = backend.read(|client| stock::due_for_rebalance(client, limit))?;
+    let mut rebalanced = 0;
+    for sku in &due {
+        if backend.write(|tx| stock::rebalance_if_due(tx, sku, now_ms))? {
+            rebalanced += 1;
+        }
+    }
+    Ok(rebalanced)
 }

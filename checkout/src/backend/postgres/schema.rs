@@ -154,6 +154,20 @@ const MIGRATIONS: &[(i32, &str)] = &[
             WHERE outcome = 'pending';
         CREATE INDEX payment_attempts_by_order ON payment_attempts (order_id);",
     ),
+    // 3: a provider event about an order this database does not hold
+    // stores its compensation (a void or refund of money with no order),
+    // as the embedded store does, so attempts no longer need their order;
+    // and the indexes the per-second passes count through (orders resting
+    // in a state they should leave, refused compensations) instead of
+    // scanning every order and attempt.
+    (
+        3,
+        "ALTER TABLE payment_attempts DROP CONSTRAINT IF EXISTS payment_attempts_order_id_fkey;
+        CREATE INDEX orders_in_flight ON orders (updated_at_ms)
+            WHERE state IN ('reserved', 'authorizing', 'refunding');
+        CREATE INDEX payment_attempts_failed_compensations ON payment_attempts (order_id)
+            WHERE operation IN ('void', 'refund') AND outcome = 'failed';",
+    ),
 ];
 
 /// The version this binary leaves a database at.
@@ -162,19 +176,24 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// Applies every migration the database lacks; returns the version found
 /// before. Refuses a database newer than this binary.
 pub(super) fn migrate(client: &mut Client) -> Result<i32, StoreError> {
-    client
-        .batch_execute(
+    let mut found = None;
+    for (version, sql) in MIGRATIONS {
+        let mut tx = client.transaction().map_err(pg_err)?;
+        // A migration (an index on a big table) and the wait for another
+        // gateway's may outlast the session's bounds.
+        tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
+            .map_err(pg_err)?;
+        // The lock first: concurrent first starts creating the table at
+        // once would collide on its type (pg_type, SQLSTATE 23505).
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .map_err(pg_err)?;
+        tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (
                 version integer PRIMARY KEY,
                 applied_at timestamptz NOT NULL DEFAULT now()
             )",
         )
         .map_err(pg_err)?;
-    let mut found = None;
-    for (version, sql) in MIGRATIONS {
-        let mut tx = client.transaction().map_err(pg_err)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .map_err(pg_err)?;
         let current: i32 = tx
             .query_one(
                 "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",

@@ -25,14 +25,16 @@
 
 use postgres::{GenericClient, Transaction};
 
+use super::tally::Tally;
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
-use crate::limits::PAYMENT_STEPS_MAX;
+use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
+pub(super) use crate::settle::FollowUp;
 use crate::state::{OrderState, PaymentState};
 
 /// Sends of one provider operation within one drive, at most.
@@ -68,6 +70,24 @@ pub(super) fn insert_attempt(
     )
     .map_err(pg_err)?;
     Ok(key)
+}
+
+/// Makes a stored, still pending attempt due for the payments
+/// reconciler's next pass (its in-flight bound already run out): for a
+/// follow-up no call is about to send (a provider event stored it), as
+/// the embedded store's `FollowUp::Due`.
+pub(super) fn make_due(
+    tx: &mut Transaction<'_>,
+    key: &str,
+    now_ms: UnixMs,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE payment_attempts SET updated_at_ms = LEAST(updated_at_ms, $2)
+         WHERE idempotency_key = $1 AND outcome = 'pending'",
+        &[&key, &now_ms.saturating_sub(PAYMENT_IN_FLIGHT_MS)],
+    )
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 /// One stored attempt, as [`drive`] sends it.
@@ -175,9 +195,10 @@ pub(super) enum Settled {
 /// decides, in the caller's transaction.
 pub(super) fn settle(
     tx: &mut Transaction<'_>,
-    metrics: &Metrics,
+    tally: &mut Tally,
     key: &str,
     answer: &OperationOutcome,
+    follow_up: FollowUp,
     now_ms: UnixMs,
 ) -> Result<Settled, StoreError> {
     let (outcome, answered_id) = match answer {
@@ -185,35 +206,50 @@ pub(super) fn settle(
         OperationOutcome::Declined { .. } => ("declined", None),
         OperationOutcome::Failed { .. } => ("failed", None),
     };
+    // The order is locked before its attempt, as webhooks, cancels and
+    // the expiry pass lock it before anything of it: opposite orders
+    // would deadlock (each victim retried only after `deadlock_timeout`).
+    // An attempt's order never changes, so it is read without a lock.
+    let Some(order_id) = tx
+        .query_opt(
+            "SELECT order_id FROM payment_attempts WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .map_err(pg_err)?
+        .map(|row| row.get::<_, String>(0))
+    else {
+        return Ok(Settled::Before);
+    };
+    let order: Option<Order> = order::load_for_update(tx, &order_id)?;
     let Some(row) = tx
         .query_opt(
             "UPDATE payment_attempts SET outcome = $2, payment_id = COALESCE(payment_id, $3),
                     updated_at_ms = $4
              WHERE idempotency_key = $1 AND outcome = 'pending'
-             RETURNING order_id, operation, payment_id, amount_cents",
+             RETURNING operation, payment_id, amount_cents",
             &[&key, &outcome, &answered_id, &now_ms],
         )
         .map_err(pg_err)?
     else {
         return Ok(Settled::Before);
     };
-    let order_id: String = row.get(0);
-    let operation: String = row.get(1);
+    let operation: String = row.get(0);
     let operation = Operation::parse(&operation).ok_or_else(|| StoreError::Corrupt {
         table: "payment_attempts",
         detail: format!("operation {operation:?}"),
     })?;
-    let payment_id: String = row.get::<_, Option<String>>(2).unwrap_or_default();
-    let amount: i64 = row.get(3);
+    let payment_id: String = row.get::<_, Option<String>>(1).unwrap_or_default();
+    let amount: i64 = row.get(2);
     let amount = u64::try_from(amount).unwrap_or(0);
-    // Locks the order before its hold and stock, as every other writer.
-    let order: Option<Order> = order::load_for_update(tx, &order_id)?;
     let state = order.as_ref().map(|o| o.state);
     let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
     let succeeded = outcome == "succeeded";
     let follow = |tx: &mut Transaction<'_>, op: Operation| {
-        insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)
-            .map(Settled::Next)
+        let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
+        if follow_up == FollowUp::Due {
+            make_due(tx, &next, now_ms)?;
+        }
+        Ok(Settled::Next(next))
     };
     match (operation, succeeded) {
         (Operation::Authorize, true) => {
@@ -231,7 +267,7 @@ pub(super) fn settle(
                 };
                 return follow(tx, op);
             }
-            Metrics::inc(&metrics.orphan_charges);
+            tally.orphan_charge();
             follow(tx, Operation::Void)
         }
         (Operation::Authorize, false) => {
@@ -255,7 +291,7 @@ pub(super) fn settle(
                 order::set_payment(tx, &order_id, PaymentState::Captured, id, now_ms)?;
             }
             if !live {
-                Metrics::inc(&metrics.orphan_charges);
+                tally.orphan_charge();
                 return follow(tx, Operation::Refund);
             }
             stock::move_hold(tx, &order_id, stock::HoldMove::Commit, now_ms)?;
@@ -283,7 +319,7 @@ pub(super) fn settle(
         // Authorized, not captured: give the money back.
         (Operation::Capture, false) => follow(tx, Operation::Void),
         (Operation::Void, true) => {
-            metrics.count_compensation("void", "ok");
+            tally.compensation("void", "ok");
             if order.is_some() {
                 order::set_payment(tx, &order_id, PaymentState::Voided, None, now_ms)?;
             }
@@ -301,7 +337,7 @@ pub(super) fn settle(
             Ok(Settled::Done)
         }
         (Operation::Refund, true) => {
-            metrics.count_compensation("refund", "ok");
+            tally.compensation("refund", "ok");
             if order.is_some() {
                 order::set_payment(tx, &order_id, PaymentState::Refunded, None, now_ms)?;
             }
@@ -330,7 +366,7 @@ pub(super) fn settle(
         (Operation::Void | Operation::Refund, false) => {
             let kind = operation.as_str();
             tracing::error!(order = %order_id, kind, "compensation refused by the provider; an operator must settle it");
-            metrics.count_compensation(
+            tally.compensation(
                 if operation == Operation::Void {
                     "void"
                 } else {
@@ -338,7 +374,6 @@ pub(super) fn settle(
                 },
                 "failed",
             );
-            Metrics::inc(&metrics.compensation_failures);
             Ok(Settled::Done)
         }
     }
@@ -447,7 +482,13 @@ pub(super) fn drive(
             ) else {
                 return Ok(false);
             };
-            backend.write_answer(|tx| settle(tx, backend.metrics(), &key, &answer, now_ms))?
+            let (settled, tally) = backend.write_answer(|tx| {
+                let mut tally = Tally::default();
+                let settled = settle(tx, &mut tally, &key, &answer, FollowUp::Driven, now_ms)?;
+                Ok::<_, StoreError>((settled, tally))
+            })?;
+            tally.apply(backend.metrics());
+            settled
         } else {
             Settled::Before
         };

@@ -244,6 +244,78 @@ pub(super) fn rebalance(
     Ok(moved)
 }
 
+/// Whether free units sit badly: some in a retired partition (after
+/// `partitions` was lowered: [`take`] looks only at live ones), or a live
+/// partition empty while another has 2 or more (the embedded store's
+/// rule, `partition::needs_rebalance`).
+pub(crate) fn needs_rebalance(available: &[i64], live: usize) -> bool {
+    let live = live.clamp(1, available.len().max(1));
+    let retired_free = available.iter().skip(live).any(|&a| a > 0);
+    let live_parts = &available[..live.min(available.len())];
+    let empty = live_parts.contains(&0);
+    let rich = live_parts.iter().any(|&a| a >= 2);
+    retired_free || (empty && rich)
+}
+
+/// The SKUs whose partitions may need a rebalance ([`needs_rebalance`] in
+/// SQL, read without locks), at most `limit`.
+pub(super) fn due_for_rebalance(
+    client: &mut impl GenericClient,
+    limit: i64,
+) -> Result<Vec<String>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT p.sku FROM products p
+              WHERE EXISTS (SELECT 1 FROM stock_partitions s
+                             WHERE s.sku = p.sku AND s.part >= p.partitions AND s.available > 0)
+                 OR (EXISTS (SELECT 1 FROM stock_partitions s
+                              WHERE s.sku = p.sku AND s.part < p.partitions AND s.available = 0)
+                     AND EXISTS (SELECT 1 FROM stock_partitions s
+                                  WHERE s.sku = p.sku AND s.part < p.partitions
+                                    AND s.available >= 2))
+              ORDER BY p.sku LIMIT $1",
+            &[&limit],
+        )
+        .map_err(pg_err)?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// The reconciler's rebalance of `sku`, leased: skipped (false) when
+/// another gateway's pass holds the SKU's lease (a transaction-scoped
+/// advisory lock, taken without waiting) or when, read under the
+/// partitions' locks, nothing sits badly any more; otherwise the free
+/// units are evened out over the live partitions, each move logged.
+pub(super) fn rebalance_if_due(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    now_ms: UnixMs,
+) -> Result<bool, StoreError> {
+    let leased: bool = tx
+        .query_one(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended('rebalance:' || $1::text, 0))",
+            &[&sku],
+        )
+        .map_err(pg_err)?
+        .get(0);
+    if !leased {
+        return Ok(false);
+    }
+    let (available, live) = lock_all(tx, sku)?;
+    if !needs_rebalance(&available, live) {
+        return Ok(false);
+    }
+    for (from, to, units) in plan_even(&available, live) {
+        move_free(
+            tx,
+            sku,
+            (from as i32, to as i32, units),
+            "rebalance",
+            now_ms,
+        )?;
+    }
+    Ok(true)
+}
+
 /// An operator's adjustment: `delta` units added to (the live partition
 /// with the fewest free units) or taken from (the fullest first) the free
 /// units and the shares, logged in `adjustments`. Taking more than is free
@@ -621,6 +693,15 @@ mod tests {
         assert_eq!(available.iter().sum::<i64>(), 6);
         assert!(plan_gather(&[1, 1], 0, 3).is_empty(), "not enough in all");
         assert!(plan_gather(&[4, 1], 0, 3).is_empty(), "enough already");
+    }
+
+    #[test]
+    fn free_units_in_retired_or_beside_an_empty_partition_need_a_rebalance() {
+        assert!(needs_rebalance(&[3, 3, 0, 1], 2), "a retired unit");
+        assert!(needs_rebalance(&[0, 2], 2), "empty beside rich");
+        assert!(!needs_rebalance(&[0, 1], 2), "one unit cannot spread");
+        assert!(!needs_rebalance(&[3, 3, 0, 0], 2));
+        assert!(!needs_rebalance(&[5], 1));
     }
 
     #[test]

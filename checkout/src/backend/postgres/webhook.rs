@@ -7,19 +7,24 @@
 //! from another gateway of the fleet too — changes nothing; the ids are
 //! pruned after [`crate::limits::WEBHOOK_EVENT_RETENTION_MS`].
 //!
-//! An event about an order this database does not hold is refused
-//! (`rejected_transition`, logged): the attempt rows reference their
-//! order, so there is nothing to attach a compensation to.
+//! A follow-up an event stores (a capture after an authorization, a
+//! compensation) is due for the payments reconciler's next pass at once,
+//! as in the embedded store: no call is about to send it.
+//!
+//! An event about an order this database does not hold is money with no
+//! order, as in the embedded store: its compensation (a void, or a
+//! refund of a capture) is stored and due at once, and the event is
+//! `processed` (logged as an error).
 
 use postgres::Transaction;
 
-use super::settle::{insert_attempt, settle};
+use super::settle::{insert_attempt, make_due, settle, FollowUp};
+use super::tally::Tally;
 use super::{order, pg_err};
 use crate::attempt::Operation;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::events::{fit, Fit};
-use crate::metrics::Metrics;
 use crate::order::Order;
 use crate::payment::OperationOutcome;
 use crate::state::PaymentState;
@@ -28,7 +33,7 @@ use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 /// Applies one verified event in the caller's transaction.
 pub(super) fn apply_event(
     tx: &mut Transaction<'_>,
-    metrics: &Metrics,
+    tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
 ) -> Result<WebhookOutcome, StoreError> {
@@ -47,9 +52,9 @@ pub(super) fn apply_event(
     if inserted == 0 {
         return Ok(WebhookOutcome::Duplicate);
     }
-    let outcome = advance(tx, metrics, event, now_ms)?;
+    let outcome = advance(tx, tally, event, now_ms)?;
     if outcome == WebhookOutcome::RejectedTransition {
-        Metrics::inc(&metrics.illegal_transitions);
+        tally.illegal_transition();
     }
     tx.execute(
         "UPDATE webhook_events SET result = $2 WHERE event_id = $1",
@@ -61,19 +66,23 @@ pub(super) fn apply_event(
 
 fn advance(
     tx: &mut Transaction<'_>,
-    metrics: &Metrics,
+    tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
 ) -> Result<WebhookOutcome, StoreError> {
     let data = &event.data;
-    let Some(order) = order::load_for_update(tx, &data.order_id)? else {
-        tracing::error!(order = %data.order_id, event = %event.id, "provider event for an unknown order");
-        return Ok(WebhookOutcome::RejectedTransition);
-    };
-    if order.amount_cents != data.amount_cents {
+    let order = order::load_for_update(tx, &data.order_id)?;
+    if order
+        .as_ref()
+        .is_some_and(|o| o.amount_cents != data.amount_cents)
+    {
         return Ok(WebhookOutcome::RejectedTransition);
     }
-    let current = order.payment_state;
+    if order.is_none() {
+        tracing::error!(order = %data.order_id, event = %event.id, "provider event for an unknown order: its money is given back");
+    }
+    let order = order.as_ref();
+    let current = order.map_or(PaymentState::None, |o| o.payment_state);
     let pid = data.payment_id.as_str();
     let succeeded = OperationOutcome::Succeeded {
         payment_id: pid.to_owned(),
@@ -83,28 +92,29 @@ fn advance(
         Fit::Reject => return Ok(WebhookOutcome::RejectedTransition),
         Fit::Orphan(operation) => {
             // Money for an order whose payment was declined: give it back.
-            Metrics::inc(&metrics.orphan_charges);
-            ensure(tx, &order, operation, pid, now_ms)?;
+            tally.orphan_charge();
+            let compensation = ensure(tx, order, event, operation, pid, now_ms)?;
+            make_due(tx, &compensation, now_ms)?;
             return Ok(WebhookOutcome::Processed);
         }
         Fit::Advance => {}
     }
     if event.event_type == EventType::Declined {
-        let auth = ensure(tx, &order, Operation::Authorize, pid, now_ms)?;
+        let auth = ensure(tx, order, event, Operation::Authorize, pid, now_ms)?;
         let declined = OperationOutcome::Declined {
             reason: "payment.declined".into(),
         };
-        settle(tx, metrics, &auth, &declined, now_ms)?;
+        settle(tx, tally, &auth, &declined, FollowUp::Due, now_ms)?;
         return Ok(WebhookOutcome::Processed);
     }
     if matches!(current, PaymentState::None | PaymentState::Pending) {
-        let auth = ensure(tx, &order, Operation::Authorize, pid, now_ms)?;
-        settle(tx, metrics, &auth, &succeeded, now_ms)?;
+        let auth = ensure(tx, order, event, Operation::Authorize, pid, now_ms)?;
+        settle(tx, tally, &auth, &succeeded, FollowUp::Due, now_ms)?;
     }
     let captured_or_past = matches!(current, PaymentState::Captured | PaymentState::Refunded);
     if matches!(event.event_type, EventType::Captured | EventType::Refunded) && !captured_or_past {
-        let capture = ensure(tx, &order, Operation::Capture, pid, now_ms)?;
-        settle(tx, metrics, &capture, &succeeded, now_ms)?;
+        let capture = ensure(tx, order, event, Operation::Capture, pid, now_ms)?;
+        settle(tx, tally, &capture, &succeeded, FollowUp::Due, now_ms)?;
     }
     let last = match event.event_type {
         EventType::Voided => Some(Operation::Void),
@@ -112,8 +122,8 @@ fn advance(
         _ => None,
     };
     if let Some(operation) = last {
-        let undo = ensure(tx, &order, operation, pid, now_ms)?;
-        settle(tx, metrics, &undo, &succeeded, now_ms)?;
+        let undo = ensure(tx, order, event, operation, pid, now_ms)?;
+        settle(tx, tally, &undo, &succeeded, FollowUp::Due, now_ms)?;
     }
     Ok(WebhookOutcome::Processed)
 }
@@ -122,7 +132,8 @@ fn advance(
 /// provider did it without our asking, or our row was never written).
 fn ensure(
     tx: &mut Transaction<'_>,
-    order: &Order,
+    order: Option<&Order>,
+    event: &WebhookEvent,
     operation: Operation,
     payment_id: &str,
     now_ms: UnixMs,
@@ -130,10 +141,12 @@ fn ensure(
     let is_authorize = operation == Operation::Authorize;
     insert_attempt(
         tx,
-        &order.order_id,
+        &event.data.order_id,
         operation,
-        order.amount_cents,
-        is_authorize.then_some(order.payment_method.as_str()),
+        order.map_or(event.data.amount_cents, |o| o.amount_cents),
+        order
+            .filter(|_| is_authorize)
+            .map(|o| o.payment_method.as_str()),
         (!is_authorize).then_some(payment_id),
         now_ms,
     )
