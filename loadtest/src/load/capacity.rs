@@ -223,7 +223,16 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
         .fold(0.0, f64::max);
     let half = if capacity_per_s > 0.0 {
         let n = steps.len() as u32;
-        let h = step(&http, &rec, &publics, &passes, capacity_per_s / 2.0, 2 * o.step, n).await;
+        let h = step(
+            &http,
+            &rec,
+            &publics,
+            &passes,
+            capacity_per_s / 2.0,
+            2 * o.step,
+            n,
+        )
+        .await;
         eprintln!(
             "half capacity: offered {:.1}/s achieved {:.1}/s p99 {:.0} ms errors {:.2} %",
             h.offered_per_s,
