@@ -482,7 +482,7 @@ async fn fleet_gateway_dies_its_shoppers_move_and_keep_their_place() {
     // min(2 × poll_max_s + 5 s, pass_ttl_s) to be collected: longer than a
     // poll plus a failover.
     s.gateway.max_active = 300;
-    s.gateway.poll_min_s = 1;
+    s.gateway.poll_min_s = 2; // ≥ 2: a refresh 150 ms after the join is surely early
     s.gateway.poll_max_s = 3;
     s.gateway.pass_ttl_s = 12;
     s.limits.max_duration_s = 120;
@@ -537,7 +537,7 @@ async fn fleet_redis_restarts_the_line_pauses_and_resumes_in_order() {
     s.gateway.release_per_second = 25;
     s.gateway.burst = Some(25);
     s.gateway.max_active = 300;
-    s.gateway.poll_min_s = 1;
+    s.gateway.poll_min_s = 2; // ≥ 2: a refresh 150 ms after the join is surely early
     s.gateway.poll_max_s = 3;
     s.gateway.pass_ttl_s = 12;
     s.faults = vec![

@@ -95,14 +95,20 @@ impl Rooms {
                 shared.on_time(ticket.seq, &status, now)?;
                 Ok(status)
             }
-            // A released place is never early (as in the embedded room).
-            PollDecision::Claim => Ok(match shared.claim(ticket.seq).await {
-                Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
-                Err(e) => {
-                    tracing::debug!(room = shared.name(), "pass not collected: {e}");
-                    held_at_front(shared, ticket)
-                }
-            }),
+            PollDecision::Claim => {
+                let status = match shared.claim(ticket.seq).await {
+                    Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
+                    Err(e) => {
+                        tracing::debug!(room = shared.name(), "pass not collected: {e}");
+                        held_at_front(shared, ticket)
+                    }
+                };
+                // A released place collects its pass whenever it asks; one
+                // told to wait at the front (no slot free yet) is held to
+                // the time it was told, as a waiting one is.
+                shared.on_time(ticket.seq, &status, now)?;
+                Ok(status)
+            }
         }
     }
 
@@ -152,14 +158,12 @@ impl Rooms {
             expires_at_s: issued_at_s + shared.policy().ticket_ttl.as_secs(),
         };
         let status = match shared.decide_poll(&ticket, now) {
-            PollDecision::Answer(status) => {
-                // A new place: its first poll is timed from this answer.
-                let _ = shared.on_time(seq, &status, now);
-                status
-            }
+            PollDecision::Answer(status) => status,
             // Released already: the first poll collects the pass.
             PollDecision::Claim => held_at_front(shared, &ticket),
         };
+        // A new place: its first poll is timed from this answer.
+        let _ = shared.on_time(seq, &status, now);
         let joined = Joined {
             seq,
             ticket_id,

@@ -383,16 +383,19 @@ impl SharedRoom {
         decide::poll(ticket, Some(&numbers), &policy, now_ms, &mut rand::rng())
     }
 
-    /// A waiting answer for place `seq` at `now_ms`, unless the place
-    /// asks sooner than its last answer here told it (`Err(retry_after_s)`:
-    /// the early poll changes nothing). Any other answer is never early.
+    /// A waiting answer for place `seq` at `now_ms` (in line, or released
+    /// and told to wait at the front), unless the place asks sooner than
+    /// its last answer here told it (`Err(retry_after_s)`: the early poll
+    /// is not answered). Any other answer is never early. The next poll is
+    /// timed from now, when the answer leaves (a join or a claim may have
+    /// waited on the store since `now_ms`, the request's arrival).
     pub fn on_time(
         &self,
         seq: u64,
         status: &sluice_admission::Status,
         now_ms: u64,
     ) -> Result<(), u64> {
-        let Some(next_due) = decide::poll_due_ms(status, now_ms) else {
+        let Some(next_due) = decide::poll_due_ms(status, super::now_ms().max(now_ms)) else {
             return Ok(());
         };
         let mut due = self.poll_due.lock().unwrap_or_else(|p| p.into_inner());
