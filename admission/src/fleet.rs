@@ -33,6 +33,10 @@ pub const STALE_AFTER_MS: u64 = 1000;
 /// `Retry-After` of a join the store could not take.
 pub const STORE_RETRY_AFTER_S: u64 = 2;
 
+/// A poll this much sooner than it was told is still on time (the
+/// embedded room's one second of slack).
+pub const POLL_SLACK_MS: u64 = 1000;
+
 /// The room's numbers as the shared store last gave them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LineNumbers {
@@ -140,8 +144,12 @@ pub fn poll(
     if ticket.seq < numbers.serving && fresh {
         return PollDecision::Claim;
     }
-    let ahead = ticket.seq.saturating_sub(numbers.serving);
-    let estimated_wait_s = estimate_s(ahead, &numbers, policy);
+    // Released places still waiting for their holder are ahead too, as
+    // in the embedded room, but already let in: the estimate counts them
+    // in the slots, from the places still in line.
+    let in_line = ticket.seq.saturating_sub(numbers.serving);
+    let ahead = in_line + numbers.pending;
+    let estimated_wait_s = estimate_s(in_line, &numbers, policy);
     let poll = poll_after_s(
         estimated_wait_s,
         policy.poll_min.as_secs() as u8,
@@ -159,6 +167,22 @@ pub fn poll(
         RoomState::Open => Status::Waiting(wait),
         RoomState::Paused | RoomState::SoldOut => Status::Paused(wait),
     })
+}
+
+/// `Some(retry_after_s)` when a poll at `now_ms` comes sooner than the
+/// `due_ms` its last answer told it, beyond [`POLL_SLACK_MS`]: refused
+/// (`429 rate_limited`) like the embedded room's early poll.
+pub fn too_early(due_ms: u64, now_ms: u64) -> Option<u64> {
+    (now_ms.saturating_add(POLL_SLACK_MS) < due_ms).then(|| (due_ms - now_ms).div_ceil(1000))
+}
+
+/// When the holder of a waiting answer may poll next (unix ms); `None`
+/// for any other answer (a released place, sold out: never early).
+pub fn poll_due_ms(status: &Status, now_ms: u64) -> Option<u64> {
+    match status {
+        Status::Waiting(w) | Status::Paused(w) => Some(now_ms + u64::from(w.poll_after_s) * 1000),
+        _ => None,
+    }
 }
 
 /// The wait of someone with `ahead` places in front, from the shared
@@ -461,6 +485,47 @@ mod tests {
         );
         assert_eq!(n.state(late), RoomState::Paused);
         assert_eq!(n.watermark(&policy(), 1_000_100).state, RoomState::Open);
+    }
+
+    #[test]
+    fn released_places_still_uncollected_count_ahead_but_not_twice_in_the_wait() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let none = numbers(5, 20);
+        let some = LineNumbers { pending: 2, ..none };
+        let (PollDecision::Answer(Status::Waiting(a)), PollDecision::Answer(Status::Waiting(b))) = (
+            poll(&ticket(12), Some(&none), &policy(), 1_000_100, &mut rng),
+            poll(&ticket(12), Some(&some), &policy(), 1_000_100, &mut rng),
+        ) else {
+            panic!()
+        };
+        assert_eq!((a.ahead, a.position), (7, 8));
+        assert_eq!((b.ahead, b.position), (9, 10));
+        assert_eq!(
+            b.estimated_wait_s,
+            estimate_s(7, &some, &policy()),
+            "the pending places are in the slots, not in line again"
+        );
+    }
+
+    #[test]
+    fn a_poll_sooner_than_told_by_more_than_the_slack_is_too_early() {
+        let due = poll_due_ms(
+            &Status::Waiting(Wait {
+                position: 1,
+                ahead: 0,
+                estimated_wait_s: 9,
+                poll_after_s: 5,
+                expires_at_s: 2_000,
+            }),
+            1_000_000,
+        )
+        .unwrap();
+        assert_eq!(due, 1_005_000);
+        assert_eq!(too_early(due, 1_000_150), Some(5));
+        assert_eq!(too_early(due, 1_003_900), Some(2));
+        assert_eq!(too_early(due, 1_004_000), None, "one second of slack");
+        assert_eq!(too_early(due, 1_009_000), None);
+        assert_eq!(poll_due_ms(&Status::Expired, 1_000_000), None);
     }
 
     #[test]

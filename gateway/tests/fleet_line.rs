@@ -30,8 +30,8 @@ fn fleet_config(redis: &Redis, rooms: &str) -> String {
 
 fn fleet_rooms() -> String {
     format!(
-        "[[rooms]]\nname = \"line\"\nrelease_per_second = {RATE}\nburst = {BURST}\nmax_active = 1000\nqueue_capacity = 10000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n\n\
-         [[rooms]]\nname = \"slots\"\nrelease_per_second = 50\nburst = 50\nmax_active = {SLOTS}\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 60\n"
+        "[[rooms]]\nname = \"line\"\nrelease_per_second = {RATE}\nburst = {BURST}\nmax_active = 1000\nqueue_capacity = 10000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n\n\
+         [[rooms]]\nname = \"slots\"\nrelease_per_second = 50\nburst = 50\nmax_active = {SLOTS}\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 60\n"
     )
 }
 
@@ -79,10 +79,21 @@ async fn join(
     (status, r.json().await.unwrap(), retry)
 }
 
+/// A new ticket; a room warming up (a new room takes joins after 2 s)
+/// answers `503 store_unavailable` at once, and is asked again.
 async fn ticket(client: &reqwest::Client, gw: &Gateway, room: &str) -> String {
-    let (status, body, _) = join(client, gw, room).await;
-    assert!(status.is_success(), "{status} {body}");
-    body["ticket"].as_str().unwrap().to_string()
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body, _) = join(client, gw, room).await;
+        if status.is_success() {
+            return body["ticket"].as_str().unwrap().to_string();
+        }
+        assert!(
+            body["error"] == "store_unavailable" && Instant::now() < deadline,
+            "{status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn status(
@@ -266,7 +277,7 @@ async fn three_gateways_keep_one_line_with_the_fleets_limits() {
 async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_no_place() {
     let mut redis = Redis::start();
     let origin = Origin::start();
-    let rooms = "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo\"]\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let rooms = "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo\"]\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n";
     let mut fleet = start_fleet(&redis, 2, Some(origin.url()), rooms);
     let client = client();
 
@@ -285,6 +296,13 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
         waiting.push(ticket(&client, &fleet[i % 2], "drop").await);
     }
     let highest = waiting.iter().map(|t| seq_of(t)).max().unwrap();
+    // Three ahead of the last (the pass's place is collected), once this
+    // gateway's numbers, at most a tick old, show it.
+    let settled = eventually_await(Duration::from_secs(2), || async {
+        status(&client, &fleet[1], "drop", &waiting[3]).await.1["ahead"] == 3
+    })
+    .await;
+    assert!(settled.is_some(), "three ahead of the last");
     let (_, before) = status(&client, &fleet[1], "drop", &waiting[3]).await;
     assert_eq!(before["state"], "waiting", "{before}");
     let ahead_before = before["ahead"].as_u64().unwrap();
@@ -309,16 +327,30 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
 
     // Back, empty: the gateways load the Functions again and carry on from
     // the highest numbers they saw; no place is given twice.
+    // While the room warms up (2 s) every join is answered at once, a
+    // quick `503 store_unavailable` with `Retry-After`, not held until the
+    // warm-up is over (a shopper's client gives up after a few seconds).
     redis.restart_empty();
     let mut seqs = Vec::new();
+    let mut refused = 0;
     for gw in &fleet {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let (code, body, _) = join(&client, gw, "drop").await;
+            let asked = Instant::now();
+            let (code, body, retry) = join(&client, gw, "drop").await;
+            let took = asked.elapsed();
             if code.is_success() {
                 seqs.push(seq_of(body["ticket"].as_str().unwrap()));
                 break;
             }
+            assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+            assert_eq!(body["error"], "store_unavailable", "{body}");
+            assert!(retry.is_some_and(|r| r.parse::<u32>().unwrap() >= 1));
+            assert!(
+                took < Duration::from_millis(800),
+                "a refused join took {took:?}"
+            );
+            refused += 1;
             assert!(
                 Instant::now() < deadline,
                 "{} takes no joins again: {body}",
@@ -327,6 +359,7 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    assert!(refused > 0, "the warm-up refused the joins sent during it");
     assert!(
         seqs.iter().all(|&s| s > highest),
         "{seqs:?} after {highest}"
@@ -367,7 +400,7 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_back_with_its_data_resumes_the_line_in_order() {
     let mut redis = Redis::start_persistent();
-    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n";
     let fleet = start_fleet(&redis, 2, None, rooms);
     let client = client();
     // One pass holds the one slot; three wait behind it.
@@ -377,6 +410,14 @@ async fn redis_back_with_its_data_resumes_the_line_in_order() {
         waiting.push(ticket(&client, &fleet[i % 2], "drop").await);
     }
     let last = seq_of(waiting.last().unwrap());
+    // Two ahead of the last: the pass's place is collected, so not ahead
+    // (once this gateway's numbers, at most a tick old, show it).
+    let settled = eventually_await(Duration::from_secs(2), || async {
+        let (_, before) = status(&client, &fleet[1], "drop", waiting.last().unwrap()).await;
+        before["state"] == "waiting" && before["ahead"] == 2
+    })
+    .await;
+    assert!(settled.is_some(), "two ahead of the last before the outage");
     let (_, before) = status(&client, &fleet[1], "drop", waiting.last().unwrap()).await;
     assert_eq!(before["state"], "waiting", "{before}");
 
@@ -422,7 +463,7 @@ async fn a_collected_pass_is_shown_again_from_memory_while_redis_is_away() {
     // (a flood of replayed polls was a flood of FCALLs), and with Redis
     // away the shopper who had their pass was told "paused".
     let mut redis = Redis::start();
-    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 5\nmax_active = 10\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npass_ttl_s = 600\n";
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 20\nburst = 5\nmax_active = 10\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n";
     let fleet = start_fleet(&redis, 1, None, rooms);
     let client = client();
     let t = ticket(&client, &fleet[0], "drop").await;
@@ -461,7 +502,7 @@ async fn a_leavers_place_gives_its_slot_back_to_the_next_in_line() {
     // window (here the 4 s idle timeout) is over the next in line, who
     // polls on another gateway, gets in.
     let redis = Redis::start();
-    let rooms = "[[rooms]]\nname = \"leave\"\nrelease_per_second = 50\nburst = 50\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 2\nidle_timeout_s = 4\npass_ttl_s = 60\n";
+    let rooms = "[[rooms]]\nname = \"leave\"\nrelease_per_second = 50\nburst = 50\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\nidle_timeout_s = 4\npass_ttl_s = 60\n";
     let fleet = start_fleet(&redis, 2, None, rooms);
     let client = client();
     let leaver = ticket(&client, &fleet[0], "leave").await;
@@ -493,4 +534,89 @@ async fn a_leavers_place_gives_its_slot_back_to_the_next_in_line() {
         (code, body["state"].as_str()),
         (StatusCode::OK, Some("expired"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_poll_is_refused_and_a_moved_shopper_gets_one_unchecked_poll() {
+    // One slot, held by a 600 s pass: the next in line waits long, told
+    // to come back after at least poll_min_s = 3 s.
+    let redis = Redis::start();
+    let rooms = "[[rooms]]\nname = \"early\"\nrelease_per_second = 50\nburst = 50\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 3\npoll_max_s = 10\npass_ttl_s = 600\n";
+    let fleet = start_fleet(&redis, 2, None, rooms);
+    let client = client();
+    admitted_pass(&fleet[0].url(""), &client, "early").await;
+    let (code, joined, _) = join(&client, &fleet[0], "early").await;
+    assert!(code.is_success(), "{code} {joined}");
+    assert_eq!(joined["state"], "waiting", "{joined}");
+    let told = joined["poll_after_s"].as_u64().unwrap();
+    assert!(told >= 3, "{joined}");
+    let t = joined["ticket"].as_str().unwrap().to_string();
+
+    // Asked again at once where it joined: 429 rate_limited, Retry-After.
+    let early = |gw: &Gateway| {
+        client
+            .get(gw.url("/queue/early/status"))
+            .bearer_auth(&t)
+            .send()
+    };
+    let r = early(&fleet[0]).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=told).contains(&retry), "{retry} of {told}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    // Rejoining with the ticket is the same early poll.
+    let rejoin = client
+        .post(fleet[0].url("/queue/early/join"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rejoin.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // Moved to the other gateway: one poll unchecked, then the same rule.
+    let (code, moved) = status(&client, &fleet[1], "early", &t).await;
+    assert_eq!(code, StatusCode::OK, "{moved}");
+    assert_eq!(moved["state"], "waiting", "{moved}");
+    let r = early(&fleet[1]).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // On time (the early polls changed nothing): answered again.
+    tokio::time::sleep(Duration::from_secs(told)).await;
+    let (code, later) = status(&client, &fleet[0], "early", &t).await;
+    assert_eq!(code, StatusCode::OK, "{later}");
+    assert_eq!(later["state"], "waiting", "{later}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_places_waiting_for_their_holder_count_as_ahead() {
+    // Three slots: the first three places are released at once and wait
+    // for holders who do not come; the sixth in line has five ahead, as
+    // the embedded room counts them, on every gateway.
+    let redis = Redis::start();
+    let rooms = "[[rooms]]\nname = \"ahead\"\nrelease_per_second = 50\nburst = 50\nmax_active = 3\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n";
+    let fleet = start_fleet(&redis, 2, None, rooms);
+    let client = client();
+    let mut tickets = Vec::new();
+    for i in 0..6 {
+        tickets.push(ticket(&client, &fleet[i % 2], "ahead").await);
+    }
+    for gw in &fleet {
+        let released = eventually_await(Duration::from_secs(5), || async {
+            watermark(&client, gw, "ahead").await["serving"].as_u64() == Some(3)
+        })
+        .await;
+        assert!(released.is_some(), "three places released");
+    }
+    for gw in &fleet {
+        let (code, body) = status(&client, gw, "ahead", &tickets[5]).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["state"], "waiting", "{body}");
+        assert_eq!(body["ahead"], 5, "{body}");
+        assert_eq!(body["position"], 6, "{body}");
+    }
 }

@@ -482,7 +482,7 @@ async fn fleet_gateway_dies_its_shoppers_move_and_keep_their_place() {
     // min(2 × poll_max_s + 5 s, pass_ttl_s) to be collected: longer than a
     // poll plus a failover.
     s.gateway.max_active = 300;
-    s.gateway.poll_min_s = 1;
+    s.gateway.poll_min_s = 2; // ≥ 2: a refresh 150 ms after the join is surely early
     s.gateway.poll_max_s = 3;
     s.gateway.pass_ttl_s = 12;
     s.limits.max_duration_s = 120;
@@ -496,6 +496,8 @@ async fn fleet_gateway_dies_its_shoppers_move_and_keep_their_place() {
     let (r, _dir) = play(&s).await;
     let sum = &r.summary;
     fleet_books_passed(&r);
+    // The books found no early refresh served; some were sent and refused.
+    assert!(sum.shoppers.held_back > 0, "impatient refreshes got 429");
     assert_eq!(sum.gateways.len(), 3);
     assert!(
         sum.gateways[1].failed > 0,
@@ -537,7 +539,7 @@ async fn fleet_redis_restarts_the_line_pauses_and_resumes_in_order() {
     s.gateway.release_per_second = 25;
     s.gateway.burst = Some(25);
     s.gateway.max_active = 300;
-    s.gateway.poll_min_s = 1;
+    s.gateway.poll_min_s = 2; // ≥ 2: a refresh 150 ms after the join is surely early
     s.gateway.poll_max_s = 3;
     s.gateway.pass_ttl_s = 12;
     s.faults = vec![
@@ -568,6 +570,7 @@ async fn fleet_redis_restarts_the_line_pauses_and_resumes_in_order() {
     let (r, _dir) = play(&s).await;
     let sum = &r.summary;
     fleet_books_passed(&r);
+    assert!(sum.shoppers.held_back > 0, "impatient refreshes got 429");
     let played: Vec<&str> = sum.faults.iter().map(|f| f.what.as_str()).collect();
     for what in [
         "Redis back on the same port, with its data",

@@ -889,7 +889,7 @@ pub(crate) fn limit_join(entry: &RoomEntry, client: Option<IpAddr>) -> Option<Lo
     ))
 }
 
-fn too_early(retry_after_s: u64) -> LocalResponse {
+pub(crate) fn too_early(retry_after_s: u64) -> LocalResponse {
     LocalResponse::error(
         &ApiError::new(
             ErrorCode::RateLimited,

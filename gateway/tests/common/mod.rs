@@ -674,19 +674,27 @@ const ADMISSION_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Joins `room` at `base_url` and polls when told to (`poll_after_s`, as a
 /// browser does; sooner is refused) until admitted: the pass.
 pub async fn admitted_pass(base_url: &str, client: &::reqwest::Client, room: &str) -> String {
-    let joined: serde_json::Value = client
-        .post(format!("{base_url}/queue/{room}/join"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let deadline = Instant::now() + ADMISSION_WAIT_MAX;
+    let joined = loop {
+        let joined: serde_json::Value = client
+            .post(format!("{base_url}/queue/{room}/join"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // A fleet room warming up (just made, or Redis back empty) takes
+        // no joins for a moment and says so at once: ask again.
+        if joined["error"] != "store_unavailable" || Instant::now() >= deadline {
+            break joined;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    };
     let ticket = joined["ticket"]
         .as_str()
         .unwrap_or_else(|| panic!("join gives a ticket: {joined}"))
         .to_string();
-    let deadline = Instant::now() + ADMISSION_WAIT_MAX;
     let mut poll_after_s = joined["poll_after_s"].as_u64().unwrap_or(1);
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(poll_after_s)).await;

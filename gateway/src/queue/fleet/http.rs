@@ -15,7 +15,8 @@ use super::SharedRoom;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::queue::{
-    bearer, cookie, invalid_ticket, join_refused, limit_join, RoomEntry, Rooms, TICKET_COOKIE,
+    bearer, cookie, invalid_ticket, join_refused, limit_join, too_early, RoomEntry, Rooms,
+    TICKET_COOKIE,
 };
 use crate::route::LocalResponse;
 
@@ -76,22 +77,38 @@ fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
 }
 
 impl Rooms {
-    /// The status of a verified ticket: from memory, or the pass.
-    async fn shared_decide(&self, shared: &SharedRoom, ticket: &Presented, now: u64) -> Status {
+    /// The status of a verified ticket: from memory, or the pass;
+    /// `Err(retry_after_s)` for a waiting ticket asking sooner than told.
+    async fn shared_decide(
+        &self,
+        shared: &SharedRoom,
+        ticket: &Presented,
+        now: u64,
+    ) -> Result<Status, u64> {
         // A pass already collected is shown again from memory, also while
         // the store is away: passes already issued keep working.
         if let Some(known) = shared.known_claim(ticket.seq) {
-            return decide::claimed(ticket, known, &shared.policy());
+            return Ok(decide::claimed(ticket, known, &shared.policy()));
         }
         match shared.decide_poll(ticket, now) {
-            PollDecision::Answer(status) => status,
-            PollDecision::Claim => match shared.claim(ticket.seq).await {
-                Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
-                Err(e) => {
-                    tracing::debug!(room = shared.name(), "pass not collected: {e}");
-                    held_at_front(shared, ticket)
-                }
-            },
+            PollDecision::Answer(status) => {
+                shared.on_time(ticket.seq, &status, now)?;
+                Ok(status)
+            }
+            PollDecision::Claim => {
+                let status = match shared.claim(ticket.seq).await {
+                    Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
+                    Err(e) => {
+                        tracing::debug!(room = shared.name(), "pass not collected: {e}");
+                        held_at_front(shared, ticket)
+                    }
+                };
+                // A released place collects its pass whenever it asks; one
+                // told to wait at the front (no slot free yet) is held to
+                // the time it was told, as a waiting one is.
+                shared.on_time(ticket.seq, &status, now)?;
+                Ok(status)
+            }
         }
     }
 
@@ -113,9 +130,14 @@ impl Rooms {
             if let Some((claims, ticket)) =
                 verified.ok().and_then(|c| presented(&c).map(|t| (c, t)))
             {
-                let status = self.shared_decide(shared, &ticket, now).await;
-                if !matches!(status, Status::Expired | Status::SoldOut) {
-                    return self.ticket_answer(room, token, &claims, status, now, true);
+                match self.shared_decide(shared, &ticket, now).await {
+                    Ok(Status::Expired | Status::SoldOut) => {}
+                    Ok(status) => {
+                        return self.ticket_answer(room, token, &claims, status, now, true)
+                    }
+                    // Rejoining sooner than told is an early poll: same
+                    // answer as the status route.
+                    Err(retry_after_s) => return too_early(retry_after_s),
                 }
             }
         }
@@ -140,6 +162,8 @@ impl Rooms {
             // Released already: the first poll collects the pass.
             PollDecision::Claim => held_at_front(shared, &ticket),
         };
+        // A new place: its first poll is timed from this answer.
+        let _ = shared.on_time(seq, &status, now);
         let joined = Joined {
             seq,
             ticket_id,
@@ -174,7 +198,9 @@ impl Rooms {
         let Some(ticket) = presented(&claims) else {
             return invalid("malformed");
         };
-        let status = self.shared_decide(shared, &ticket, now).await;
-        self.ticket_answer(room, token, &claims, status, now, false)
+        match self.shared_decide(shared, &ticket, now).await {
+            Ok(status) => self.ticket_answer(room, token, &claims, status, now, false),
+            Err(retry_after_s) => too_early(retry_after_s),
+        }
     }
 }

@@ -11,11 +11,14 @@
 //!   second task that sends all the joins waiting at once as one call.
 //!
 //! - [`http`]: the `join` and `status` routes of such a room.
+//! - [`poll_due`]: when each ticket that polled this gateway may poll
+//!   next, so an early poll is refused without a record in the store.
 //!
 //! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
 //! pingora worker: request handlers only send to them and await answers.
 
 mod http;
+mod poll_due;
 pub mod redis;
 pub mod store;
 
@@ -36,6 +39,7 @@ use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
+use poll_due::PollDue;
 pub use store::{ClaimArgs, Member, RoomStore, StoreError, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -48,15 +52,14 @@ pub const JOIN_BATCH_MAX: usize = 512;
 pub const JOINS_WAITING_MAX: usize = 8192;
 /// A claim waits this long for the store at most.
 pub const ANSWER_WAIT_MAX: Duration = Duration::from_secs(3);
-/// A join waits this long at most: the warm-up wait, one more call
-/// (bounded at 1.5 s by the store) and a margin, so a joiner is still
-/// waiting when its place is given (a place granted to a joiner who gave
-/// up would be a ghost that later spends rate and a slot).
-pub const JOIN_WAIT_MAX: Duration = Duration::from_millis(2_500 + 1_500 + 500);
-/// How long a batch of joins waits for a store that is warming up (a new
-/// room, or Redis back without its data: see `WARM_UP_MS` in `sluice.lua`);
-/// inside [`JOIN_WAIT_MAX`] with one more call.
-const WARMING_WAIT_MAX: Duration = Duration::from_millis(2500);
+/// A join waits this long at most: the call before its own (a batch in
+/// flight), its own call (each bounded at 1.5 s by the store) and a
+/// margin, so a joiner is still waiting when its place is given (a place
+/// granted to a joiner who gave up would be a ghost that later spends rate
+/// and a slot). A store warming up (a new room, or Redis back without its
+/// data: see `WARM_UP_MS` in `sluice.lua`) is not waited for: its joins
+/// are answered `store_unavailable` with `Retry-After` at once.
+pub const JOIN_WAIT_MAX: Duration = Duration::from_millis(1_500 + 1_500 + 500);
 /// Passes given back that this gateway remembers (each until it expires).
 const GIVEN_BACK_MAX: usize = 65_536;
 /// Claim answers a room remembers (a pass until it expires, a spent place
@@ -144,6 +147,7 @@ impl Fleet {
             reachable: AtomicBool::new(true),
             joins_counted: Mutex::new(JoinCounts::default()),
             no_shows: Mutex::new(NoShowMeter::default()),
+            poll_due: Mutex::new(PollDue::new(poll_due::GENERATION_MAX)),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
@@ -191,6 +195,8 @@ pub struct SharedRoom {
     /// The room's no-show share, from the store's totals at every tick
     /// (every gateway reads the same totals, so they measure alike).
     no_shows: Mutex<NoShowMeter>,
+    /// When each waiting ticket that polled here may poll next.
+    poll_due: Mutex<PollDue>,
 }
 
 impl SharedRoom {
@@ -377,6 +383,29 @@ impl SharedRoom {
         decide::poll(ticket, Some(&numbers), &policy, now_ms, &mut rand::rng())
     }
 
+    /// A waiting answer for place `seq` at `now_ms` (in line, or released
+    /// and told to wait at the front), unless the place asks sooner than
+    /// its last answer here told it (`Err(retry_after_s)`: the early poll
+    /// is not answered). Any other answer is never early. The next poll is
+    /// timed from now, when the answer leaves (a join or a claim may have
+    /// waited on the store since `now_ms`, the request's arrival).
+    pub fn on_time(
+        &self,
+        seq: u64,
+        status: &sluice_admission::Status,
+        now_ms: u64,
+    ) -> Result<(), u64> {
+        let Some(next_due) = decide::poll_due_ms(status, super::now_ms().max(now_ms)) else {
+            return Ok(());
+        };
+        let mut due = self.poll_due.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(retry_after_s) = due.get(seq).and_then(|d| decide::too_early(d, now_ms)) {
+            return Err(retry_after_s);
+        }
+        due.set(seq, next_due);
+        Ok(())
+    }
+
     fn saw(&self, next: u64, serving: u64) {
         self.hw_next.fetch_max(next, Ordering::Relaxed);
         self.hw_serving.fetch_max(serving, Ordering::Relaxed);
@@ -479,32 +508,23 @@ async fn tick_loop(room: Weak<SharedRoom>) {
 /// dropped: under load one round trip serves many joins.
 async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWaiter>) {
     let mut batch = Vec::with_capacity(JOIN_BATCH_MAX);
-    'batches: while waiting.recv_many(&mut batch, JOIN_BATCH_MAX).await > 0 {
+    while waiting.recv_many(&mut batch, JOIN_BATCH_MAX).await > 0 {
         let Some(room) = room.upgrade() else { return };
         let policy = room.policy.load_full();
-        // A store that is warming up answers within its warm-up: the joins
-        // wait for it rather than fail.
-        let deadline = tokio::time::Instant::now() + WARMING_WAIT_MAX;
-        let reply = loop {
-            // Joiners who gave up meanwhile get no place.
-            batch.retain(|waiter| !waiter.is_closed());
-            if batch.is_empty() {
-                continue 'batches;
-            }
-            let n = batch.len() as u32;
-            let hw_next = room.hw_next.load(Ordering::Relaxed);
-            let reply = room
-                .fleet
-                .store
-                .join(&room.name, n, policy.queue_capacity.get(), hw_next)
-                .await;
-            match reply {
-                Ok(r) if r.warming && tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(TICK).await;
-                }
-                other => break other,
-            }
-        };
+        // Joiners who gave up meanwhile get no place.
+        batch.retain(|waiter| !waiter.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let n = batch.len() as u32;
+        let hw_next = room.hw_next.load(Ordering::Relaxed);
+        // A store warming up gives no places and says so at once
+        // (`join_seq`): the joiners hear `503` now, not after the warm-up.
+        let reply = room
+            .fleet
+            .store
+            .join(&room.name, n, policy.queue_capacity.get(), hw_next)
+            .await;
         match reply {
             Ok(reply) => {
                 room.saw(reply.first + u64::from(reply.granted), reply.serving);
