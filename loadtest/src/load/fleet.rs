@@ -150,17 +150,20 @@ impl Fleet {
         tokio::task::spawn_blocking(move || pg.restart()).await?
     }
 
-    /// The room's `serving` watermark (places released so far) as Redis
-    /// itself holds it, not as a gateway last read it; `None` without a
-    /// Redis or while it does not answer.
-    pub async fn released_in_redis(&self, room: &str) -> Option<u64> {
+    /// Passes collected so far across the fleet, as Redis itself holds the
+    /// count, not as a gateway last read it; `None` without a Redis or
+    /// while it does not answer.
+    pub async fn collected_in_redis(&self, room: &str) -> Option<u64> {
         let redis = self.redis.clone()?;
-        let line = format!("HGET sluice:{{{room}}} serving");
+        // `shows`: released places whose pass was collected, fleet-wide
+        // (`sluice_2`'s room hash). Releases run ahead of it by the
+        // measured no-show make-up; collections are what the rate bounds.
+        let line = format!("HGET sluice2:{{{room}}} shows");
         let reply = tokio::task::spawn_blocking(move || lock(&redis).command(&line))
             .await
             .ok()?
             .ok()?;
-        bulk_u64(&reply)
+        Some(bulk_u64(&reply).unwrap_or(0))
     }
 
     /// Gateway `gateway`'s link to `store` set to `link`.

@@ -2,7 +2,7 @@
 //! waiting, passes active, admissions so far, stock by state. In a fleet
 //! every gateway is sampled ([`FleetSample`]), and the run's sample is the
 //! fleet's line as the most advanced gateway shows it, with admissions so
-//! far the `serving` watermark (places released) read from Redis itself.
+//! far the passes collected across the fleet, counted by Redis itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,7 @@ pub async fn run(
 ) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut collected = 0u64;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -108,12 +109,16 @@ pub async fn run(
                 }
                 each.push(fs);
             }
-            // Released so far: Redis's own number when it answers (a
-            // gateway's is up to a tick old, more on a loaded machine).
-            let in_redis = fleet.released_in_redis(&room).await;
+            // Admitted so far: the passes collected, Redis's own count
+            // (the places released run ahead of it by the no-show make-up,
+            // which the rate does not bound). While Redis does not answer,
+            // the last count stands.
+            if let Some(n) = fleet.collected_in_redis(&room).await {
+                collected = n;
+            }
             let t = rec.now_s();
             let mut sample = sample_of(best.as_ref().map(|b| &b.1), &room, t);
-            sample.admitted_total = in_redis.or(best.as_ref().map(|b| b.0)).unwrap_or(0);
+            sample.admitted_total = collected;
             rec.with(|i| {
                 if i.fleet_samples.len() < SAMPLES_MAX * 16 {
                     i.fleet_samples.extend(each);
