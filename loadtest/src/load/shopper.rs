@@ -283,9 +283,7 @@ async fn line(
                 // A gateway that did not answer the join has not seen the
                 // ticket's poll_after_s (the fleet keeps no per-shopper
                 // record): its one unchecked poll is the design, not a miss.
-                (200, Some("waiting")) if g == joined_on => {
-                    s.rec.with(|i| i.impatient_served += 1)
-                }
+                (200, Some("waiting")) if g == joined_on => s.rec.with(|i| i.impatient_served += 1),
                 // Already let in: the refresh shows the pass.
                 (200, Some("admitted")) => {
                     if let Some(pass) = r.str("pass") {
