@@ -218,32 +218,7 @@ async fn the_page_follows_the_watermark_and_calls_status_as_a_heartbeat() {
         ..Default::default()
     });
     // Someone holds the only active pass, for 10 seconds.
-    let first: serde_json::Value = client()
-        .post(gw.url("/queue/drop/join"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut held = false;
-    for _ in 0..40 {
-        let s: serde_json::Value = client()
-            .get(gw.url("/queue/drop/status"))
-            .bearer_auth(first["ticket"].as_str().unwrap())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["state"] == "admitted" {
-            held = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert!(held, "the first shopper holds the slot");
+    admitted_pass(&gw.url(""), &client(), "drop").await;
     let status_before = served(&gw, "/queue/drop/status");
 
     let Some(browser) = Browser::start("en-US").await else {
