@@ -79,7 +79,7 @@ impl Store {
         if self.passes.get(&seq).is_some_and(|end| *end > now) {
             return Some(true);
         }
-        if !self.released.get(&seq).is_some_and(|d| *d > now) {
+        if self.released.get(&seq).is_none_or(|d| *d <= now) {
             return None;
         }
         self.pacing.passes = self.passes.values().filter(|end| **end > now).count() as u64;
@@ -340,8 +340,10 @@ fn without_the_make_up_a_third_leaving_costs_a_third_of_the_rate() {
     // share forced to 0 (the meter ignored) collects about two thirds.
     let sim = rate_bound(1, 1.0 / 3.0);
     let p = &sim.policy;
-    let mut store = Store::default();
-    store.next = 100_000;
+    let mut store = Store {
+        next: 100_000,
+        ..Store::default()
+    };
     let mut released = 0;
     for t in (0..60_000).step_by(100) {
         released += store.tick(T0_MS + t, p, 0);
