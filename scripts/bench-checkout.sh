@@ -24,6 +24,7 @@ cd "$(dirname "$0")/.."
 clients=${1:-64}; secs=${2:-5}; p99=${3:-250}
 
 . scripts/bench-common.sh
+bench_tools pgbench psql redis-server redis-benchmark redis-cli
 if [ -z "${SLUICE_BIN:-}" ] || [ -z "${LOAD_BIN:-}" ]; then
   cargo build --release -p sluice-gateway -p sluice-loadtest --bin sluice --bin sluice-load >&2
 fi

@@ -12,6 +12,8 @@ bench_tools() {
   for tool in "${missing[@]}"; do case $tool in
     nginx) packages+=(nginx-light) ;;
     callgrind_annotate | callgrind_control) packages+=(valgrind) ;;
+    redis-cli | redis-benchmark) packages+=(redis-tools) ;;
+    pgbench | psql) packages+=(postgresql-client) ;;
     *) packages+=("$tool") ;;
   esac; done
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
