@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::gateway::Target;
 use super::http::send;
-use super::record::{OrderSeen, Recorder};
+use super::record::{OrderSeen, Recorder, Unanswered};
 use super::shopper::FINAL_STATES;
 
 /// Orders re-read at the same time at the end.
@@ -171,6 +171,10 @@ pub async fn check(
 ) -> (Vec<Check>, BTreeMap<String, Level>) {
     let mut checks = Vec::new();
     let deadline = Instant::now() + settle;
+
+    // First the checkouts whose answer was lost: replayed with their key,
+    // so an order they made is known before the stock is read.
+    checks.push(replay_unanswered(target, rec, http, deadline).await);
 
     // Wait (bounded) for the reconciler to bring every order to an end.
     let mut state = target.admin_state().await.ok();
@@ -341,6 +345,88 @@ pub fn faults_check(faults: &[(f64, String)]) -> Check {
         "faults played as scheduled",
         failed,
         format!("{} fault events", faults.len()),
+    )
+}
+
+const REPLAYED: &str = "every lost checkout answer recovered by its Idempotency-Key";
+
+/// Replays every checkout whose answer never arrived (each attempt timed
+/// out or failed, or the run ended mid-call) with the same key and body, as
+/// a client recovering a lost answer does: an order the lost attempt made
+/// comes back; one it did not make is made now and counted like any other.
+/// A key still without an answer at `deadline` is a violation.
+async fn replay_unanswered(
+    target: &Target,
+    rec: &Arc<Recorder>,
+    http: &reqwest::Client,
+    deadline: Instant,
+) -> Check {
+    let open: Vec<(String, Unanswered)> =
+        rec.with(|i| i.unanswered.iter().map(|(k, u)| (k.clone(), u.clone())).collect());
+    let sem = Arc::new(tokio::sync::Semaphore::new(ORDER_READS_CONCURRENT_MAX));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (key, u) in open.iter().cloned() {
+        let (sem, http, rec) = (sem.clone(), http.clone(), rec.clone());
+        let url = format!("{}/checkout", target.public);
+        tasks.spawn(async move {
+            let Ok(_permit) = sem.acquire().await else {
+                return Some(format!("Idempotency-Key {key}: not replayed"));
+            };
+            loop {
+                let req = http
+                    .post(&url)
+                    .bearer_auth(&u.pass)
+                    .header("idempotency-key", &key)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(u.body.clone());
+                let r = send(&rec, "checkout (books)", req).await;
+                match (r.status, r.str("order_id"), r.str("state")) {
+                    (200 | 201, Some(id), Some(state)) => {
+                        rec.order(
+                            &key,
+                            OrderSeen {
+                                order_id: id.to_string(),
+                                sku: u.sku.clone(),
+                                quantity: u.quantity,
+                                state: state.to_string(),
+                                acked_at_s: rec.now_s(),
+                                pass: u.pass.clone(),
+                                present: true,
+                            },
+                        );
+                        return None;
+                    }
+                    (0 | 409 | 429 | 500..=599, ..) if Instant::now() < deadline => {
+                        tokio::time::sleep(SETTLE_POLL_EVERY).await;
+                    }
+                    (0 | 409 | 429 | 500..=599, ..) => {
+                        return Some(format!(
+                            "Idempotency-Key {key}: still answered {} at the end of the settle time",
+                            r.status
+                        ));
+                    }
+                    // Refused (sold out, a pass no longer good for a new
+                    // order): the key made no order.
+                    _ => return None,
+                }
+            }
+        });
+    }
+    let mut lost = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        if let Ok(Some(v)) = r {
+            lost.push(v);
+        }
+    }
+    lost.sort();
+    let found = rec.with(|i| open.iter().filter(|(k, _)| i.keys.contains_key(k)).count());
+    Check::new(
+        REPLAYED,
+        lost,
+        format!(
+            "{} checkouts without a final answer replayed with their key; {found} orders among them",
+            open.len()
+        ),
     )
 }
 

@@ -178,6 +178,10 @@ pub struct Inner {
     pub order_index: HashMap<String, usize>,
     /// Idempotency-Key → order id, to catch a key that made two orders.
     pub keys: HashMap<String, String>,
+    /// Checkouts sent whose answer never arrived (timeouts, 5xx, the end
+    /// of the run): the books replay each with its key, as a client
+    /// recovering a lost answer would.
+    pub unanswered: BTreeMap<String, Unanswered>,
     pub samples: Vec<Sample>,
     pub shoppers_started: u64,
     pub shoppers_done: u64,
@@ -190,6 +194,16 @@ pub struct Inner {
     /// for two orders).
     pub anomalies: Vec<String>,
     pub faults: Vec<(f64, String)>,
+}
+
+/// A `POST /checkout` still without a final answer: what replaying it
+/// with the same Idempotency-Key needs.
+#[derive(Debug, Clone)]
+pub struct Unanswered {
+    pub pass: String,
+    pub body: String,
+    pub sku: String,
+    pub quantity: u32,
 }
 
 pub struct Recorder {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::balancer::{Balancer, Sticky};
 use super::http::{send, Reply};
-use super::record::{OrderSeen, Outcome, Recorder};
+use super::record::{OrderSeen, Outcome, Recorder, Unanswered};
 use super::scenario::{Behaviour, Scenario};
 
 /// How long an impatient shopper waits before polling again, too early.
@@ -408,6 +408,29 @@ async fn checkout(
     let mut failures = 0u32;
     let mut first_conflict: Option<Instant> = None;
     let mut sent = 0u32;
+    // Until a final answer arrives, the books know this key is open: if
+    // every attempt is lost (or the run ends mid-call), they replay it.
+    s.rec.with(|i| {
+        i.unanswered.insert(
+            key.clone(),
+            Unanswered {
+                pass: pass.to_string(),
+                body: body.clone(),
+                sku: plan.sku.clone(),
+                quantity: plan.quantity,
+            },
+        )
+    });
+    let answered = || {
+        s.rec.with(|i| i.unanswered.remove(&key));
+    };
+    // A refusal after a lost attempt does not say the lost one made no
+    // order: the books replay the key to find out.
+    let refused = |failures: u32| {
+        if failures == 0 {
+            answered();
+        }
+    };
     loop {
         if failures >= s.behaviour.checkout_attempts_max {
             return Err(Outcome::Failed);
@@ -431,6 +454,7 @@ async fn checkout(
         s.rec.checkout_call(r.status);
         match r.status {
             200 | 201 => {
+                answered();
                 let (Some(id), Some(state)) = (r.str("order_id"), r.str("state")) else {
                     return Err(Outcome::Failed);
                 };
@@ -455,8 +479,12 @@ async fn checkout(
                 }
                 pause(s, told(&r, Duration::from_secs(1))).await?;
             }
-            410 => return Err(Outcome::SoldOut),
+            410 => {
+                refused(failures);
+                return Err(Outcome::SoldOut);
+            }
             422 => {
+                refused(failures);
                 s.rec.with(|i| {
                     i.anomalies.push(format!(
                         "Idempotency-Key {key}: the same body was refused as a mismatch"
@@ -468,7 +496,10 @@ async fn checkout(
                 failures += 1;
                 pause(s, BACKOFF * failures).await?;
             }
-            _ => return Err(Outcome::Failed),
+            _ => {
+                refused(failures);
+                return Err(Outcome::Failed);
+            }
         }
     }
 }
