@@ -361,8 +361,12 @@ async fn replay_unanswered(
     http: &reqwest::Client,
     deadline: Instant,
 ) -> Check {
-    let open: Vec<(String, Unanswered)> =
-        rec.with(|i| i.unanswered.iter().map(|(k, u)| (k.clone(), u.clone())).collect());
+    let open: Vec<(String, Unanswered)> = rec.with(|i| {
+        i.unanswered
+            .iter()
+            .map(|(k, u)| (k.clone(), u.clone()))
+            .collect()
+    });
     let sem = Arc::new(tokio::sync::Semaphore::new(ORDER_READS_CONCURRENT_MAX));
     let mut tasks = tokio::task::JoinSet::new();
     for (key, u) in open.iter().cloned() {
