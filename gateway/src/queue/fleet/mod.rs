@@ -148,6 +148,7 @@ impl Fleet {
             joins_counted: Mutex::new(JoinCounts::default()),
             no_shows: Mutex::new(NoShowMeter::default()),
             poll_due: Mutex::new(PollDue::new(poll_due::GENERATION_MAX)),
+            too_early: AtomicU64::new(0),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
@@ -197,6 +198,9 @@ pub struct SharedRoom {
     no_shows: Mutex<NoShowMeter>,
     /// When each waiting ticket that polled here may poll next.
     poll_due: Mutex<PollDue>,
+    /// Polls refused here for coming sooner than told
+    /// (`sluice_queue_polls_too_early_total`).
+    too_early: AtomicU64,
 }
 
 impl SharedRoom {
@@ -257,6 +261,11 @@ impl SharedRoom {
     /// The no-show share the release makes up for, in thousandths.
     pub fn share_milli(&self) -> u32 {
         self.numbers.load().share_milli
+    }
+
+    /// Polls this gateway refused for coming sooner than told.
+    pub fn too_early_total(&self) -> u64 {
+        self.too_early.load(Ordering::Relaxed)
     }
 
     /// This gateway's joins by result.
@@ -400,6 +409,7 @@ impl SharedRoom {
         };
         let mut due = self.poll_due.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(retry_after_s) = due.get(seq).and_then(|d| decide::too_early(d, now_ms)) {
+            self.too_early.fetch_add(1, Ordering::Relaxed);
             return Err(retry_after_s);
         }
         due.set(seq, next_due);
