@@ -11,7 +11,7 @@ use sluice_admission::stats::WAIT_BUCKETS_S;
 use super::{now_ms, Rooms};
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 12] = [
     Family::new(
         "sluice_queue_joins_total",
         "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
@@ -56,6 +56,21 @@ const FAMILIES: [Family; 9] = [
         "sluice_wait_seconds",
         "Time from joining to admission.",
         MetricType::HISTOGRAM,
+    ),
+    Family::new(
+        "sluice_queue_no_show_share",
+        "Measured share of released places never collected that the release makes up for (0 to 0.5, the bound).",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_uncollected_passes",
+        "Released places whose pass has not been collected yet (within their claim window).",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_queue_polls_too_early_total",
+        "Status polls refused (429) for coming sooner than their last answer told them; on a fleet, by this gateway.",
+        MetricType::COUNTER,
     ),
 ];
 
@@ -140,6 +155,9 @@ impl Collector for RoomCollector {
             m.set_label(labels(&r));
             m.set_histogram(h);
             metrics[8].push(m);
+            metrics[9].push(sample(&r, MetricType::GAUGE, s.no_show_share));
+            metrics[10].push(sample(&r, MetricType::GAUGE, s.uncollected as f64));
+            metrics[11].push(sample(&r, MetricType::COUNTER, s.too_early_total as f64));
         }
         assemble(&FAMILIES, metrics)
     }

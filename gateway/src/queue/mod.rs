@@ -142,6 +142,7 @@ impl RoomEntry {
         if let Some(shared) = &self.shared {
             let numbers = shared.numbers();
             stats.joins = shared.join_counts();
+            stats.too_early_total = shared.too_early_total();
             stats.waiting = numbers.waiting();
             stats.serving = numbers.serving;
             stats.active_passes = numbers.held;
