@@ -361,8 +361,12 @@ async fn replay_unanswered(
     http: &reqwest::Client,
     deadline: Instant,
 ) -> Check {
-    let open: Vec<(String, Unanswered)> =
-        rec.with(|i| i.unanswered.iter().map(|(k, u)| (k.clone(), u.clone())).collect());
+    let open: Vec<(String, Unanswered)> = rec.with(|i| {
+        i.unanswered
+            .iter()
+            .map(|(k, u)| (k.clone(), u.clone()))
+            .collect()
+    });
     let sem = Arc::new(tokio::sync::Semaphore::new(ORDER_READS_CONCURRENT_MAX));
     let mut tasks = tokio::task::JoinSet::new();
     for (key, u) in open.iter().cloned() {
@@ -390,6 +394,7 @@ async fn replay_unanswered(
                                 quantity: u.quantity,
                                 state: state.to_string(),
                                 acked_at_s: rec.now_s(),
+                                gateway: 0,
                                 pass: u.pass.clone(),
                                 present: true,
                             },
@@ -534,6 +539,7 @@ mod tests {
             quantity: q,
             state: state.into(),
             acked_at_s: 0.0,
+            gateway: 0,
             pass: String::new(),
             present: true,
         };
