@@ -1012,6 +1012,41 @@ fn postgres_the_expiry_pass_skips_a_hold_whose_order_is_locked() {
     f.assert_books_balance();
 }
 
+/// A gateway (re)started during a sale seeds its products again while
+/// checkouts are in flight. Each of them holds its product's row `FOR KEY
+/// SHARE` until it commits (the foreign key of its order), so a seed that
+/// locked the row `FOR UPDATE` waited for them all and failed on the lock
+/// timeout: the gateway did not start (fleet-gateway-dies, issue 15).
+#[test]
+fn postgres_seeding_again_does_not_wait_for_checkouts_in_flight() {
+    let f = Fixture::postgres();
+    f.seed(&[("sku-s", 2, 1)]);
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut holder = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let mut in_flight = holder.transaction().unwrap();
+    in_flight
+        .execute(
+            "SELECT 1 FROM products WHERE sku = 'sku-s' FOR KEY SHARE",
+            &[],
+        )
+        .unwrap();
+    let backend = Arc::clone(&f.backend);
+    let seeds = vec![ProductSeed {
+        sku: "sku-s".into(),
+        total: 2,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 1,
+    }];
+    let (seeded, _) = answered_within(Duration::from_secs(10), move || {
+        backend.seed_products_at(&seeds, T0_MS)
+    })
+    .expect("the seed answers (the server's lock_timeout is 2 s)");
+    assert_eq!(seeded.expect("seeded next to a checkout in flight"), 0);
+    in_flight.rollback().unwrap();
+    f.assert_books_balance();
+}
+
 /// A payment's answer locks the order before its attempt, as a webhook
 /// does (order, then attempt): while it waits for an order another
 /// transaction holds, the attempt row is still free, so a webhook holding

@@ -394,6 +394,7 @@ async fn replay_unanswered(
                                 quantity: u.quantity,
                                 state: state.to_string(),
                                 acked_at_s: rec.now_s(),
+                                gateway: 0,
                                 pass: u.pass.clone(),
                                 present: true,
                             },
@@ -538,6 +539,7 @@ mod tests {
             quantity: q,
             state: state.into(),
             acked_at_s: 0.0,
+            gateway: 0,
             pass: String::new(),
             present: true,
         };

@@ -2,7 +2,10 @@
 //! the kill switch through the watched config file, SIGKILL and restart of
 //! a gateway, paysim's knobs (a provider that slows down), and for a fleet
 //! its stores restarted and a gateway cut off from one. Each fault runs
-//! from its own second, so a long one does not delay the next.
+//! from its own second, so a long one does not delay the next; changes of
+//! paysim's knobs take turns, in the order of their seconds (each reads
+//! the knobs and writes them back, and on a loaded machine one took 3 s:
+//! a later change landed first and the earlier one undid it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,9 +22,25 @@ pub async fn play(scenario: Scenario, fleet: Arc<Fleet>, rec: Arc<Recorder>, sta
     let mut faults = scenario.faults.clone();
     faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     let mut playing = tokio::task::JoinSet::new();
+    // Each knob change waits for the one before it to be done.
+    let mut last_knobs: Option<tokio::task::JoinHandle<()>> = None;
     for f in faults {
         tokio::time::sleep_until((start + Duration::from_secs_f64(f.at_s)).into()).await;
-        playing.spawn(one(f, fleet.clone(), rec.clone()));
+        let (fleet, rec) = (fleet.clone(), rec.clone());
+        if matches!(f.action, FaultAction::PaysimFaults { .. }) {
+            let before = last_knobs.take();
+            last_knobs = Some(tokio::spawn(async move {
+                if let Some(before) = before {
+                    let _ = before.await;
+                }
+                one(f, fleet, rec).await;
+            }));
+        } else {
+            playing.spawn(one(f, fleet, rec));
+        }
+    }
+    if let Some(last) = last_knobs {
+        let _ = last.await;
     }
     while playing.join_next().await.is_some() {}
 }

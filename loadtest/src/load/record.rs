@@ -65,6 +65,8 @@ pub struct OrderSeen {
     pub state: String,
     /// Seconds into the run when the gateway first acknowledged it.
     pub acked_at_s: f64,
+    /// The gateway that acknowledged it (the books' replays go to gateway 0).
+    pub gateway: usize,
     #[serde(skip)]
     pub pass: String,
     /// Found again by `GET /orders/{id}` at the end of the run.
@@ -106,7 +108,15 @@ pub struct GatewayStats {
     /// Shoppers whose pass this gateway handed out, and by second.
     pub admissions: u64,
     pub admissions_by_s: Vec<u32>,
+    /// Checkout calls sent to it that got no HTTP answer (in flight when
+    /// it died, refused, timed out), and when each was sent, seconds into
+    /// the run (up to [`CHECKOUTS_LOST_LISTED_MAX`]).
+    pub checkouts_lost: u64,
+    pub checkouts_lost_sent_s: Vec<f64>,
 }
+
+/// Sending times of unanswered checkouts kept per gateway.
+pub const CHECKOUTS_LOST_LISTED_MAX: usize = 10_000;
 
 /// Lost tickets listed, at most.
 pub const LOST_TICKETS_MAX: usize = 10_000;
@@ -323,6 +333,17 @@ impl Recorder {
         });
     }
 
+    /// A checkout call sent to gateway `g` at `sent_s` got no HTTP answer.
+    pub fn gateway_checkout_lost(&self, g: usize, sent_s: f64) {
+        self.with(|i| {
+            let s = gateway_stats(i, g);
+            s.checkouts_lost += 1;
+            if s.checkouts_lost_sent_s.len() < CHECKOUTS_LOST_LISTED_MAX {
+                s.checkouts_lost_sent_s.push(sent_s);
+            }
+        });
+    }
+
     /// Gateway `g` handed a shopper its pass.
     pub fn gateway_admission(&self, g: usize) {
         let second = self.now_s() as usize;
@@ -431,6 +452,7 @@ mod tests {
             quantity: 1,
             state: "confirmed".into(),
             acked_at_s: 0.0,
+            gateway: 0,
             pass: String::new(),
             present: true,
         };

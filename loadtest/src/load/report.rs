@@ -281,17 +281,20 @@ pub fn html(s: &Summary, rec: &Inner) -> String {
     if s.gateways.len() > 1 {
         h.push_str(
             "<h2>Gateways</h2><table><tr><th>gateway</th><th>admissions</th><th>requests</th>\
-             <th>no answer</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>",
+             <th>no answer</th><th>orders</th><th>checkouts unanswered</th>\
+             <th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>",
         );
         for g in &s.gateways {
             let _ = write!(
                 h,
-                "<tr><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
+                "<tr><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
                 g.index,
                 esc(&g.public),
                 g.admissions,
                 g.requests,
                 g.failed,
+                g.orders,
+                g.checkouts_unanswered,
                 g.latency_ms.p50,
                 g.latency_ms.p99,
                 g.latency_ms.max

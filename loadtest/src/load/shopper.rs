@@ -439,7 +439,8 @@ async fn checkout(
             s.rec.with(|i| i.checkout_retries += 1);
         }
         sent += 1;
-        let (r, _) = call(s, at, "checkout", |base| {
+        let sent_s = s.rec.now_s();
+        let (r, g) = call(s, at, "checkout", |base| {
             s.http
                 .post(format!("{base}/checkout"))
                 .bearer_auth(pass)
@@ -448,7 +449,9 @@ async fn checkout(
                 .body(body.clone())
         })
         .await;
-        if r.status != 0 {
+        if r.status == 0 {
+            s.rec.gateway_checkout_lost(g, sent_s);
+        } else {
             s.rec.checkout_latency(r.elapsed.as_secs_f64() * 1000.0);
         }
         s.rec.checkout_call(r.status);
@@ -466,6 +469,7 @@ async fn checkout(
                         quantity: plan.quantity,
                         state: state.to_string(),
                         acked_at_s: s.rec.now_s(),
+                        gateway: g,
                         pass: pass.to_string(),
                         present: true,
                     },

@@ -116,6 +116,13 @@ pub struct GatewaySummary {
     pub failed: u64,
     /// Shoppers whose pass it handed out.
     pub admissions: u64,
+    /// Orders it acknowledged (`200`/`201` to `POST /checkout`).
+    pub orders: u64,
+    /// Checkout calls to it with no HTTP answer, and when each was sent
+    /// (seconds into the run; the first 10,000): one sent before the
+    /// gateway's SIGKILL was in flight when it died.
+    pub checkouts_unanswered: u64,
+    pub checkouts_unanswered_sent_s: Vec<f64>,
     /// Answered requests' latency, ms, from when each was due.
     pub latency_ms: Quantiles,
 }
@@ -210,6 +217,9 @@ impl Summary {
                         requests: stats.requests,
                         failed: stats.failed,
                         admissions: stats.admissions,
+                        orders: i.orders.iter().filter(|o| o.gateway == g).count() as u64,
+                        checkouts_unanswered: stats.checkouts_lost,
+                        checkouts_unanswered_sent_s: stats.checkouts_lost_sent_s,
                         latency_ms: quantiles(
                             stats.latencies_ms.iter().map(|ms| f64::from(*ms)).collect(),
                         ),

@@ -61,9 +61,15 @@ pub(super) fn seed(
             seeded += 1;
             continue;
         }
+        // `FOR NO KEY UPDATE`, not `FOR UPDATE`: every checkout in flight
+        // holds its product's row `FOR KEY SHARE` to its commit (its
+        // order's foreign key), and a gateway (re)starting mid-sale must
+        // not queue behind all of them (it failed to start on the lock
+        // timeout in the fleet rehearsal). Seeders of one SKU still take
+        // turns: the lock conflicts with itself.
         let before: i32 = tx
             .query_one(
-                "SELECT partitions FROM products WHERE sku = $1 FOR UPDATE",
+                "SELECT partitions FROM products WHERE sku = $1 FOR NO KEY UPDATE",
                 &[&product.sku],
             )
             .map_err(pg_err)?
