@@ -16,8 +16,6 @@
 //! - [`http`]: the `join` and `status` routes of such a room.
 //! - [`poll_due`]: when each ticket that polled this gateway may poll
 //!   next, so an early poll is refused without a record in the store.
-//! - [`serving_seen`]: the room's `serving` over the last claim windows,
-//!   so a reseed says which released places may still be collected.
 //!
 //! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
 //! pingora worker: request handlers only send to them and await answers.
@@ -25,7 +23,6 @@
 mod http;
 mod poll_due;
 pub mod redis;
-mod serving_seen;
 pub mod store;
 
 pub use http::check_config;
@@ -46,7 +43,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
 use poll_due::PollDue;
-use serving_seen::ServingSeen;
 pub use store::{ClaimArgs, Member, RoomStore, StoreError, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -86,9 +82,6 @@ const STATE_PAUSED: u8 = 2;
 const STATE_INIT_OPEN: u8 = 3;
 const STATE_INIT_PAUSED: u8 = 4;
 
-/// A released place with less than this of its claim window left when the
-/// store lost the room is not taken back (it would get a whole new window).
-pub const CLAIM_LEFT_MIN: Duration = Duration::from_secs(1);
 /// How often a gateway tells the store it is alive (`/admin/state`
 /// `"fleet"`).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -161,7 +154,6 @@ impl Fleet {
             no_shows: Mutex::new(NoShowMeter::default()),
             poll_due: Mutex::new(PollDue::new(poll_due::GENERATION_MAX)),
             too_early: AtomicU64::new(0),
-            serving_seen: Mutex::new(ServingSeen::default()),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
@@ -220,8 +212,6 @@ pub struct SharedRoom {
     /// Polls refused here for coming sooner than told
     /// (`sluice_queue_polls_too_early_total`).
     too_early: AtomicU64,
-    /// `serving` over the last claim windows (see [`ServingSeen`]).
-    serving_seen: Mutex<ServingSeen>,
 }
 
 impl SharedRoom {
@@ -474,23 +464,11 @@ impl SharedRoom {
             return Ok(());
         }
         let passes = self.passes_out(now_ms());
-        // The places whose claim window was still open when the store lost
-        // them: released from `serving` as it was one window before (less
-        // the last [`CLAIM_LEFT_MIN`] of it: this gateway saw each release
-        // up to a tick late).
-        let window_ms = decide::claim_window_ms(&self.policy.load());
-        let from_ms =
-            before.read_at_ms.saturating_sub(window_ms) + CLAIM_LEFT_MIN.as_millis() as u64;
-        let lost_from = self
-            .serving_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .at(from_ms);
-        if let Some(lost_from) = lost_from {
+        if !passes.is_empty() || before.pending > 0 {
             let changed = self
                 .fleet
                 .store
-                .reseed(&self.name, before.pending, lost_from, &passes)
+                .reseed(&self.name, before.pending, &passes)
                 .await?;
             tracing::warn!(
                 room = self.name,
@@ -566,16 +544,6 @@ impl SharedRoom {
                     meter.share_milli(now_s)
                 };
                 self.saw(numbers.next, numbers.serving);
-                // Two windows kept: the reseed looks one back from the
-                // last numbers before a loss.
-                self.serving_seen
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .saw(
-                        numbers.read_at_ms,
-                        numbers.serving,
-                        2 * args.claim_window_ms,
-                    );
                 self.hw_tat_us.fetch_max(tick.tat_us, Ordering::Relaxed);
                 let before = self.numbers.swap(Arc::new(numbers));
                 let reseeded = self.reseed_if_reborn(tick.born_ms, &before).await;
