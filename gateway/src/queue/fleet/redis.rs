@@ -30,8 +30,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// One call including reconnecting and reloading the Functions, at most.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Passes re-counted in one `sluice_3_reseed` call, at most.
-pub const RESEED_BATCH_MAX: usize = 512;
 
 pub struct RedisStore {
     client: redis::Client,
@@ -175,13 +173,13 @@ impl RoomStore for RedisStore {
         let [line, _, _] = keys(room);
         let r: Vec<u64> = self
             .fcall(
-                "sluice_3_join",
+                "sluice_2_join",
                 &[line],
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
         let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_3_join gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_2_join gave {r:?}")));
         };
         Ok(JoinReply {
             first,
@@ -196,7 +194,7 @@ impl RoomStore for RedisStore {
     async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_3_tick",
+                "sluice_2_tick",
                 &keys(room),
                 &[
                     u64::from(a.release_per_second),
@@ -208,14 +206,13 @@ impl RoomStore for RedisStore {
                     flag(a.sold_out_seen),
                     u64::from(a.share_milli),
                     a.pass_ttl_ms,
-                    a.hw_tat_us,
                 ],
             )
             .await?;
-        let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms, tat_us, born_ms] =
+        let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms] =
             r[..]
         else {
-            return Err(StoreError::Protocol(format!("sluice_3_tick gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_2_tick gave {r:?}")));
         };
         Ok(Tick {
             numbers: LineNumbers {
@@ -234,39 +231,13 @@ impl RoomStore for RedisStore {
             },
             released: released as u32,
             store_now_ms: now_ms,
-            tat_us,
-            born_ms,
         })
-    }
-
-    async fn reseed(
-        &self,
-        room: &str,
-        pending_seen: u64,
-        passes: &[(u64, u64)],
-    ) -> Result<u64, StoreError> {
-        let mut changed = 0;
-        // One call even without passes: it carries `pending_seen`.
-        let chunks = passes.chunks(RESEED_BATCH_MAX);
-        let chunks: Vec<&[(u64, u64)]> = if passes.is_empty() {
-            vec![&[]]
-        } else {
-            chunks.collect()
-        };
-        for chunk in chunks {
-            let args: Vec<u64> = std::iter::once(pending_seen)
-                .chain(chunk.iter().flat_map(|&(seq, ends)| [seq, ends]))
-                .collect();
-            let n: u64 = self.fcall("sluice_3_reseed", &keys(room), &args).await?;
-            changed += n;
-        }
-        Ok(changed)
     }
 
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_3_claim",
+                "sluice_2_claim",
                 &keys(room),
                 &[
                     seq,
@@ -281,14 +252,14 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_3_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_2_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_3_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_2_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -302,7 +273,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_3_set_state",
+            "sluice_2_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -312,12 +283,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_3_heartbeat",
+                "sluice_2_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_3_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_2_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

@@ -1,9 +1,9 @@
-#!lua name=sluice_3
+#!lua name=sluice_2
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_3`): a change of a
+The library and every function carry a version (`sluice_2`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,21 +12,14 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's; sluice_3 only added arguments, the re-seeding
-of slots and the lost_* fields, which sluice_2 ignores, so both share the
-"sluice2" keys):
+share keys with sluice_1's):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
                              paused, sold_out (0/1), version (bumped by
                              set_state), born_ms (when this hash was made: see
                              WARM_UP_MS), shows / no_shows (released places
                              collected / never collected, totals), hold_ms
-                             (mean time a pass held its slot), lost_below /
-                             lost_until_ms / lost_pending (after Redis lost
-                             the room: the places released before, until
-                             when their holders may still collect them, and
-                             how many were uncollected as the gateways last
-                             saw: they still count as pending until then)
+                             (mean time a pass held its slot)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
@@ -60,40 +53,31 @@ local function num(v)
 end
 
 -- The room's numbers, with the high-water marks a gateway pushes: a Redis
--- restarted empty never gives a seq twice, un-releases a place nor lets
--- the release run ahead of its pace (hw_tat_us: the GCRA's theoretical
--- arrival time only ever goes up). r.lost is set when the marks show that
--- Redis lost released places (serving went back).
-local function load(key, hw_next, hw_serving, hw_tat_us, ms)
+-- restarted empty never gives a seq twice nor un-releases a place.
+local function load(key, hw_next, hw_serving, ms)
   local v = redis.call('HMGET', key, 'next', 'serving', 'tat_us', 'paused', 'sold_out', 'version',
     'born_ms')
   local r = {
     next = num(v[1]), serving = num(v[2]), tat_us = num(v[3]),
     paused = num(v[4]), sold_out = num(v[5]), version = num(v[6]), born_ms = tonumber(v[7]) or ms,
-    lost = false,
   }
   -- A gateway that saw more than Redis holds means Redis lost writes (a
   -- restart without them, a failover to a replica behind): warm up again,
-  -- so every gateway's numbers (and the slots of its passes: reseed) land
-  -- before a place is given or released.
+  -- so every gateway's numbers land before a place is given or released.
   if hw_next > r.next or hw_serving > r.serving then r.born_ms = ms end
   if hw_next > r.next then r.next = hw_next end
-  if hw_serving > r.serving then
-    r.serving = hw_serving
-    r.lost = true
-  end
+  if hw_serving > r.serving then r.serving = hw_serving end
   if r.serving > r.next then r.next = r.serving end
-  if hw_tat_us > r.tat_us then r.tat_us = hw_tat_us end
   return r
 end
 
--- FCALL sluice_3_join 1 <room> <n> <capacity> <hw_next>
+-- FCALL sluice_2_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
 -- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
   local n, capacity, hw_next = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local ms = now_ms()
-  local r = load(keys[1], hw_next, 0, 0, ms)
+  local r = load(keys[1], hw_next, 0, ms)
   local granted = 0
   local warming = 0
   if ms - r.born_ms < WARM_UP_MS then
@@ -132,34 +116,24 @@ local function interval_us(rate, share_milli)
   return math.max(1, math.ceil(show_milli(share_milli) * 1000 / rate))
 end
 
--- FCALL sluice_3_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
+-- FCALL sluice_2_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
 --       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
---       <pass_ttl_ms> <hw_tat_us>
+--       <pass_ttl_ms>
 -- Ends passes that ran out and released places nobody collected within
 -- their claim window (no-shows), then releases the next places while the
 -- GCRA (rate made up for the no-show share, burst) and the slots allow:
 -- an uncollected place takes no slot, it counts as the share expected to
 -- come. Any gateway may call it, as often as it likes: the rate comes from
 -- TIME, not from the number of calls.
--- After Redis lost the room (serving pushed back up by a gateway's mark),
--- the places released before keep their claim: until the warm-up and one
--- claim window are over, claim takes a place below lost_below that Redis
--- has no record of as released (see claim).
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
---     now_ms, shows, no_shows, hold_ms, tat_us, born_ms}
+--     now_ms, shows, no_shows, hold_ms}
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local claim_window_ms = tonumber(args[4])
   local share_milli, ttl = tonumber(args[8]), tonumber(args[9])
   local us = now_us()
   local ms = math.floor(us / 1000)
-  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), tonumber(args[10]), ms)
-  -- Every gateway sees born_ms change and reseeds, so lost_pending starts
-  -- again from what they push.
-  if r.lost then
-    redis.call('HSET', keys[1], 'lost_below', string.format('%d', r.serving),
-      'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0)
-  end
+  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), ms)
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
     r.sold_out = 1
     r.version = r.version + 1
@@ -172,8 +146,6 @@ local function tick(keys, args)
   if no_shows > 0 then redis.call('HINCRBY', keys[1], 'no_shows', no_shows) end
   local passes = redis.call('ZCARD', keys[2])
   local pending = redis.call('ZCARD', keys[3])
-  local lost = redis.call('HMGET', keys[1], 'lost_pending', 'lost_until_ms')
-  if ms < num(lost[2]) then pending = pending + num(lost[1]) end
   local released = 0
   local warming = ms - r.born_ms < WARM_UP_MS
   if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
@@ -194,30 +166,25 @@ local function tick(keys, args)
       released = 0
     end
   end
-  redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving,
-    'tat_us', string.format('%d', r.tat_us), 'paused', r.paused, 'sold_out', r.sold_out,
-    'version', r.version, 'born_ms', string.format('%d', r.born_ms))
+  redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving, 'tat_us', r.tat_us,
+    'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version, 'born_ms', r.born_ms)
   local v = redis.call('HMGET', keys[1], 'shows', 'no_shows', 'hold_ms')
   return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
-    num(v[1]), num(v[2]), num(v[3]), r.tat_us, r.born_ms}
+    num(v[1]), num(v[2]), num(v[3])}
 end
 
--- FCALL sluice_3_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
+-- FCALL sluice_2_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free, and ends at now + pass_ttl; later claims get the same end. With no
 -- slot free the place stays released (its claim window starts again: its
--- holder is here) and the holder asks again. While the room warms up, no
--- new slot is taken: the gateways are still counting the slots of the
--- passes out (reseed). A place released before Redis lost the room, of
--- which Redis has no record, is taken as released until lost_until_ms.
+-- holder is here) and the holder asks again.
 -- -> {0, serving} still waiting | {1, expires_at_ms} admitted | {2, 0} gone
 --    | {3, 0} released, no slot free yet
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
   local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
-  local v = redis.call('HMGET', keys[1], 'serving', 'born_ms', 'lost_below', 'lost_until_ms')
-  local serving = num(v[1])
+  local serving = num(redis.call('HGET', keys[1], 'serving'))
   if tonumber(seq) >= serving then
     return {0, serving}
   end
@@ -226,18 +193,7 @@ local function claim(keys, args)
   if held and held > ms then
     return {1, held}
   end
-  if ms - num(v[2]) < WARM_UP_MS then
-    return {3, 0}
-  end
   local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
-  if not deadline and tonumber(seq) < num(v[3]) and ms < num(v[4]) then
-    deadline = num(v[4])
-    redis.call('ZADD', keys[3], deadline, 'u' .. seq)
-    -- Counted in the released set from now on, no longer as lost.
-    if num(redis.call('HGET', keys[1], 'lost_pending')) > 0 then
-      redis.call('HINCRBY', keys[1], 'lost_pending', -1)
-    end
-  end
   if not deadline or deadline <= ms then
     return {2, 0}
   end
@@ -252,31 +208,7 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_3_reseed 3 <room> <slots> <released> <pending_seen> <seq1>
---       <ends_ms1> <seq2> ...
--- After Redis lost the room, a gateway counts again the slots of the passes
--- it handed out that are still alive: each slot only ever ends later
--- (ZADD GT), and a place reseeded as a pass no longer waits to be
--- collected. pending_seen, the uncollected places it last saw, raises
--- lost_pending (see tick). -> the slots added or moved later
-local function reseed(keys, args)
-  local ms = now_ms()
-  local pending_seen = tonumber(args[1])
-  if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
-    redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
-  end
-  local changed = 0
-  for i = 2, #args - 1, 2 do
-    local ends = tonumber(args[i + 1])
-    if ends and ends > ms then
-      changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])
-      redis.call('ZREM', keys[3], 'u' .. args[i])
-    end
-  end
-  return changed
-end
-
--- FCALL sluice_3_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_2_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -288,7 +220,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_3_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_2_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -309,7 +241,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_3_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_2_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -331,10 +263,9 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_3_heartbeat', heartbeat)
-redis.register_function('sluice_3_join', join)
-redis.register_function('sluice_3_tick', tick)
-redis.register_function('sluice_3_claim', claim)
-redis.register_function('sluice_3_reseed', reseed)
-redis.register_function('sluice_3_give_back', give_back)
-redis.register_function('sluice_3_set_state', set_state)
+redis.register_function('sluice_2_heartbeat', heartbeat)
+redis.register_function('sluice_2_join', join)
+redis.register_function('sluice_2_tick', tick)
+redis.register_function('sluice_2_claim', claim)
+redis.register_function('sluice_2_give_back', give_back)
+redis.register_function('sluice_2_set_state', set_state)
