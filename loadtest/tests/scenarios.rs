@@ -683,10 +683,15 @@ async fn fleet_redis_restarts_the_line_pauses_and_resumes_in_order() {
         "nothing released while Redis is down"
     );
     order_books_passed(&r);
-    // No gateway died: once the last hold settled, the line closed and
-    // the shoppers still waiting or arriving were told `sold_out`.
+    // Sold out. Whether the line itself closed before the last shopper
+    // came (`sold_out` from the line rather than `rejected` at checkout)
+    // depends on when the last hold settles; one CI run had every late
+    // shopper `rejected` (249 confirmed, 385 rejected): printed only.
     let (told_by_line, _) = sold_out(&r, 250);
-    assert!(told_by_line > 0, "the line closed: {:?}", sum.outcomes);
+    println!(
+        "told sold_out by the line: {told_by_line}; {:?}",
+        sum.outcomes
+    );
 }
 
 /// `fleet-postgres-restarts` at test size: 3 gateways selling one stock
