@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sluice_loadtest::load::books::ORDER_BOOKS;
 use sluice_loadtest::load::record::Outcome;
 use sluice_loadtest::load::scenario::{Arrivals, Cut, Fault, FaultAction, Store};
 use sluice_loadtest::load::shopper::FINAL_STATES;
@@ -468,15 +469,7 @@ fn fleet_books_passed(r: &RunResult) {
 /// The stock and order books of a fleet on PostgreSQL ran and passed,
 /// paysim's ledger with them (`sluice audit` has no data dir to read).
 fn order_books_passed(r: &RunResult) {
-    for name in [
-        "every lost checkout answer recovered by its Idempotency-Key",
-        "stock conserved, no oversell",
-        "no order stuck",
-        "every acknowledged order present",
-        "every accepted order final",
-        "confirmed units = committed units",
-        "one order per Idempotency-Key",
-    ] {
+    for name in ORDER_BOOKS {
         passed(r, name);
     }
     ledger_checked(r);

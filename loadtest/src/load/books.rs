@@ -160,6 +160,21 @@ pub fn confirmed_violations(
         .collect()
 }
 
+/// The names of the stock and order books, in the order [`check`] runs
+/// them (the paysim ledger and `sluice audit` apart): one list for the
+/// rooms-only rehearsal that skips them and the tests that want them.
+pub const ORDER_BOOKS: [&str; 7] = [
+    REPLAYED, STOCK, STUCK, PRESENT, FINAL, CONFIRMED, ONE_ORDER,
+];
+const STOCK: &str = "stock conserved, no oversell";
+const STUCK: &str = "no order stuck";
+const PRESENT: &str = "every acknowledged order present";
+const FINAL: &str = "every accepted order final";
+const CONFIRMED: &str = "confirmed units = committed units";
+const ONE_ORDER: &str = "one order per Idempotency-Key";
+/// The store's own audit of a data dir.
+pub const AUDIT: &str = "sluice audit";
+
 /// Runs every check; `before` is `/admin/state` from the start of the run.
 pub async fn check(
     target: &Target,
@@ -198,12 +213,12 @@ pub async fn check(
     };
     let after = levels(&state);
     checks.push(Check::new(
-        "stock conserved, no oversell",
+        STOCK,
         stock_violations(&after),
         "available + reserved + committed = total and committed ≤ total, per SKU".into(),
     ));
     checks.push(Check::new(
-        "no order stuck",
+        STUCK,
         not_final(&order_counts(&state)),
         format!("every order final within {settle:?} of the end"),
     ));
@@ -220,7 +235,7 @@ pub async fn check(
         })
         .collect();
     checks.push(Check::new(
-        "every acknowledged order present",
+        PRESENT,
         missing,
         format!("{} orders re-read after the run", orders.len()),
     ));
@@ -230,7 +245,7 @@ pub async fn check(
         .map(|(o, _, st)| format!("order {} is still `{st}`", o.order_id))
         .collect();
     checks.push(Check::new(
-        "every accepted order final",
+        FINAL,
         open,
         "re-read with the pass that made it".into(),
     ));
@@ -245,7 +260,7 @@ pub async fn check(
         })
         .collect();
     checks.push(Check::new(
-        "confirmed units = committed units",
+        CONFIRMED,
         confirmed_violations(&levels(before), &after, &seen),
         "committed during the run vs units in orders shoppers saw confirmed".into(),
     ));
@@ -253,7 +268,7 @@ pub async fn check(
 
     let (anomalies, served) = rec.with(|i| (i.anomalies.clone(), i.impatient_served));
     checks.push(Check::new(
-        "one order per Idempotency-Key",
+        ONE_ORDER,
         anomalies,
         "every replay answered with the same order".into(),
     ));
@@ -270,7 +285,7 @@ pub async fn check(
         audit(target).await
     } else {
         Check::skipped(
-            "sluice audit",
+            AUDIT,
             "a fleet's orders live in PostgreSQL, not in one gateway's data_dir",
         )
     });
@@ -476,7 +491,7 @@ async fn reread_orders(
 
 /// `sluice audit --data-dir DIR`: exit 0 clean, 1 with a line per violation.
 async fn audit(target: &Target) -> Check {
-    const NAME: &str = "sluice audit";
+    const NAME: &str = AUDIT;
     let (Some(sluice), Some(dir)) = (&target.sluice, &target.data_dir) else {
         return Check::skipped(NAME, "needs --data-dir and the sluice binary");
     };

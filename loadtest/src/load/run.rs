@@ -273,18 +273,11 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
 fn rooms_only_books() -> Vec<Check> {
     const WHY: &str =
         "rooms-only fleet rehearsal: nothing is sold without `[fleet] postgres = true`";
-    [
-        "stock conserved, no oversell",
-        "no order stuck",
-        "every acknowledged order present",
-        "every accepted order final",
-        "confirmed units = committed units",
-        "one order per Idempotency-Key",
-        "sluice audit",
-    ]
-    .iter()
-    .map(|name| Check::skipped(name, WHY))
-    .collect()
+    books::ORDER_BOOKS
+        .iter()
+        .chain([&books::AUDIT])
+        .map(|name| Check::skipped(name, WHY))
+        .collect()
 }
 
 /// The longest a shopper can go between two polls: the room's
