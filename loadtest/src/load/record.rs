@@ -198,6 +198,9 @@ pub struct Inner {
     pub waiting_now: i64,
     pub held_back: u64,
     pub impatient_served: u64,
+    /// Impatient early polls served whose answer came back so late that
+    /// they may have been on time by the gateway's clock.
+    pub impatient_late: u64,
     pub rejoins: u64,
     pub checkout_retries: u64,
     /// Problems shoppers saw that the books must list (e.g. a key reused

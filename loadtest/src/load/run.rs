@@ -200,17 +200,8 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
 
     let settle = Duration::from_secs(scenario.books.settle_s_max);
     let (mut checks, inventory_end) = if scenario.rooms_only() {
-        let served = rec.with(|i| i.impatient_served);
         let mut c = rooms_only_books();
-        c.push(Check::new(
-            "impatient refreshes held back",
-            if served > 0 {
-                vec![format!("{served} early polls were served instead of 429")]
-            } else {
-                Vec::new()
-            },
-            "a poll before poll_after_s gets 429".into(),
-        ));
+        c.push(books::impatient_check(&rec));
         (c, Default::default())
     } else {
         books::check(&target, &rec, &http, &before, settle, !fleet.shared()).await

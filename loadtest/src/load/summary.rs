@@ -65,8 +65,11 @@ pub struct Shoppers {
     pub finished: u64,
     /// Impatient early polls answered 429.
     pub held_back: u64,
-    /// Impatient early polls served (must be 0).
+    /// Impatient early polls served though surely early (must be 0).
     pub impatient_served: u64,
+    /// Impatient polls served that may have been on time by the gateway's
+    /// clock (their join's or their own answer was slow).
+    pub impatient_late: u64,
     pub rejoins: u64,
     pub checkout_retries: u64,
     /// Waiting shoppers answered by another gateway after a move.
@@ -331,6 +334,7 @@ pub fn numbers(i: &Inner) -> (Admitted, Quantiles, Quantiles, Shoppers) {
         finished: i.shoppers_done,
         held_back: i.held_back,
         impatient_served: i.impatient_served,
+        impatient_late: i.impatient_late,
         rejoins: i.rejoins,
         checkout_retries: i.checkout_retries,
         moved_waiting: i.moved_waiting,
