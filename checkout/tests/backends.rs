@@ -1139,29 +1139,33 @@ fn postgres_the_readiness_write_does_not_wait_for_a_busy_pool() {
     let mut held = holder.transaction().unwrap();
     held.batch_execute("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
         .unwrap();
-    let waiting: Vec<_> = (0..2)
-        .map(|i| {
-            let backend = Arc::clone(&backend);
-            thread::spawn(move || {
-                backend.checkout_within(
-                    "sub",
-                    &key(&format!("busy-pool-{i}")),
-                    &request("sku-a", 1, PM_OK),
-                    OrderLimits::UNLIMITED,
-                    T0_MS,
-                )
-            })
+    // The pool's two connections, each waiting on the lock: the batch of
+    // checkouts (one connection for the whole batch) and an adjustment.
+    let checkout = {
+        let backend = Arc::clone(&backend);
+        thread::spawn(move || {
+            backend.checkout_within(
+                "sub",
+                &key("busy-pool-0"),
+                &request("sku-a", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                T0_MS,
+            )
         })
-        .collect();
+    };
+    let adjust = {
+        let backend = Arc::clone(&backend);
+        thread::spawn(move || backend.adjust("sku-a", 1, "restock", T0_MS))
+    };
     let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
     wait_for_lock_waiters(&mut watcher, 2);
     let started = Instant::now();
     let probed = backend.probe_write(T0_MS + 1);
     assert!(probed.is_ok(), "{probed:?} after {:?}", started.elapsed());
     held.rollback().unwrap();
-    for w in waiting {
-        assert_eq!(w.join().unwrap().unwrap().0.state, OrderState::Confirmed);
-    }
+    let order = checkout.join().unwrap().unwrap().0;
+    assert_eq!(order.state, OrderState::Confirmed);
+    assert_eq!(adjust.join().unwrap().unwrap().total, 6);
 }
 
 /// The URL of `url`'s database through a relay to its server.

@@ -12,6 +12,9 @@
 //! 3. the capture's answer: hold committed, `confirmed`, key completed
 //!    (a refused capture: voided, released, completed).
 //!
+//! Step 1 goes into a batch of this gateway's checkouts and each answer
+//! into a batch of answers (`batch`): one transaction per batch, the
+//! claim, the creation and the take here being its parts.
 //! Each answer is applied by `settle` (the rules webhooks and the payments
 //! reconciler apply too), so a webhook that got there first changes
 //! nothing here but the follow-up this checkout adopts.
@@ -63,10 +66,36 @@ pub(crate) fn decide_claim(
 }
 
 /// What step 1 left to do.
-enum Begun {
+pub(super) enum Begun {
     Replay(String),
     Done(Order),
     Pay(Order),
+}
+
+/// A checkout's step 1 as the batch queue carries it.
+pub(super) struct Claim {
+    pub subject: String,
+    pub key: IdempotencyKey,
+    pub request: CheckoutRequest,
+    pub limits: OrderLimits,
+    pub start_payment: bool,
+    pub now_ms: UnixMs,
+}
+
+/// What the claim part of step 1 decided.
+pub(super) enum Claimed {
+    /// The key names an order to show.
+    Replay(String),
+    /// The key is this request's and the subject may buy: units to take.
+    Ready(Terms),
+}
+
+/// The product's terms read by the claim, and the new order's id.
+#[derive(Clone)]
+pub(super) struct Terms {
+    pub order_id: String,
+    price_cents: i64,
+    ttl_ms: i64,
 }
 
 pub(super) fn checkout(
@@ -81,8 +110,14 @@ pub(super) fn checkout(
     validate_subject(subject)?;
     request.validate()?;
     validate_sku(&request.sku)?;
-    let begun = backend
-        .write(|tx| claim_and_create(tx, subject, key, request, limits, start_payment, now_ms))?;
+    let begun = backend.begin_batched(Claim {
+        subject: subject.to_owned(),
+        key: key.clone(),
+        request: request.clone(),
+        limits,
+        start_payment,
+        now_ms,
+    })?;
     let order = match begun {
         Begun::Replay(order_id) => {
             let order = backend.read(|client| order::load_existing(client, &order_id))?;
@@ -95,16 +130,26 @@ pub(super) fn checkout(
     Ok((order, Created::Created))
 }
 
-/// Step 1, in the caller's transaction.
-fn claim_and_create(
+/// Step 1 alone, in the caller's transaction: claim, take, create.
+pub(super) fn claim_and_create(
     tx: &mut Transaction<'_>,
-    subject: &str,
-    key: &IdempotencyKey,
-    request: &CheckoutRequest,
-    limits: OrderLimits,
-    start_payment: bool,
-    now_ms: UnixMs,
+    c: &Claim,
 ) -> Result<Begun, CheckoutError> {
+    let terms = match claim(tx, c)? {
+        Claimed::Replay(order_id) => return Ok(Begun::Replay(order_id)),
+        Claimed::Ready(terms) => terms,
+    };
+    let units = i64::from(c.request.quantity);
+    let part = stock::take(tx, &c.request.sku, units, &terms.order_id, c.now_ms)?;
+    create(tx, c, terms, part)
+}
+
+/// Step 1's claim: the product's terms, the key (claimed, taken over, or
+/// a replay), and the subject's purchase limit (under a per-subject
+/// advisory lock held to the commit). Takes no units; an `Err` leaves
+/// nothing the caller must keep (the caller rolls back to before it).
+pub(super) fn claim(tx: &mut Transaction<'_>, c: &Claim) -> Result<Claimed, CheckoutError> {
+    let (subject, key, request, now_ms) = (c.subject.as_str(), &c.key, &c.request, c.now_ms);
     let terms = tx
         .query_opt(
             "SELECT price_cents, reservation_ttl_ms FROM products WHERE sku = $1",
@@ -139,7 +184,7 @@ fn claim_and_create(
             row.get(3),
             now_ms,
         )? {
-            ClaimDecision::Replay(order_id) => return Ok(Begun::Replay(order_id)),
+            ClaimDecision::Replay(order_id) => return Ok(Claimed::Replay(order_id)),
             ClaimDecision::TakeOver => {
                 tx.execute(
                     "UPDATE idempotency SET locked_at_ms = $3 WHERE subject = $1 AND key = $2",
@@ -152,20 +197,43 @@ fn claim_and_create(
     // One creating transaction per subject at a time, until its commit:
     // under READ COMMITTED, racing checkouts with distinct keys would each
     // count the others' orders as not there yet and all pass the limit.
+    // (A batch holds one checkout per subject, so its own claims never
+    // count each other's orders as missing either.)
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('subject:' || $1::text, 0))",
         &[&subject],
     )
     .map_err(pg_err)?;
     let (started, _) = order::subject_orders(tx, subject)?;
-    if started >= limits.orders_per_subject_max {
-        // The whole transaction rolls back: the key is not burnt.
+    if started >= c.limits.orders_per_subject_max {
+        // Rolled back by the caller: the key is not burnt.
         return Err(CheckoutError::PurchaseLimit);
     }
-    let order_id = format!("ord_{}", uuid::Uuid::new_v4().simple());
+    Ok(Claimed::Ready(Terms {
+        order_id: format!("ord_{}", uuid::Uuid::new_v4().simple()),
+        price_cents,
+        ttl_ms,
+    }))
+}
+
+/// Step 1's creation once the units are taken from `part` (`None`: sold
+/// out): the order, its hold, the key's order id and — for a full
+/// checkout — the order moved to `authorizing` with its authorize attempt
+/// stored; sold out, the order is `rejected` and the key completed.
+pub(super) fn create(
+    tx: &mut Transaction<'_>,
+    c: &Claim,
+    terms: Terms,
+    part: Option<i32>,
+) -> Result<Begun, CheckoutError> {
+    let (subject, key, request, now_ms) = (c.subject.as_str(), &c.key, &c.request, c.now_ms);
+    let Terms {
+        order_id,
+        price_cents,
+        ttl_ms,
+    } = terms;
     let units = i64::from(request.quantity);
     let expires_at_ms = now_ms.saturating_add(ttl_ms);
-    let part = stock::take(tx, &request.sku, units, &order_id, now_ms)?;
     let held_until = part.map(|_| expires_at_ms);
     let mut created = new_order(
         order_id.clone(),
@@ -189,7 +257,7 @@ fn claim_and_create(
         &[&subject, &key.as_str(), &order_id],
     )
     .map_err(pg_err)?;
-    if !start_payment {
+    if !c.start_payment {
         return Ok(Begun::Done(created));
     }
     if created.state != OrderState::Reserved {

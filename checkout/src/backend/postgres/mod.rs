@@ -11,6 +11,9 @@
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
+//! - `batch`: group commit for the fleet: a gateway's concurrent checkouts
+//!   (their units taken in one conditional UPDATE per SKU per batch) and
+//!   provider answers, one transaction and one commit per batch;
 //! - `settle`: payment attempts and what a definite answer does (the one
 //!   set of rules for checkouts, cancels, webhooks and the reconciler),
 //!   and the drive that sends an attempt and its follow-ups;
@@ -37,6 +40,7 @@
 //! the sync face of `tokio-postgres`, pooled by `r2d2`.
 
 mod audit;
+mod batch;
 mod books;
 mod cancel;
 mod checkout;
@@ -77,6 +81,9 @@ use crate::stock::StockLevel;
 use crate::store::{ProductSeed, Store};
 use crate::webhook::{WebhookEvent, WebhookOutcome};
 
+pub use batch::{
+    BatchStats, ANSWER_BATCHERS, BATCH_MAX, BATCH_QUEUE_MAX, BATCH_WAIT, CHECKOUT_BATCHERS,
+};
 pub use outbox::OUTBOX_LEASE_MS;
 pub use schema::SCHEMA_VERSION;
 
@@ -277,10 +284,15 @@ pub struct PgBackend {
     /// keeping `pool` busy does not read as a store that cannot be
     /// written.
     probe: Pool,
+    /// Step 1 of checkouts, batched (on `pool`).
+    checkouts: batch::Batcher,
+    /// Provider answers settled, batched (on `answers`).
+    settles: batch::Batcher,
+    batch_counters: Arc<batch::Counters>,
     provider: Arc<dyn PaymentProvider>,
-    durable_writes: AtomicU64,
+    durable_writes: Arc<AtomicU64>,
     /// Counters the gateway exports (webhooks, compensations, …).
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// This back end's name in outbox leases (one per process).
     node: String,
 }
@@ -328,7 +340,7 @@ fn io_failure(e: &postgres::Error) -> bool {
 }
 
 /// How long the record of a provider's answer waits for a pooled
-/// connection, at most (see [`PgBackend::write_answer`]).
+/// connection, at most (see [`PgBackend::write_answer_batched`]).
 pub const ANSWER_CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// Connections kept for recording provider answers, besides
 /// [`PgConfig::pool_max`].
@@ -353,6 +365,35 @@ impl Retryable for StoreError {
 impl Retryable for CheckoutError {
     fn is_retryable(&self) -> bool {
         matches!(self, CheckoutError::Store(e) if e.is_retryable())
+    }
+}
+
+/// Runs `f` in one transaction on `client` and commits it (see
+/// [`PgBackend::write`]), counting the commit in `durable_writes`.
+pub(crate) fn write_tx<T, E>(
+    client: &mut Pooled,
+    durable_writes: &AtomicU64,
+    mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<StoreError> + Retryable,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut tx = client.transaction().map_err(pg_err)?;
+        let value = match f(&mut tx) {
+            Ok(value) => value,
+            Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+            Err(e) => return Err(e),
+        };
+        match tx.commit().map_err(pg_err) {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+            Err(e) => return Err(e.into()),
+        }
+        durable_writes.fetch_add(1, Ordering::Relaxed);
+        return Ok(value);
     }
 }
 
@@ -388,13 +429,35 @@ impl PgBackend {
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
             .build_unchecked(manager(pg));
+        let durable_writes = Arc::new(AtomicU64::new(0));
+        let metrics = Arc::new(Metrics::default());
+        let batch_counters = Arc::new(batch::Counters::default());
+        let shared = |pool: &Pool| batch::Shared {
+            pool: pool.clone(),
+            durable_writes: durable_writes.clone(),
+            counters: batch_counters.clone(),
+            metrics: metrics.clone(),
+        };
+        let checkouts = batch::Batcher::start(
+            "sluice-pg-checkouts",
+            shared(&pool),
+            batch::CHECKOUT_BATCHERS,
+        )?;
+        let settles = batch::Batcher::start(
+            "sluice-pg-answers",
+            shared(&answers),
+            batch::ANSWER_BATCHERS,
+        )?;
         let backend = Self {
             pool,
             answers,
             probe,
+            checkouts,
+            settles,
+            batch_counters,
             provider,
-            durable_writes: AtomicU64::new(0),
-            metrics: Metrics::default(),
+            durable_writes,
+            metrics,
             node: format!("node_{}", uuid::Uuid::new_v4().simple()),
         };
         let mut client = backend.pool.get().map_err(pool_err)?;
@@ -448,51 +511,43 @@ impl PgBackend {
         self.write_on(client, f)
     }
 
-    /// [`Self::write`] for the record of a provider's answer: on the
-    /// answers' own pool ([`ANSWER_POOL_MAX`] connections), waiting up to
-    /// [`ANSWER_CONNECT_WAIT`] for one, since the answer is already given
-    /// (a pool busy with new checkouts must not leave a paid order to the
-    /// payments reconciler).
-    pub(crate) fn write_answer<T, E>(
+    fn write_on<T, E>(
         &self,
+        mut client: Pooled,
         f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
         E: From<StoreError> + Retryable,
     {
-        let client = self.answers.get().map_err(pool_err)?;
-        self.write_on(client, f)
+        write_tx(&mut client, &self.durable_writes, f)
     }
 
-    fn write_on<T, E>(
+    /// Step 1 of a checkout (claim, take, create) in the next batch of
+    /// this gateway's checkouts (see `batch`); answered once it committed.
+    fn begin_batched(&self, claim: checkout::Claim) -> Result<checkout::Begun, CheckoutError> {
+        self.checkouts.checkout(claim)
+    }
+
+    /// The record of a provider's answer, in the next batch of answers
+    /// (see `batch`): `f` runs in a SAVEPOINT of its own, maybe more than
+    /// once. On the answers' own pool ([`ANSWER_POOL_MAX`] connections),
+    /// waiting up to [`ANSWER_CONNECT_WAIT`] for one, since the answer is
+    /// already given (a pool busy with new checkouts must not leave a paid
+    /// order to the payments reconciler).
+    fn write_answer_batched<T: Send + 'static>(
         &self,
-        mut client: Pooled,
-        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        E: From<StoreError> + Retryable,
-    {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let mut tx = client.transaction().map_err(pg_err)?;
-            let value = match f(&mut tx) {
-                Ok(value) => value,
-                Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
-                Err(e) => return Err(e),
-            };
-            match tx.commit().map_err(pg_err) {
-                Ok(()) => {}
-                Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
-                Err(e) => return Err(e.into()),
-            }
-            self.durable_writes.fetch_add(1, Ordering::Relaxed);
-            return Ok(value);
-        }
+        f: impl FnMut(&mut Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.settles.run(f)
+    }
+
+    /// What the batches did so far (this back end's).
+    pub fn batch_stats(&self) -> BatchStats {
+        self.batch_counters.stats()
     }
 
     /// [`Self::read`] on the answers' pool: the reads of a payment under
-    /// way (see [`Self::write_answer`]).
+    /// way (see [`Self::write_answer_batched`]).
     pub(crate) fn read_answer<T>(
         &self,
         f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,

@@ -482,10 +482,13 @@ pub(super) fn drive(
             ) else {
                 return Ok(false);
             };
-            let (settled, tally) = backend.write_answer(|tx| {
+            // Batched with this gateway's other answers: the hot stock
+            // row a capture moves is locked once per batch.
+            let job_key = key.clone();
+            let (settled, tally) = backend.write_answer_batched(move |tx| {
                 let mut tally = Tally::default();
-                let settled = settle(tx, &mut tally, &key, &answer, FollowUp::Driven, now_ms)?;
-                Ok::<_, StoreError>((settled, tally))
+                let settled = settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
+                Ok((settled, tally))
             })?;
             tally.apply(backend.metrics());
             settled

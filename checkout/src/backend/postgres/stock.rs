@@ -393,6 +393,31 @@ pub(super) fn take(
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<Option<i32>, StoreError> {
+    take_from(tx, sku, units, order_id, true, now_ms)
+}
+
+/// A batch's whole demand for `sku` from one partition, or `None` when no
+/// single partition has it: then the batch takes each hold on its own, in
+/// arrival order ([`take`]), so exactly the units left are sold. Never
+/// gathers: a batch's sum is not worth moving units between partitions.
+pub(super) fn take_whole(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    units: i64,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<Option<i32>, StoreError> {
+    take_from(tx, sku, units, order_id, false, now_ms)
+}
+
+fn take_from(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+    units: i64,
+    order_id: &str,
+    gather: bool,
+    now_ms: UnixMs,
+) -> Result<Option<i32>, StoreError> {
     let live: i32 = tx
         .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
         .map_err(pg_err)?
@@ -462,6 +487,9 @@ pub(super) fn take(
     }
     // No partition has `units` alone: gather them into one if the SKU has
     // them in all.
+    if !gather {
+        return Ok(None);
+    }
     let into = start_at;
     let moves = plan_gather(available, into, units);
     if moves.is_empty() {
@@ -514,7 +542,7 @@ fn try_take(
 }
 
 /// One move of a hold's units between two columns of its partition.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum HoldMove {
     /// held → committed (paid).
     Commit,
@@ -522,6 +550,102 @@ pub(super) enum HoldMove {
     Release,
     /// committed → returned (refunded: the units go back on sale).
     Return,
+}
+
+/// A hold's move on its partition's counts, put off to the end of a batch.
+#[derive(Debug)]
+pub(super) struct PutOff {
+    sku: String,
+    part: i32,
+    step: HoldMove,
+    units: i64,
+}
+
+thread_local! {
+    /// While a batch runs its jobs on this thread (`batch`), the partition
+    /// side of [`move_hold`] is collected here instead of written, so the
+    /// hot partition rows are locked once, at the batch's end
+    /// ([`apply_put_off`]), not from its first capture to its commit.
+    static PUT_OFF: std::cell::RefCell<Option<Vec<PutOff>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts collecting hold moves on this thread (see [`PUT_OFF`]).
+pub(super) fn put_off_begin() {
+    PUT_OFF.with(|cell| *cell.borrow_mut() = Some(Vec::new()));
+}
+
+/// How many moves are collected so far (a job's SAVEPOINT mark).
+pub(super) fn put_off_mark() -> usize {
+    PUT_OFF.with(|cell| cell.borrow().as_ref().map_or(0, Vec::len))
+}
+
+/// Forgets the moves collected after `mark` (their job was rolled back).
+pub(super) fn put_off_undo(mark: usize) {
+    PUT_OFF.with(|cell| {
+        if let Some(moves) = cell.borrow_mut().as_mut() {
+            moves.truncate(mark);
+        }
+    });
+}
+
+/// Stops collecting and returns what was collected.
+pub(super) fn put_off_end() -> Vec<PutOff> {
+    PUT_OFF.with(|cell| cell.borrow_mut().take().unwrap_or_default())
+}
+
+/// Writes collected hold moves: one conditional UPDATE per partition and
+/// kind of move, the units summed, in (sku, partition) order.
+pub(super) fn apply_put_off(
+    tx: &mut Transaction<'_>,
+    moves: Vec<PutOff>,
+) -> Result<(), StoreError> {
+    let mut summed: std::collections::BTreeMap<(String, i32, HoldMove), i64> =
+        std::collections::BTreeMap::new();
+    for m in moves {
+        *summed.entry((m.sku, m.part, m.step)).or_default() += m.units;
+    }
+    for ((sku, part, step), units) in summed {
+        let changed = tx
+            .execute(hold_move_sql(step), &[&sku, &part, &units])
+            .map_err(pg_err)?;
+        if changed != 1 {
+            return Err(StoreError::Corrupt {
+                table: "stock_partitions",
+                detail: format!("partition {part} of {sku} cannot move {units} units ({step:?})"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn hold_move_sql(step: HoldMove) -> &'static str {
+    match step {
+        HoldMove::Commit => {
+            "UPDATE stock_partitions SET reserved = reserved - $3, committed = committed + $3
+             WHERE sku = $1 AND part = $2 AND reserved >= $3"
+        }
+        HoldMove::Release => {
+            "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
+             WHERE sku = $1 AND part = $2 AND reserved >= $3"
+        }
+        HoldMove::Return => {
+            "UPDATE stock_partitions SET committed = committed - $3, available = available + $3
+             WHERE sku = $1 AND part = $2 AND committed >= $3"
+        }
+    }
+}
+
+/// A SKU's free units as of this statement's snapshot (no lock).
+pub(super) fn free_units(tx: &mut Transaction<'_>, sku: &str) -> Result<i64, StoreError> {
+    Ok(tx
+        .query_one(
+            "SELECT COALESCE(SUM(available), 0)::bigint FROM stock_partitions s
+               JOIN products p USING (sku)
+              WHERE s.sku = $1 AND s.part < p.partitions",
+            &[&sku],
+        )
+        .map_err(pg_err)?
+        .get(0))
 }
 
 /// Moves the hold of `order_id` once; false when it was already moved (or
@@ -532,26 +656,12 @@ pub(super) fn move_hold(
     step: HoldMove,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
-    let (from, to, stock_sql) = match step {
-        HoldMove::Commit => (
-            "held",
-            "committed",
-            "UPDATE stock_partitions SET reserved = reserved - $3, committed = committed + $3
-             WHERE sku = $1 AND part = $2 AND reserved >= $3",
-        ),
-        HoldMove::Release => (
-            "held",
-            "released",
-            "UPDATE stock_partitions SET reserved = reserved - $3, available = available + $3
-             WHERE sku = $1 AND part = $2 AND reserved >= $3",
-        ),
-        HoldMove::Return => (
-            "committed",
-            "returned",
-            "UPDATE stock_partitions SET committed = committed - $3, available = available + $3
-             WHERE sku = $1 AND part = $2 AND committed >= $3",
-        ),
+    let (from, to) = match step {
+        HoldMove::Commit => ("held", "committed"),
+        HoldMove::Release => ("held", "released"),
+        HoldMove::Return => ("committed", "returned"),
     };
+    let stock_sql = hold_move_sql(step);
     let moved = tx
         .query_opt(
             "UPDATE reservations SET state = $2, settled_at_ms = $3
@@ -563,6 +673,21 @@ pub(super) fn move_hold(
         return Ok(false);
     };
     let (sku, part, quantity): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
+    let put_off = PUT_OFF.with(|cell| match cell.borrow_mut().as_mut() {
+        Some(moves) => {
+            moves.push(PutOff {
+                sku: sku.clone(),
+                part,
+                step,
+                units: quantity,
+            });
+            true
+        }
+        None => false,
+    });
+    if put_off {
+        return Ok(true);
+    }
     let changed = tx
         .execute(stock_sql, &[&sku, &part, &quantity])
         .map_err(pg_err)?;

@@ -1,0 +1,555 @@
+//! Group commit for the fleet: one gateway's concurrent writes to
+//! PostgreSQL collected into batches, each batch one transaction and one
+//! commit, every caller answered only after its batch committed.
+//!
+//! A batch of checkouts (step 1) runs in three phases, so the hot stock
+//! rows are locked once per batch, late, and never while waiting on
+//! anything but stock rows:
+//! 1. each checkout's claim (key, purchase limit) in a SAVEPOINT of its
+//!    own: a mismatch, a conflict, a limit or an unknown SKU rolls back
+//!    that checkout alone;
+//! 2. per SKU (in order), the batch's whole demand in ONE conditional
+//!    UPDATE on one partition (`available >= sum`, `stock::take_whole`);
+//!    when no partition has the sum, each checkout takes its own units in
+//!    arrival order (`stock::take`), so exactly the units left are sold;
+//! 3. each checkout's order, hold, key and authorize attempt written.
+//!
+//! A batch holds one checkout per subject (a second waits for the next
+//! batch), so the claims' purchase-limit counts are exact.
+//! Other writes (`Run`: a provider's answer settled) each run in a
+//! SAVEPOINT of their own, one that fails rolled back alone. A batch the
+//! server aborts as a deadlock victim is run again from the start; one
+//! that fails otherwise (not `Unavailable`) is run again one job per
+//! transaction, so a bad job fails alone. Collection is bounded like
+//! SQLite's group commit (`group_commit`): up to [`BATCH_MAX`] jobs, the
+//! first waiting up to [`BATCH_WAIT`] for company only when the previous
+//! batch had some. Callers are on the gateway's bounded blocking pool
+//! (they wait for their answer there), never on a pingora worker.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::Transaction;
+
+use super::checkout::{self, Begun, Claim, Claimed};
+use super::{pg_err, pool_err, stock, write_tx, Pool, Retryable, TX_TRIES_MAX};
+use crate::error::{CheckoutError, StoreError};
+use crate::metrics::Metrics;
+
+/// Jobs in one batch, at most.
+pub const BATCH_MAX: usize = 256;
+/// How long a batch's first job waits for company, at most (only when the
+/// previous batch had company).
+pub const BATCH_WAIT: Duration = Duration::from_micros(500);
+/// Threads batching checkouts (each a connection of the pool while it
+/// writes): one collects while the others write; the claims run in
+/// parallel, the hot rows are locked only at each batch's end.
+pub const CHECKOUT_BATCHERS: usize = 4;
+/// Threads batching provider answers (on the answers' pool).
+pub const ANSWER_BATCHERS: usize = 2;
+/// Jobs queued for one batcher, at most; beyond it callers wait.
+pub const BATCH_QUEUE_MAX: usize = 4_096;
+
+/// What the batches did, for tests and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batches committed.
+    pub batches: u64,
+    /// Jobs in them.
+    pub jobs: u64,
+    /// The most jobs one batch committed.
+    pub largest: u64,
+    /// Conditional UPDATEs that took the whole demand of two or more
+    /// checkouts at once.
+    pub summed_takes: u64,
+    /// Checkouts whose units such a summed UPDATE took.
+    pub summed_holds: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    batches: AtomicU64,
+    jobs: AtomicU64,
+    largest: AtomicU64,
+    summed_takes: AtomicU64,
+    summed_holds: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn stats(&self) -> BatchStats {
+        BatchStats {
+            batches: self.batches.load(Ordering::Relaxed),
+            jobs: self.jobs.load(Ordering::Relaxed),
+            largest: self.largest.load(Ordering::Relaxed),
+            summed_takes: self.summed_takes.load(Ordering::Relaxed),
+            summed_holds: self.summed_holds.load(Ordering::Relaxed),
+        }
+    }
+}
+
+type Value = Box<dyn Any + Send>;
+type RunFn = Box<dyn FnMut(&mut Transaction<'_>) -> Result<Value, StoreError> + Send>;
+
+enum Job {
+    Checkout {
+        claim: Box<Claim>,
+        reply: mpsc::Sender<Result<Begun, CheckoutError>>,
+    },
+    Run {
+        f: RunFn,
+        reply: mpsc::Sender<Result<Value, StoreError>>,
+    },
+}
+
+impl Job {
+    fn subject(&self) -> Option<&str> {
+        match self {
+            Job::Checkout { claim, .. } => Some(&claim.subject),
+            Job::Run { .. } => None,
+        }
+    }
+}
+
+/// What the batch thread shares with the back end.
+pub(super) struct Shared {
+    pub pool: Pool,
+    pub durable_writes: Arc<AtomicU64>,
+    pub counters: Arc<Counters>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Batching threads sharing one bounded queue: the one that holds the
+/// queue collects a batch, then lets the next collect while it writes.
+pub(super) struct Batcher {
+    queue: Option<SyncSender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the PostgreSQL batch writer has stopped".into())
+}
+
+impl Batcher {
+    /// `threads` batching threads (each writes on a connection of
+    /// `shared.pool` while its batch runs).
+    pub(super) fn start(name: &str, shared: Shared, threads: usize) -> Result<Self, StoreError> {
+        let (queue, jobs) = mpsc::sync_channel(BATCH_QUEUE_MAX);
+        let inbox = Inbox {
+            jobs,
+            pending: VecDeque::new(),
+            open: true,
+        };
+        let (jobs, shared) = (Arc::new(Mutex::new(inbox)), Arc::new(shared));
+        let mut batcher = Self {
+            queue: Some(queue),
+            threads: Vec::with_capacity(threads),
+        };
+        for _ in 0..threads.max(1) {
+            let (jobs, shared) = (jobs.clone(), shared.clone());
+            let thread = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run(&jobs, &shared))?;
+            batcher.threads.push(thread);
+        }
+        Ok(batcher)
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.queue
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())
+    }
+
+    /// Step 1 of a checkout in the next batch; blocks the calling thread
+    /// (the blocking pool's) until its batch committed.
+    pub(super) fn checkout(&self, claim: Claim) -> Result<Begun, CheckoutError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Job::Checkout {
+            claim: Box::new(claim),
+            reply,
+        })?;
+        answer.recv().unwrap_or_else(|_| Err(stopped().into()))
+    }
+
+    /// `f` in the next batch, in a SAVEPOINT of its own; blocks until its
+    /// batch committed. `f` may run more than once (a batch run again).
+    pub(super) fn run<T: Send + 'static>(
+        &self,
+        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Job::Run {
+            f: Box::new(move |tx| f(tx).map(|t| Box::new(t) as Value)),
+            reply,
+        })?;
+        let value = answer.recv().unwrap_or_else(|_| Err(stopped()))?;
+        value
+            .downcast::<T>()
+            .map(|t| *t)
+            .map_err(|_| StoreError::Postgres("a batch answered with another type".into()))
+    }
+}
+
+impl Drop for Batcher {
+    /// Closing the queue lets the thread finish what is queued, then stop.
+    fn drop(&mut self) {
+        self.queue.take();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The queue and the jobs a batch left for the next (a second checkout
+/// of a subject), shared by the batching threads.
+struct Inbox {
+    jobs: Receiver<Job>,
+    pending: VecDeque<Job>,
+    open: bool,
+}
+
+fn run(inbox: &Mutex<Inbox>, shared: &Shared) {
+    let mut last_len = 0;
+    loop {
+        let Ok(mut inbox) = inbox.lock() else {
+            return;
+        };
+        let Some(batch) = collect(&mut inbox, last_len) else {
+            return;
+        };
+        drop(inbox);
+        last_len = batch.len();
+        execute(batch, shared);
+    }
+}
+
+/// The next batch (`None`: the queue is closed and empty).
+fn collect(inbox: &mut Inbox, last_len: usize) -> Option<Vec<Job>> {
+    if inbox.pending.is_empty() {
+        if !inbox.open {
+            return None;
+        }
+        match inbox.jobs.recv() {
+            Ok(job) => inbox.pending.push_back(job),
+            Err(_) => {
+                inbox.open = false;
+                return None;
+            }
+        }
+    }
+    // Wait for company only when there was some last time: a lone caller
+    // is not delayed, a crowd fills the batch.
+    let wait = if last_len > 1 {
+        BATCH_WAIT
+    } else {
+        Duration::ZERO
+    };
+    let deadline = Instant::now() + wait;
+    while inbox.open && inbox.pending.len() < BATCH_MAX {
+        match inbox.jobs.try_recv() {
+            Ok(job) => inbox.pending.push_back(job),
+            Err(TryRecvError::Disconnected) => inbox.open = false,
+            Err(TryRecvError::Empty) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match inbox.jobs.recv_timeout(left) {
+                    Ok(job) => inbox.pending.push_back(job),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => inbox.open = false,
+                }
+            }
+        }
+    }
+    // One checkout per subject per batch; the others keep their place.
+    let mut batch = Vec::with_capacity(inbox.pending.len().min(BATCH_MAX));
+    let mut rest = VecDeque::new();
+    let mut subjects = HashSet::new();
+    for job in inbox.pending.drain(..) {
+        let fits =
+            batch.len() < BATCH_MAX && job.subject().is_none_or(|s| subjects.insert(s.to_owned()));
+        if fits {
+            batch.push(job);
+        } else {
+            rest.push_back(job);
+        }
+    }
+    inbox.pending = rest;
+    Some(batch)
+}
+
+/// One job's answer, sent once the batch's fate is known.
+enum Answer {
+    Checkout(Result<Begun, CheckoutError>),
+    Run(Result<Value, StoreError>),
+}
+
+fn execute(batch: Vec<Job>, shared: &Shared) {
+    let mut client = match shared.pool.get() {
+        Ok(client) => client,
+        Err(e) => return fail_all(batch, &pool_err(e).to_string()),
+    };
+    let mut batch = batch;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let attempt = (|| {
+            let mut tx = client.transaction().map_err(pg_err)?;
+            let answers = in_batch(&mut tx, &mut batch, &shared.counters)?;
+            tx.commit().map_err(pg_err)?;
+            Ok::<_, StoreError>(answers)
+        })();
+        match attempt {
+            Ok(answers) => {
+                shared.durable_writes.fetch_add(1, Ordering::Relaxed);
+                Metrics::inc(&shared.metrics.batches_committed);
+                let c = &shared.counters;
+                c.batches.fetch_add(1, Ordering::Relaxed);
+                c.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                c.largest.fetch_max(batch.len() as u64, Ordering::Relaxed);
+                return deliver(batch, answers);
+            }
+            Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+            Err(StoreError::Unavailable(why)) => return fail_all(batch, &why),
+            Err(e) => {
+                tracing::warn!("a PostgreSQL batch failed ({e}); its jobs run one by one");
+                return one_by_one(&mut client, batch, shared);
+            }
+        }
+    }
+}
+
+/// Runs the batch's jobs in `tx`: the `Run` jobs, then the checkouts'
+/// three phases. An `Err` is the batch's (rolled back as a whole).
+fn in_batch(
+    tx: &mut Transaction<'_>,
+    batch: &mut [Job],
+    counters: &Counters,
+) -> Result<Vec<Answer>, StoreError> {
+    let mut answers: Vec<Option<Answer>> = (0..batch.len()).map(|_| None).collect();
+    // The partition side of hold moves waits for the end of the jobs, so
+    // the hot rows are locked once, just before the commit.
+    stock::put_off_begin();
+    let ran = run_jobs(tx, batch, &mut answers);
+    let moves = stock::put_off_end();
+    ran?;
+    stock::apply_put_off(tx, moves)?;
+    // Phase 1: the claims.
+    let mut ready: Vec<(usize, checkout::Terms)> = Vec::new();
+    for (i, job) in batch.iter().enumerate() {
+        let Job::Checkout { claim, .. } = job else {
+            continue;
+        };
+        let mut tries = 0;
+        let claimed = loop {
+            tries += 1;
+            let mut sp = tx.savepoint("claim").map_err(pg_err)?;
+            match checkout::claim(&mut sp, claim) {
+                Ok(claimed) => {
+                    sp.commit().map_err(pg_err)?;
+                    break Ok(claimed);
+                }
+                Err(e) => {
+                    sp.rollback().map_err(pg_err)?;
+                    if !(e.is_retryable() && tries < TX_TRIES_MAX) {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        match claimed {
+            Ok(Claimed::Ready(terms)) => ready.push((i, terms)),
+            Ok(Claimed::Replay(order_id)) => {
+                answers[i] = Some(Answer::Checkout(Ok(Begun::Replay(order_id))));
+            }
+            Err(e) => answers[i] = Some(Answer::Checkout(Err(e))),
+        }
+    }
+    let claim_of = |i: usize| match &batch[i] {
+        Job::Checkout { claim, .. } => claim,
+        Job::Run { .. } => unreachable!("only checkouts are ready"),
+    };
+    let mut by_sku: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (n, (i, _)) in ready.iter().enumerate() {
+        by_sku.entry(&claim_of(*i).request.sku).or_default().push(n);
+    }
+    let units = |n: usize| i64::from(claim_of(ready[n].0).request.quantity);
+    let demand: Vec<(&str, i64)> = by_sku
+        .iter()
+        .map(|(sku, holds)| (*sku, holds.iter().map(|&n| units(n)).sum()))
+        .collect();
+    // Phases 2 and 3, the usual way round: the orders written first (as
+    // held on partition 0), then each SKU's whole demand taken in ONE
+    // conditional UPDATE, the holds moved to the partition it came from:
+    // the hot rows stay locked only from that UPDATE to the commit.
+    let mut fits = true;
+    for &(sku, sum) in &demand {
+        fits &= stock::free_units(tx, sku)? >= sum;
+    }
+    if fits && !ready.is_empty() {
+        let mut sp = tx.savepoint("whole").map_err(pg_err)?;
+        let mut begun = Vec::with_capacity(ready.len());
+        for (i, terms) in &ready {
+            let terms = checkout::Terms::clone(terms);
+            let created = checkout::create(&mut sp, claim_of(*i), terms, Some(0));
+            begun.push(created.map_err(into_store)?);
+        }
+        let mut taken = true;
+        for (&(sku, sum), holds) in demand.iter().zip(by_sku.values()) {
+            let (first, now_ms) = (
+                &ready[holds[0]].1.order_id,
+                claim_of(ready[holds[0]].0).now_ms,
+            );
+            let Some(part) = stock::take_whole(&mut sp, sku, sum, first, now_ms)? else {
+                taken = false;
+                break;
+            };
+            if part != 0 {
+                let ids: Vec<&str> = holds
+                    .iter()
+                    .map(|&n| ready[n].1.order_id.as_str())
+                    .collect();
+                sp.execute(
+                    "UPDATE reservations SET part = $1 WHERE order_id = ANY($2)",
+                    &[&part, &ids],
+                )
+                .map_err(pg_err)?;
+            }
+            if holds.len() > 1 {
+                counters.summed_takes.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .summed_holds
+                    .fetch_add(holds.len() as u64, Ordering::Relaxed);
+            }
+        }
+        if taken {
+            sp.commit().map_err(pg_err)?;
+            for ((i, _), b) in ready.iter().zip(begun) {
+                answers[*i] = Some(Answer::Checkout(Ok(b)));
+            }
+            return Ok(answers
+                .into_iter()
+                .map(|a| a.expect("every job answered"))
+                .collect());
+        }
+        // Someone else took units since the snapshot: the careful way.
+        sp.rollback().map_err(pg_err)?;
+    }
+    // Short of units: each checkout takes its own, per SKU in arrival
+    // order, so exactly the units left are sold; then the orders.
+    let mut parts: Vec<Option<i32>> = vec![None; ready.len()];
+    for (sku, holds) in &by_sku {
+        for &n in holds {
+            let claim = claim_of(ready[n].0);
+            parts[n] = stock::take(tx, sku, units(n), &ready[n].1.order_id, claim.now_ms)?;
+        }
+    }
+    for ((i, terms), part) in ready.into_iter().zip(parts) {
+        let begun = checkout::create(tx, claim_of(i), terms, part).map_err(into_store)?;
+        answers[i] = Some(Answer::Checkout(Ok(begun)));
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| a.expect("every job answered"))
+        .collect())
+}
+
+/// The batch's `Run` jobs, each in a SAVEPOINT of its own (its put-off
+/// hold moves forgotten with it when it is rolled back).
+fn run_jobs(
+    tx: &mut Transaction<'_>,
+    batch: &mut [Job],
+    answers: &mut [Option<Answer>],
+) -> Result<(), StoreError> {
+    for (i, job) in batch.iter_mut().enumerate() {
+        let Job::Run { f, .. } = job else {
+            continue;
+        };
+        let mut tries = 0;
+        answers[i] = Some(Answer::Run(loop {
+            tries += 1;
+            let mark = stock::put_off_mark();
+            let mut sp = tx.savepoint("job").map_err(pg_err)?;
+            match f(&mut sp) {
+                Ok(value) => {
+                    sp.commit().map_err(pg_err)?;
+                    break Ok(value);
+                }
+                Err(e) => {
+                    stock::put_off_undo(mark);
+                    sp.rollback().map_err(pg_err)?;
+                    if !(e.is_retryable() && tries < TX_TRIES_MAX) {
+                        break Err(e);
+                    }
+                }
+            }
+        }));
+    }
+    Ok(())
+}
+
+/// A creation that failed sinks the batch (its units were taken with the
+/// others'): the batch is then run one job at a time.
+fn into_store(e: CheckoutError) -> StoreError {
+    match e {
+        CheckoutError::Store(e) => e,
+        other => StoreError::Postgres(format!("a checkout's creation failed: {other}")),
+    }
+}
+
+fn deliver(batch: Vec<Job>, answers: Vec<Answer>) {
+    // A caller that stopped waiting does not stop the others.
+    for (job, answer) in batch.into_iter().zip(answers) {
+        match (job, answer) {
+            (Job::Checkout { reply, .. }, Answer::Checkout(a)) => {
+                let _ = reply.send(a);
+            }
+            (Job::Run { reply, .. }, Answer::Run(a)) => {
+                let _ = reply.send(a);
+            }
+            _ => unreachable!("answers follow their jobs"),
+        }
+    }
+}
+
+/// Every job of a batch that could not be written answers `Unavailable`
+/// (nothing of it happened, or — a commit whose answer was lost — its
+/// outcome is unknown, as with any transaction's).
+fn fail_all(batch: Vec<Job>, why: &str) {
+    let e = || StoreError::Unavailable(why.to_owned());
+    for job in batch {
+        match job {
+            Job::Checkout { reply, .. } => {
+                let _ = reply.send(Err(e().into()));
+            }
+            Job::Run { reply, .. } => {
+                let _ = reply.send(Err(e()));
+            }
+        }
+    }
+}
+
+/// The batch's jobs, each in a transaction of its own.
+fn one_by_one(client: &mut super::Pooled, batch: Vec<Job>, shared: &Shared) {
+    for job in batch {
+        match job {
+            Job::Checkout { claim, reply } => {
+                let begun = write_tx(client, &shared.durable_writes, |tx| {
+                    checkout::claim_and_create(tx, &claim)
+                });
+                let _ = reply.send(begun);
+            }
+            Job::Run { mut f, reply } => {
+                let _ = reply.send(write_tx(client, &shared.durable_writes, |tx| f(tx)));
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The PostgreSQL back end's batched checkouts (group commit for the
+//! fleet): many shoppers at once on one hot SKU with few units, on a
+//! throwaway cluster. Exactly the stock is sold, no unit twice, each key
+//! one order at most, and batches of several checkouts did happen, their
+//! units taken by one conditional UPDATE for the batch's sum.
+
+#[allow(dead_code)]
+mod common;
+#[allow(dead_code)]
+#[path = "common/pg.rs"]
+mod pg;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use common::{key, request, PRICE_CENTS, T0_MS, TTL_MS};
+use sluice_checkout::{
+    CheckoutError, Created, OrderBackend, OrderLimits, OrderState, PgBackend, PgConfig,
+    ProductSeed, SimulatedProvider, PM_OK,
+};
+
+struct Sale {
+    backend: Arc<PgBackend>,
+    provider: Arc<SimulatedProvider>,
+    url: String,
+    _cluster: Arc<pg::ThrowawayPg>,
+}
+
+fn sale(total: u32) -> Sale {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let backend = PgBackend::open(&PgConfig::new(url.clone()), provider.clone()).expect("open");
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "hot".into(),
+                total,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .expect("seed");
+    Sale {
+        backend: Arc::new(backend),
+        provider,
+        url,
+        _cluster: cluster,
+    }
+}
+
+/// One shopper's attempt: (buyer, units asked, answer).
+type Outcome = (usize, u32, Result<(String, OrderState, Created), String>);
+
+/// `buyers` shoppers on `threads` threads, all released at once; buyer
+/// `i` asks `quantity(i)` units with key `key-i`, and every buyer whose
+/// index is a multiple of `dup_every` sends its request twice, from two
+/// threads.
+fn rush(
+    s: &Sale,
+    buyers: usize,
+    threads: usize,
+    dup_every: usize,
+    quantity: fn(usize) -> u32,
+) -> Vec<Outcome> {
+    let mut plan: Vec<usize> = (0..buyers).collect();
+    plan.extend((0..buyers).filter(|i| i % dup_every == 0));
+    let plan = Arc::new(plan);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (backend, barrier, plan) = (s.backend.clone(), barrier.clone(), plan.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                let mut outcomes = Vec::new();
+                for &i in plan.iter().skip(t).step_by(threads) {
+                    let units = quantity(i);
+                    let answer = backend
+                        .checkout_within(
+                            &format!("buyer-{i}"),
+                            &key(&format!("key-{i:08}")),
+                            &request("hot", units, PM_OK),
+                            OrderLimits::UNLIMITED,
+                            T0_MS,
+                        )
+                        .map(|(order, created)| (order.order_id, order.state, created))
+                        .map_err(|e| match e {
+                            // The duplicate arrived while its twin was under way.
+                            CheckoutError::Conflict => "conflict".to_owned(),
+                            other => panic!("checkout {i}: {other}"),
+                        });
+                    outcomes.push((i, units, answer));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("buyer thread"))
+        .collect()
+}
+
+/// What every rush must leave: the stock conserved, each confirmed unit
+/// sold once, one order per key, as many captures as confirmed orders.
+fn assert_books(s: &Sale, outcomes: &[Outcome], total: i64) -> (i64, i64) {
+    let mut orders_of: HashMap<usize, Vec<String>> = HashMap::new();
+    let mut sold = 0;
+    let mut confirmed: u32 = 0;
+    for (i, units, answer) in outcomes {
+        if let Ok((order_id, state, created)) = answer {
+            orders_of.entry(*i).or_default().push(order_id.clone());
+            if *state == OrderState::Confirmed && *created == Created::Created {
+                sold += i64::from(*units);
+                confirmed += 1;
+            }
+        }
+    }
+    for (i, ids) in &orders_of {
+        assert!(ids.iter().all(|id| *id == ids[0]), "buyer {i}: {ids:?}");
+    }
+    let stock = s.backend.stock("hot").unwrap();
+    assert_eq!(stock.total, total);
+    assert_eq!(stock.reserved, 0, "every payment finished");
+    assert_eq!(stock.committed, sold, "units sold = units confirmed");
+    assert_eq!(stock.available + stock.committed, total);
+    assert_eq!(s.provider.total_captures(), confirmed);
+    let mut client = ::postgres::Client::connect(&s.url, ::postgres::NoTls).unwrap();
+    let most: i64 = client
+        .query_one(
+            "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM orders GROUP BY subject) o",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(most, 1, "one order per key (one key per buyer)");
+    let orders: i64 = client
+        .query_one("SELECT COUNT(*) FROM orders", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        orders as usize,
+        orders_of.len(),
+        "no order nobody was told of"
+    );
+    let violations = s.backend.check_books(T0_MS).expect("books");
+    assert!(violations.is_empty(), "{violations:?}");
+    (sold, stock.available)
+}
+
+#[test]
+fn a_rush_on_one_hot_sku_sells_exactly_the_stock_in_summed_batches() {
+    let s = sale(120);
+    let outcomes = rush(&s, 300, 32, 10, |_| 1);
+    let (sold, left) = assert_books(&s, &outcomes, 120);
+    assert_eq!(
+        (sold, left),
+        (120, 0),
+        "300 buyers of one unit each for 120"
+    );
+    let stats = s.backend.batch_stats();
+    eprintln!("{stats:?}");
+    assert!(stats.largest > 1, "no batch held two jobs: {stats:?}");
+    assert!(
+        stats.summed_takes >= 1 && stats.summed_holds >= 2,
+        "no conditional UPDATE took a batch's sum: {stats:?}"
+    );
+    assert!(stats.batches < stats.jobs, "{stats:?}");
+}
+
+#[test]
+fn a_batch_whose_sum_does_not_fit_sells_exactly_the_units_left() {
+    let s = sale(10);
+    // 1 to 3 units each: sums soon exceed what is left, and the batch
+    // takes hold by hold in arrival order.
+    let outcomes = rush(&s, 60, 24, 7, |i| 1 + (i % 3) as u32);
+    let (sold, left) = assert_books(&s, &outcomes, 10);
+    assert!(sold <= 10 && sold + left == 10);
+    let one_unit_refused = outcomes
+        .iter()
+        .any(|(_, units, a)| *units == 1 && matches!(a, Ok((_, OrderState::Rejected, _))));
+    if one_unit_refused {
+        assert_eq!(
+            left, 0,
+            "a one-unit buyer was refused while units were left"
+        );
+    }
+    assert!(
+        left < 3,
+        "a three-unit buyer could have had them: {left} left"
+    );
+}
