@@ -4,7 +4,6 @@
 //! one order at most, and batches of several checkouts did happen, their
 //! units taken by one conditional UPDATE for the batch's sum.
 
-#[allow(dead_code)]
 mod common;
 #[allow(dead_code)]
 #[path = "common/pg.rs"]
