@@ -16,7 +16,7 @@ use std::thread;
 use common::{key, request, PRICE_CENTS, T0_MS, TTL_MS};
 use sluice_checkout::{
     CheckoutError, Created, OrderBackend, OrderLimits, OrderState, PgBackend, PgConfig,
-    ProductSeed, SimulatedProvider, PM_OK,
+    ProductSeed, SimulatedProvider, PM_DECLINE, PM_OK,
 };
 
 struct Sale {
@@ -191,4 +191,118 @@ fn a_batch_whose_sum_does_not_fit_sells_exactly_the_units_left() {
         left < 3,
         "a three-unit buyer could have had them: {left} left"
     );
+}
+
+/// Two gateways' back ends on one database, one SKU on 8 partitions with
+/// fewer units than buyers, one order per buyer: each buyer sends three
+/// keys, from three threads, to both back ends, asking 1 to 3 units, a
+/// fifth of them with a card that is declined. The batches of the two back
+/// ends run at once: claims of the same subjects, summed takes that do not
+/// fit one partition, hold-by-hold takes across partitions, declines
+/// moving units back. None may wait on another in a cycle (no batch is a
+/// deadlock victim run again), none fails, and the books hold per
+/// partition: exactly the units taken are reserved or sold, one order per
+/// buyer at most.
+#[test]
+fn two_back_ends_on_one_database_share_partitions_and_limits_without_deadlocks() {
+    let cluster = pg::shared();
+    let url = cluster.create_database();
+    let provider = Arc::new(SimulatedProvider::default());
+    let seed = [ProductSeed {
+        sku: "hot".into(),
+        total: 40,
+        price_cents: PRICE_CENTS,
+        reservation_ttl_ms: TTL_MS,
+        partitions: 8,
+    }];
+    let backends: Vec<Arc<PgBackend>> = (0..2)
+        .map(|_| {
+            let b = PgBackend::open(&PgConfig::new(url.clone()), provider.clone()).expect("open");
+            b.seed_products_at(&seed, T0_MS).expect("seed");
+            Arc::new(b)
+        })
+        .collect();
+    let (buyers, keys_each, threads) = (90usize, 3usize, 24usize);
+    let limit = OrderLimits {
+        orders_per_subject_max: 1,
+    };
+    // Every buyer's keys, spread so one buyer's keys land on different
+    // threads and both back ends at once.
+    let plan: Arc<Vec<(usize, usize)>> = Arc::new(
+        (0..keys_each)
+            .flat_map(|k| (0..buyers).map(move |b| (b, k)))
+            .collect(),
+    );
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (backends, barrier, plan) = (backends.clone(), barrier.clone(), plan.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                let mut answers = Vec::new();
+                for &(b, k) in plan.iter().skip(t).step_by(threads) {
+                    let units = 1 + ((b + k) % 3) as u32;
+                    let pm = if b % 5 == 0 { PM_DECLINE } else { PM_OK };
+                    let answer = backends[(b + k) % 2].checkout_within(
+                        &format!("buyer-{b}"),
+                        &key(&format!("key-{b:04}-{k}")),
+                        &request("hot", units, pm),
+                        limit,
+                        T0_MS,
+                    );
+                    answers.push((b, units, answer.map(|(o, _)| o.state)));
+                }
+                answers
+            })
+        })
+        .collect();
+    let answers: Vec<_> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("buyer thread"))
+        .collect();
+    let mut sold = 0i64;
+    for (b, units, answer) in &answers {
+        match answer {
+            Ok(OrderState::Confirmed) => sold += i64::from(*units),
+            Ok(_) | Err(CheckoutError::PurchaseLimit) => {}
+            Err(e) => panic!("buyer {b}: {e}"),
+        }
+    }
+    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let most: i64 = client
+        .query_one(
+            "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM orders GROUP BY subject) o",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(most, 1, "one order per buyer");
+    let bad: i64 = client
+        .query_one(
+            "SELECT COUNT(*) FROM stock_partitions
+              WHERE available < 0 OR reserved <> 0 OR committed < 0",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(bad, 0, "every partition settled and non-negative");
+    let stock = backends[0].stock("hot").unwrap();
+    assert_eq!(
+        (stock.total, stock.available + stock.committed),
+        (40, 40),
+        "{stock:?}"
+    );
+    assert_eq!(stock.committed, sold, "units sold = units confirmed");
+    assert!(sold > 0 && sold <= 40, "{sold}");
+    let violations = backends[0].check_books(T0_MS).expect("books");
+    assert!(violations.is_empty(), "{violations:?}");
+    for b in &backends {
+        let stats = b.batch_stats();
+        eprintln!("{stats:?}");
+        assert_eq!(
+            (stats.reruns, stats.split),
+            (0, 0),
+            "a batch was a deadlock victim or failed: {stats:?}"
+        );
+    }
 }

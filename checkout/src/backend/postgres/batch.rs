@@ -69,6 +69,10 @@ pub struct BatchStats {
     pub summed_takes: u64,
     /// Checkouts whose units such a summed UPDATE took.
     pub summed_holds: u64,
+    /// Batches run again from the start (a deadlock victim), and batches
+    /// whose jobs then ran one per transaction.
+    pub reruns: u64,
+    pub split: u64,
 }
 
 #[derive(Default)]
@@ -78,6 +82,8 @@ pub(super) struct Counters {
     largest: AtomicU64,
     summed_takes: AtomicU64,
     summed_holds: AtomicU64,
+    reruns: AtomicU64,
+    split: AtomicU64,
 }
 
 impl Counters {
@@ -88,6 +94,8 @@ impl Counters {
             largest: self.largest.load(Ordering::Relaxed),
             summed_takes: self.summed_takes.load(Ordering::Relaxed),
             summed_holds: self.summed_holds.load(Ordering::Relaxed),
+            reruns: self.reruns.load(Ordering::Relaxed),
+            split: self.split.load(Ordering::Relaxed),
         }
     }
 }
@@ -145,15 +153,16 @@ impl Batcher {
             open: true,
         };
         let (jobs, shared) = (Arc::new(Mutex::new(inbox)), Arc::new(shared));
+        let in_flight = Arc::new(Mutex::new(HashSet::new()));
         let mut batcher = Self {
             queue: Some(queue),
             threads: Vec::with_capacity(threads),
         };
         for _ in 0..threads.max(1) {
-            let (jobs, shared) = (jobs.clone(), shared.clone());
+            let (jobs, shared, in_flight) = (jobs.clone(), shared.clone(), in_flight.clone());
             let thread = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || run(&jobs, &shared))?;
+                .spawn(move || run(&jobs, &in_flight, &shared))?;
             batcher.threads.push(thread);
         }
         Ok(batcher)
@@ -215,23 +224,51 @@ struct Inbox {
     open: bool,
 }
 
-fn run(inbox: &Mutex<Inbox>, shared: &Shared) {
+fn run(inbox: &Mutex<Inbox>, in_flight: &Mutex<HashSet<String>>, shared: &Shared) {
     let mut last_len = 0;
     loop {
         let Ok(mut inbox) = inbox.lock() else {
             return;
         };
-        let Some(batch) = collect(&mut inbox, last_len) else {
+        let Some(batch) = collect(&mut inbox, in_flight, last_len) else {
             return;
         };
         drop(inbox);
         last_len = batch.len();
-        execute(batch, shared);
+        let subjects: Vec<String> = batch
+            .iter()
+            .filter_map(|job| job.subject().map(str::to_owned))
+            .collect();
+        // A job that panics (a row that does not decode, a bug) fails its
+        // batch, whose callers then hear `Unavailable` (their answer
+        // channels dropped), and not the batcher: the next batch runs.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(batch, shared)))
+            .is_err()
+        {
+            tracing::error!(
+                "a PostgreSQL batch panicked: its callers are answered unavailable, the batcher goes on"
+            );
+        }
+        let mut busy = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        for subject in &subjects {
+            busy.remove(subject);
+        }
     }
 }
 
-/// The next batch (`None`: the queue is closed and empty).
-fn collect(inbox: &mut Inbox, last_len: usize) -> Option<Vec<Job>> {
+/// How long a batcher whose queued jobs all belong to subjects in another
+/// batcher's batch waits for a new job before looking again.
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(1);
+
+/// The next batch (`None`: the queue is closed and empty). A subject with
+/// a checkout in a batch being written (`in_flight`, by any batcher) has
+/// its next checkout kept back until that batch ends: in a batch of its
+/// own it would make the whole batch wait on the first one's locks.
+fn collect(
+    inbox: &mut Inbox,
+    in_flight: &Mutex<HashSet<String>>,
+    last_len: usize,
+) -> Option<Vec<Job>> {
     if inbox.pending.is_empty() {
         if !inbox.open {
             return None;
@@ -269,21 +306,39 @@ fn collect(inbox: &mut Inbox, last_len: usize) -> Option<Vec<Job>> {
             }
         }
     }
-    // One checkout per subject per batch; the others keep their place.
-    let mut batch = Vec::with_capacity(inbox.pending.len().min(BATCH_MAX));
-    let mut rest = VecDeque::new();
-    let mut subjects = HashSet::new();
-    for job in inbox.pending.drain(..) {
-        let fits =
-            batch.len() < BATCH_MAX && job.subject().is_none_or(|s| subjects.insert(s.to_owned()));
-        if fits {
-            batch.push(job);
-        } else {
-            rest.push_back(job);
+    loop {
+        // One checkout per subject per batch, none of a subject in flight;
+        // the others keep their place.
+        let mut batch = Vec::with_capacity(inbox.pending.len().min(BATCH_MAX));
+        let mut rest = VecDeque::new();
+        let mut busy = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        for job in inbox.pending.drain(..) {
+            let fits = batch.len() < BATCH_MAX
+                && job
+                    .subject()
+                    .is_none_or(|s| !busy.contains(s) && busy.insert(s.to_owned()));
+            if fits {
+                batch.push(job);
+            } else {
+                rest.push_back(job);
+            }
+        }
+        drop(busy);
+        inbox.pending = rest;
+        if !batch.is_empty() {
+            return Some(batch);
+        }
+        // Only checkouts of subjects in flight: a new job, or a moment.
+        if !inbox.open {
+            std::thread::sleep(IN_FLIGHT_WAIT);
+            continue;
+        }
+        match inbox.jobs.recv_timeout(IN_FLIGHT_WAIT) {
+            Ok(job) => inbox.pending.push_back(job),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => inbox.open = false,
         }
     }
-    inbox.pending = rest;
-    Some(batch)
 }
 
 /// One job's answer, sent once the batch's fate is known.
@@ -317,9 +372,13 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
                 c.largest.fetch_max(batch.len() as u64, Ordering::Relaxed);
                 return deliver(batch, answers);
             }
-            Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => continue,
+            Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => {
+                shared.counters.reruns.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             Err(StoreError::Unavailable(why)) => return fail_all(batch, &why),
             Err(e) => {
+                shared.counters.split.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("a PostgreSQL batch failed ({e}); its jobs run one by one");
                 return one_by_one(&mut client, batch, shared);
             }
@@ -342,27 +401,33 @@ fn in_batch(
     let moves = stock::put_off_end();
     ran?;
     stock::apply_put_off(tx, moves)?;
-    // Phase 1: the claims.
+    // Phase 1: the claims, in subject order: each claim locks its
+    // subject (key row, advisory lock) to the commit, so two batches
+    // running at once take their subjects in one order and never wait on
+    // each other in a cycle. A deadlock with another transaction is the
+    // batch's: retried in place, the claims before keep their locks and
+    // the cycle stays, so the whole batch runs again.
+    let mut order: Vec<(&str, usize)> = batch
+        .iter()
+        .enumerate()
+        .filter_map(|(i, job)| job.subject().map(|s| (s, i)))
+        .collect();
+    order.sort_unstable();
     let mut ready: Vec<(usize, checkout::Terms)> = Vec::new();
-    for (i, job) in batch.iter().enumerate() {
-        let Job::Checkout { claim, .. } = job else {
+    for (_, i) in order {
+        let Job::Checkout { claim, .. } = &batch[i] else {
             continue;
         };
-        let mut tries = 0;
-        let claimed = loop {
-            tries += 1;
-            let mut sp = tx.savepoint("claim").map_err(pg_err)?;
-            match checkout::claim(&mut sp, claim) {
-                Ok(claimed) => {
-                    sp.commit().map_err(pg_err)?;
-                    break Ok(claimed);
-                }
-                Err(e) => {
-                    sp.rollback().map_err(pg_err)?;
-                    if !(e.is_retryable() && tries < TX_TRIES_MAX) {
-                        break Err(e);
-                    }
-                }
+        let mut sp = tx.savepoint("claim").map_err(pg_err)?;
+        let claimed = match checkout::claim(&mut sp, claim) {
+            Ok(claimed) => {
+                sp.commit().map_err(pg_err)?;
+                Ok(claimed)
+            }
+            Err(e) if e.is_retryable() => return Err(into_store(e)),
+            Err(e) => {
+                sp.rollback().map_err(pg_err)?;
+                Err(e)
             }
         };
         match claimed {
@@ -373,6 +438,8 @@ fn in_batch(
             Err(e) => answers[i] = Some(Answer::Checkout(Err(e))),
         }
     }
+    // The stock goes in arrival order.
+    ready.sort_unstable_by_key(|(i, _)| *i);
     let claim_of = |i: usize| match &batch[i] {
         Job::Checkout { claim, .. } => claim,
         Job::Run { .. } => unreachable!("only checkouts are ready"),
@@ -392,7 +459,7 @@ fn in_batch(
     // the hot rows stay locked only from that UPDATE to the commit.
     let mut fits = true;
     for &(sku, sum) in &demand {
-        fits &= stock::free_units(tx, sku)? >= sum;
+        fits &= stock::largest_free(tx, sku)? >= sum;
     }
     if fits && !ready.is_empty() {
         let mut sp = tx.savepoint("whole").map_err(pg_err)?;
@@ -403,6 +470,7 @@ fn in_batch(
             begun.push(created.map_err(into_store)?);
         }
         let mut taken = true;
+        let mut summed = (0u64, 0u64);
         for (&(sku, sum), holds) in demand.iter().zip(by_sku.values()) {
             let (first, now_ms) = (
                 &ready[holds[0]].1.order_id,
@@ -424,14 +492,16 @@ fn in_batch(
                 .map_err(pg_err)?;
             }
             if holds.len() > 1 {
-                counters.summed_takes.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .summed_holds
-                    .fetch_add(holds.len() as u64, Ordering::Relaxed);
+                summed.0 += 1;
+                summed.1 += holds.len() as u64;
             }
         }
         if taken {
             sp.commit().map_err(pg_err)?;
+            // Counted once the savepoint holds (a batch run again counts
+            // again: these count takes, not checkouts).
+            counters.summed_takes.fetch_add(summed.0, Ordering::Relaxed);
+            counters.summed_holds.fetch_add(summed.1, Ordering::Relaxed);
             for ((i, _), b) in ready.iter().zip(begun) {
                 answers[*i] = Some(Answer::Checkout(Ok(b)));
             }
@@ -444,9 +514,13 @@ fn in_batch(
         sp.rollback().map_err(pg_err)?;
     }
     // Short of units: each checkout takes its own, per SKU in arrival
-    // order, so exactly the units left are sold; then the orders.
+    // order, so exactly the units left are sold; then the orders. The
+    // SKU's partitions are locked first, in ascending order, as everyone
+    // who holds two partitions at once takes them (a hold taken from one
+    // while waiting for another would deadlock with them).
     let mut parts: Vec<Option<i32>> = vec![None; ready.len()];
     for (sku, holds) in &by_sku {
+        stock::lock_all(tx, sku)?;
         for &n in holds {
             let claim = claim_of(ready[n].0);
             parts[n] = stock::take(tx, sku, units(n), &ready[n].1.order_id, claim.now_ms)?;

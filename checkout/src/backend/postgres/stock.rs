@@ -207,7 +207,15 @@ fn move_free(
 
 /// Locks every partition of `sku` (in order, so two of these never
 /// deadlock) and returns their free units and the live count.
-fn lock_all(tx: &mut Transaction<'_>, sku: &str) -> Result<(Vec<i64>, usize), StoreError> {
+/// `FOR NO KEY UPDATE`, the lock an `UPDATE` of the counts takes: it waits
+/// for writers of the rows, not for the `FOR KEY SHARE` that every hold
+/// written in a transaction still open keeps on its partition row (the
+/// foreign key), so a batch that wrote its holds first and another
+/// locking the SKU do not wait on each other's holds.
+pub(super) fn lock_all(
+    tx: &mut Transaction<'_>,
+    sku: &str,
+) -> Result<(Vec<i64>, usize), StoreError> {
     let live: i32 = tx
         .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
         .map_err(pg_err)?
@@ -215,7 +223,7 @@ fn lock_all(tx: &mut Transaction<'_>, sku: &str) -> Result<(Vec<i64>, usize), St
         .get(0);
     let rows = tx
         .query(
-            "SELECT part, available FROM stock_partitions WHERE sku = $1 ORDER BY part FOR UPDATE",
+            "SELECT part, available FROM stock_partitions WHERE sku = $1 ORDER BY part FOR NO KEY UPDATE",
             &[&sku],
         )
         .map_err(pg_err)?;
@@ -635,11 +643,12 @@ fn hold_move_sql(step: HoldMove) -> &'static str {
     }
 }
 
-/// A SKU's free units as of this statement's snapshot (no lock).
-pub(super) fn free_units(tx: &mut Transaction<'_>, sku: &str) -> Result<i64, StoreError> {
+/// The most free units one live partition of a SKU has, as of this
+/// statement's snapshot (no lock): what a batch's one summed take can get.
+pub(super) fn largest_free(tx: &mut Transaction<'_>, sku: &str) -> Result<i64, StoreError> {
     Ok(tx
         .query_one(
-            "SELECT COALESCE(SUM(available), 0)::bigint FROM stock_partitions s
+            "SELECT COALESCE(MAX(available), 0)::bigint FROM stock_partitions s
                JOIN products p USING (sku)
               WHERE s.sku = $1 AND s.part < p.partitions",
             &[&sku],
