@@ -227,9 +227,10 @@ struct Inbox {
 fn run(inbox: &Mutex<Inbox>, in_flight: &Mutex<HashSet<String>>, shared: &Shared) {
     let mut last_len = 0;
     loop {
-        let Ok(mut inbox) = inbox.lock() else {
-            return;
-        };
+        // A panic while collecting must not stop every batcher.
+        let mut inbox = inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(batch) = collect(&mut inbox, in_flight, last_len) else {
             return;
         };
@@ -547,23 +548,20 @@ fn run_jobs(
         let Job::Run { f, .. } = job else {
             continue;
         };
-        let mut tries = 0;
-        answers[i] = Some(Answer::Run(loop {
-            tries += 1;
-            let mark = stock::put_off_mark();
-            let mut sp = tx.savepoint("job").map_err(pg_err)?;
-            match f(&mut sp) {
-                Ok(value) => {
-                    sp.commit().map_err(pg_err)?;
-                    break Ok(value);
-                }
-                Err(e) => {
-                    stock::put_off_undo(mark);
-                    sp.rollback().map_err(pg_err)?;
-                    if !(e.is_retryable() && tries < TX_TRIES_MAX) {
-                        break Err(e);
-                    }
-                }
+        let mark = stock::put_off_mark();
+        let mut sp = tx.savepoint("job").map_err(pg_err)?;
+        answers[i] = Some(Answer::Run(match f(&mut sp) {
+            Ok(value) => {
+                sp.commit().map_err(pg_err)?;
+                Ok(value)
+            }
+            // A deadlock is the batch's: retried in place, the jobs before
+            // keep their locks and the cycle stays; the batch runs again.
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                stock::put_off_undo(mark);
+                sp.rollback().map_err(pg_err)?;
+                Err(e)
             }
         }));
     }

@@ -524,7 +524,7 @@ fn try_take_unlocked(
              WHERE sku = $1 AND available >= $3 AND part = (
                 SELECT part FROM stock_partitions
                  WHERE sku = $1 AND part = $2 AND available >= $3
-                 FOR UPDATE SKIP LOCKED)",
+                 FOR NO KEY UPDATE SKIP LOCKED)",
             &[&sku, &part, &units],
         )
         .map_err(pg_err)?;
@@ -727,7 +727,7 @@ pub(super) fn release_holds(
                  WHERE order_id = ANY($1) AND state = 'held'
                  RETURNING sku, part, quantity)
              SELECT sku, part, SUM(quantity)::bigint, COUNT(*) FROM released
-              GROUP BY sku, part ORDER BY sku, part",
+              GROUP BY sku, part ORDER BY sku COLLATE \"C\", part",
             &[&order_ids, &now_ms],
         )
         .map_err(pg_err)?;
