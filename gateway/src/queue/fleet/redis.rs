@@ -341,7 +341,7 @@ impl RoomStore for RedisStore {
             )
             .await?;
         let bad = || StoreError::Protocol(format!("sluice_3_adapt gave {} items", r.len()));
-        if r.len() < 8 || r.len() % 2 != 0 {
+        if r.len() < 8 || !r.len().is_multiple_of(2) {
             return Err(bad());
         }
         Ok(AdaptReply {
