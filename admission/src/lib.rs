@@ -15,6 +15,8 @@
 //! - [`stock`]: the stock authority the room asks whether anything is left.
 //! - [`fair_start`]: the verifiable draw of the pre-queue at the opening.
 //! - [`ticket_id`]: ticket ids derived from places, so none are stored.
+//! - [`fleet_rate`]: one adaptive rate for a fleet: checkouts published
+//!   and merged, one leader stepping the law.
 //! - [`fleet`]: a room on a line shared by several gateways: decisions
 //!   from the shared numbers a store returns.
 //! - [`journal`]: the room's changes as events for a durable store to keep,
@@ -35,6 +37,7 @@ pub mod adaptive;
 pub mod clock;
 pub mod fair_start;
 pub mod fleet;
+pub mod fleet_rate;
 pub mod join_limiter;
 pub mod journal;
 pub mod no_show;

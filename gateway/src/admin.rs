@@ -154,23 +154,33 @@ impl Admin {
                 let mut room = json!({
                     "name": r.name,
                     "release_per_second": adaptive
-                        .map_or(r.release_per_second.get(), |a| a.decision.per_second()),
+                        .as_ref()
+                        .map_or(r.release_per_second.get(), |a| a.in_force),
                     "release_source": match (&r.release_source, adaptive) {
                         (ReleaseSource::Auto { backend, exact_per_second }, _) => json!({
                             "kind": "auto",
                             "tightest_backend": backend,
                             "exact_per_second": exact_per_second,
                         }),
-                        (ReleaseSource::Adaptive(_), Some(a)) => json!({
-                            "kind": "adaptive",
-                            "target_p99_ms": a.bounds.target_p99_ms,
-                            "max_error_ratio": a.bounds.max_error_ratio,
-                            "min_per_second": a.bounds.min_per_second,
-                            "max_per_second": a.bounds.max_per_second,
-                            "exact_per_second": a.decision.rate,
-                            "reason": a.decision.reason.as_str(),
-                            "decided_at": a.decision.at_ms / 1000,
-                        }),
+                        (ReleaseSource::Adaptive(_), Some(a)) => {
+                            let mut source = json!({
+                                "kind": "adaptive",
+                                "target_p99_ms": a.bounds.target_p99_ms,
+                                "max_error_ratio": a.bounds.max_error_ratio,
+                                "min_per_second": a.bounds.min_per_second,
+                                "max_per_second": a.bounds.max_per_second,
+                                "exact_per_second": a.decision.rate,
+                                "reason": a.decision.reason.as_str(),
+                                "decided_at": a.decision.at_ms / 1000,
+                                "scope": if a.fleet.is_some() { "fleet" } else { "gateway" },
+                            });
+                            if let Some(by) = a.fleet {
+                                // The fleet's one rate: the step that took it.
+                                source["decided_at_ms"] = json!(a.decision.at_ms);
+                                source["decided_by"] = json!(by);
+                            }
+                            source
+                        }
                         _ => json!({"kind": "fixed"}),
                     },
                     "max_active": r.max_active.get(),

@@ -24,6 +24,7 @@ fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArg
         sold_out_seen: false,
         share_milli: 0,
         pass_ttl_ms: 60_000,
+        adaptive: None,
     }
 }
 

@@ -21,11 +21,17 @@ pub struct AdaptiveRelease {
     pinned: &'static str,
 }
 
-/// What `/admin/state` and the metrics show of it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What `/admin/state` and the metrics show of it (or of a fleet room's
+/// one rate).
+#[derive(Debug, Clone, PartialEq)]
 pub struct AdaptiveView {
     pub bounds: Bounds,
     pub decision: Decision,
+    /// The whole rate the release runs at.
+    pub in_force: u32,
+    /// `Some` for a fleet room: the gateway that took the decision in
+    /// force (`None` inside: none taken yet).
+    pub fleet: Option<Option<String>>,
 }
 
 impl AdaptiveRelease {
@@ -92,15 +98,26 @@ impl AdaptiveRelease {
     pub fn reason(&self) -> &'static str {
         match self.view() {
             Some(v) => v.decision.reason.as_str(),
-            None if self.pinned.is_empty() => "fixed",
-            None => self.pinned,
+            None => self.pinned_reason(),
+        }
+    }
+
+    /// `fixed` or `auto`: what pins a rate that is not adaptive.
+    pub fn pinned_reason(&self) -> &'static str {
+        if self.pinned.is_empty() {
+            "fixed"
+        } else {
+            self.pinned
         }
     }
 
     pub fn view(&self) -> Option<AdaptiveView> {
+        let decision = self.decision?;
         Some(AdaptiveView {
             bounds: self.bounds?,
-            decision: self.decision?,
+            decision,
+            in_force: decision.per_second(),
+            fleet: None,
         })
     }
 }

@@ -125,11 +125,7 @@ impl Collector for RoomCollector {
             metrics[4].push(sample(&r, MetricType::COUNTER, s.admitted_total as f64));
             metrics[5].push(sample(&r, MetricType::GAUGE, s.active_passes as f64));
             metrics[6].push(sample(&r, MetricType::GAUGE, s.release_rate));
-            let reason = entry
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .reason();
+            let reason = entry.release_reason();
             metrics[7].push(sample(
                 &[("room", room), ("reason", reason)],
                 MetricType::GAUGE,

@@ -131,6 +131,35 @@ impl TokenTtls {
 }
 
 impl RoomEntry {
+    /// The adaptive rate in force (for a fleet room, the fleet's one).
+    pub fn adaptive_view(&self) -> Option<adaptive::AdaptiveView> {
+        match &self.shared {
+            Some(shared) => shared.adaptive_view().map(|v| adaptive::AdaptiveView {
+                bounds: v.bounds,
+                decision: v.decision,
+                in_force: v.in_force,
+                fleet: Some(v.by),
+            }),
+            None => self
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .view(),
+        }
+    }
+
+    /// The `reason` label of `sluice_release_rate_limit`.
+    pub fn release_reason(&self) -> &'static str {
+        match self.adaptive_view() {
+            Some(v) => v.decision.reason.as_str(),
+            None => self
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pinned_reason(),
+        }
+    }
+
     /// The room's numbers at `now_ms`; for a room on the fleet's line, the
     /// shared ones as this gateway last read them, and its own joins.
     pub fn stats(&self, now_ms: u64) -> RoomStats {
@@ -444,6 +473,9 @@ impl Rooms {
                 }
                 line.set_paused(plan.paused);
                 if let Some(shared) = &entry.shared {
+                    // The fleet's one rate: the configured rate is its start.
+                    let start = room.config.release_per_second.get();
+                    shared.set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
                     shared.set_policy(line.policy().clone());
                     shared.want_paused(plan.paused);
                 }
@@ -531,6 +563,10 @@ impl Rooms {
     /// backend, for adaptive release.
     pub fn record_checkout(&self, room: &str, latency_ms: u32, outcome: Outcome) {
         if let Some(entry) = self.get(room) {
+            if let Some(shared) = &entry.shared {
+                // The fleet's window: published, and read back by all.
+                return shared.record_checkout(now_ms(), latency_ms, outcome);
+            }
             entry
                 .adaptive
                 .lock()
@@ -540,12 +576,9 @@ impl Rooms {
     }
 
     /// The adaptive controller of `room`, when its rate is not pinned.
+    /// For a fleet room, the fleet's one rate as this gateway last read it.
     pub fn adaptive_view(&self, room: &str) -> Option<adaptive::AdaptiveView> {
-        self.get(room)?
-            .adaptive
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .view()
+        self.get(room)?.adaptive_view()
     }
 
     /// Whether `pass` (already verified for `room`) still holds its active

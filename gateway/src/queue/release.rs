@@ -75,8 +75,13 @@ impl Releaser {
     /// moves the rate, the room takes it at once. A paused room releases
     /// nobody whatever the rate, so its controller holds; a sold-out one
     /// releases nobody either and has no checkouts, so its rate holds too.
+    /// A fleet room's rate is the fleet's, stepped by its own task
+    /// (`fleet::SharedRoom`), not here.
     pub fn adapt_once(&self, now_ms: u64) {
         for entry in self.rooms.all().values() {
+            if entry.shared.is_some() {
+                continue;
+            }
             let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
             let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
             if line.is_paused() {
@@ -84,9 +89,6 @@ impl Releaser {
             }
             if let Some(rate) = adaptive.step(now_ms, line.free_slots()) {
                 line.set_release_per_second(rate);
-                if let Some(shared) = &entry.shared {
-                    shared.set_policy(line.policy().clone());
-                }
             }
         }
     }

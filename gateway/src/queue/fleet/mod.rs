@@ -10,6 +10,12 @@
 //!   the store, except to collect a released place's pass. Joins go to a
 //!   second task that sends all the joins waiting at once as one call.
 //!
+//! - An adaptive room (`release_per_second = "adaptive"`) has one rate for
+//!   the fleet ([`sluice_admission::fleet_rate`]): a second task per room
+//!   publishes this gateway's checkouts once a second and reads everyone's
+//!   into its window; the gateway holding the room's lease steps the law
+//!   and stores the decision, and every gateway's tick paces by it.
+//!
 //! - [`http`]: the `join` and `status` routes of such a room.
 //! - [`poll_due`]: when each ticket that polled this gateway may poll
 //!   next, so an early poll is refused without a record in the store.
@@ -29,10 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
 use arc_swap::ArcSwap;
+use sluice_admission::adaptive::{self, Bounds, CheckoutWindow, Outcome};
 use sluice_admission::fleet::{
     self as decide, ClaimReply, LineNumbers, Presented, STORE_RETRY_AFTER_S,
 };
+use sluice_admission::fleet_rate::{self, Sample};
 use sluice_admission::no_show::NoShowMeter;
 use sluice_admission::stats::JoinCounts;
 use sluice_admission::{JoinError, Policy, StockAuthority};
@@ -40,7 +50,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
 use poll_due::PollDue;
-pub use store::{ClaimArgs, Member, RoomStore, StoreError, TickArgs};
+pub use store::{ClaimArgs, Member, RoomStore, StoreError, StoredDecision, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).
@@ -87,6 +97,8 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 pub struct Fleet {
     rt: tokio::runtime::Handle,
     store: Arc<dyn RoomStore>,
+    /// This gateway's id in the fleet (its node id).
+    id: String,
     /// The fleet as the last heartbeat listed it.
     members: ArcSwap<Vec<Member>>,
 }
@@ -109,6 +121,7 @@ impl Fleet {
         let fleet = Arc::new(Self {
             rt: rt.handle().clone(),
             store: Arc::new(store),
+            id: id.clone(),
             members: ArcSwap::from_pointee(Vec::new()),
         });
         rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
@@ -149,10 +162,41 @@ impl Fleet {
             no_shows: Mutex::new(NoShowMeter::default()),
             poll_due: Mutex::new(PollDue::new(poll_due::GENERATION_MAX)),
             too_early: AtomicU64::new(0),
+            adaptive: Mutex::new(FleetAdaptive::default()),
+            decision: ArcSwap::from_pointee(None),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
+        self.rt.spawn(adapt_loop(Arc::downgrade(&room)));
         self.rt.spawn(batch_joins(Arc::downgrade(&room), waiting));
         room
+    }
+}
+
+/// An adaptive room's part of this gateway in the fleet's one rate.
+#[derive(Debug)]
+struct FleetAdaptive {
+    /// The bounds and the configured start rate; `None`: the rate is
+    /// pinned by a number (or `"auto"`).
+    config: Option<(Bounds, u32)>,
+    /// This gateway's checkouts not yet published (this gateway's clock).
+    outbox: VecDeque<Sample>,
+    /// The fleet's checkouts, as read back from the store (its clock).
+    window: CheckoutWindow,
+    /// The last stream id read (`"-"`: none yet).
+    after: String,
+    /// The newest checkout the window holds (store clock).
+    floor_ms: u64,
+}
+
+impl Default for FleetAdaptive {
+    fn default() -> Self {
+        Self {
+            config: None,
+            outbox: VecDeque::new(),
+            window: CheckoutWindow::new(),
+            after: "-".into(),
+            floor_ms: 0,
+        }
     }
 }
 
@@ -201,6 +245,22 @@ pub struct SharedRoom {
     /// Polls refused here for coming sooner than told
     /// (`sluice_queue_polls_too_early_total`).
     too_early: AtomicU64,
+    /// The fleet's adaptive rate: this gateway's checkouts and window.
+    adaptive: Mutex<FleetAdaptive>,
+    /// The adaptive decision in force, as the last tick read it.
+    decision: ArcSwap<Option<StoredDecision>>,
+}
+
+/// What `/admin/state` shows of a fleet room's adaptive rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetRateView {
+    pub bounds: Bounds,
+    /// The stored decision; the start (reason `steady`) until the first.
+    pub decision: adaptive::Decision,
+    /// The gateway that took it (`None`: none taken yet).
+    pub by: Option<String>,
+    /// The whole rate the release runs at.
+    pub in_force: u32,
 }
 
 impl SharedRoom {
@@ -217,9 +277,146 @@ impl SharedRoom {
         **self.numbers.load()
     }
 
-    /// A reloaded policy (and the adaptive rate with it).
-    pub fn set_policy(&self, policy: Policy) {
+    /// A reloaded policy. For an adaptive room, the rate in force stays
+    /// the fleet's (the configured one is its start).
+    pub fn set_policy(&self, mut policy: Policy) {
+        if let Some(view) = self.adaptive_view() {
+            if let Some(rate) = std::num::NonZeroU32::new(view.in_force) {
+                policy.release_per_second = rate;
+            }
+        }
         self.policy.store(Arc::new(policy));
+    }
+
+    /// A reloaded room's adaptive bounds and configured start rate
+    /// (`None`: its rate is pinned; the fleet's decision is then
+    /// forgotten by the next tick).
+    pub fn set_adaptive(&self, config: Option<(Bounds, u32)>) {
+        let mut a = self.adaptive();
+        if config.is_none() {
+            a.outbox.clear();
+            self.decision.store(Arc::new(None));
+        }
+        a.config = config;
+    }
+
+    fn adaptive(&self) -> std::sync::MutexGuard<'_, FleetAdaptive> {
+        self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A checkout of an admitted shopper that reached the backend here:
+    /// published with the next batch.
+    pub fn record_checkout(&self, now_ms: u64, latency_ms: u32, outcome: Outcome) {
+        let mut a = self.adaptive();
+        if a.config.is_none() {
+            return;
+        }
+        if a.outbox.len() >= fleet_rate::BATCH_MAX {
+            a.outbox.pop_front();
+        }
+        a.outbox.push_back(Sample {
+            at_ms: now_ms,
+            latency_ms,
+            failed: outcome == Outcome::Failed,
+        });
+    }
+
+    /// The fleet's adaptive rate as this gateway last read it; `None` when
+    /// the room's rate is pinned.
+    pub fn adaptive_view(&self) -> Option<FleetRateView> {
+        let (bounds, start) = self.adaptive().config?;
+        let stored = self.decision.load();
+        Some(match stored.as_ref() {
+            Some(s) => FleetRateView {
+                bounds,
+                decision: s.decision,
+                by: Some(s.by.clone()),
+                in_force: fleet_rate::rate_in_force(
+                    Some(s.decision.rate),
+                    bounds.min_per_second,
+                    bounds.max_per_second,
+                    start,
+                ),
+            },
+            None => FleetRateView {
+                bounds,
+                decision: fleet_rate::previous(None, &bounds, start, 0),
+                by: None,
+                in_force: start,
+            },
+        })
+    }
+
+    /// One adaptive step of this gateway: publish its checkouts, read the
+    /// fleet's, and, holding the lease, step the law from the stored
+    /// decision and store the next. A store that does not answer changes
+    /// nothing: the rate stored stays in force (and the batch is kept for
+    /// the next call).
+    async fn adapt_once(&self) {
+        let (config, batch, after, sent) = {
+            let mut a = self.adaptive();
+            let Some(config) = a.config else { return };
+            let sent: Vec<Sample> = a.outbox.drain(..).collect();
+            let batch = fleet_rate::encode_batch(&sent, now_ms());
+            (config, batch, a.after.clone(), sent)
+        };
+        let (bounds, start) = config;
+        let store = &self.fleet.store;
+        let id = &self.fleet.id;
+        let reply = match store
+            .adapt(&self.name, id, fleet_rate::LEASE_MS, &after, &batch)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                let mut a = self.adaptive();
+                for s in sent.into_iter().rev() {
+                    a.outbox.push_front(s);
+                }
+                while a.outbox.len() > fleet_rate::BATCH_MAX {
+                    a.outbox.pop_front();
+                }
+                return self.answered(Err(&e));
+            }
+        };
+        let numbers = self.numbers();
+        let next = {
+            let mut a = self.adaptive();
+            let mut samples = Vec::new();
+            for (stream_id, text) in &reply.batches {
+                let at = fleet_rate::stream_id_ms(stream_id).unwrap_or(reply.now_ms);
+                match fleet_rate::decode_batch(text, at) {
+                    Ok(mut batch) => samples.append(&mut batch),
+                    Err(e) => tracing::warn!(room = self.name, "a checkout batch unread: {e:?}"),
+                }
+                a.after.clone_from(stream_id);
+            }
+            let floor = a.floor_ms;
+            let samples = fleet_rate::merge(samples, floor);
+            a.floor_ms = fleet_rate::feed(&mut a.window, &samples, floor);
+            // A paused or sold-out room releases nobody whatever the rate,
+            // and has no checkouts to judge: its rate holds.
+            if !reply.leads || numbers.paused || numbers.sold_out || a.config.is_none() {
+                return;
+            }
+            let free = u64::from(self.policy.load().max_active.get()).saturating_sub(numbers.held);
+            let m = a
+                .window
+                .measure(reply.now_ms, free.min(u64::from(u32::MAX)) as u32);
+            let previous = reply.stored.as_ref().map(|s| s.decision);
+            // A store that lost the decision (restarted empty) goes on from
+            // the last one this gateway read, not from the start.
+            let known =
+                previous.or_else(|| self.decision.load().as_ref().as_ref().map(|s| s.decision));
+            let from = fleet_rate::previous(known.as_ref(), &bounds, start, reply.now_ms);
+            (
+                adaptive::step(&bounds, &from, &m, reply.now_ms),
+                previous.map(|p| p.at_ms),
+            )
+        };
+        if let Err(e) = store.decide(&self.name, id, &next.0, next.1).await {
+            self.answered(Err(&e));
+        }
     }
 
     /// The config's kill switch, applied (at start and on every reload).
@@ -456,7 +653,7 @@ impl SharedRoom {
         }
         let policy = self.policy.load_full();
         let share_milli = self.share_milli();
-        let args = TickArgs {
+        let mut args = TickArgs {
             release_per_second: policy.release_per_second.get(),
             burst: policy.burst.get(),
             max_active: policy.max_active.get(),
@@ -466,7 +663,13 @@ impl SharedRoom {
             sold_out_seen: !self.stock.can_sell(&self.name),
             share_milli,
             pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
+            adaptive: None,
         };
+        let adaptive = self.adaptive().config;
+        if let Some((bounds, start)) = adaptive {
+            args.release_per_second = start;
+            args.adaptive = Some((bounds.min_per_second, bounds.max_per_second));
+        }
         match store.tick(&self.name, &args).await {
             Ok(tick) => {
                 let version = tick.numbers.version;
@@ -483,6 +686,19 @@ impl SharedRoom {
                 };
                 self.saw(numbers.next, numbers.serving);
                 self.numbers.store(Arc::new(numbers));
+                if adaptive.is_some() {
+                    self.decision.store(Arc::new(tick.adaptive));
+                    // Estimates and the watermark follow the rate in force.
+                    if let Some(rate) = std::num::NonZeroU32::new(tick.rate_in_force) {
+                        if policy.release_per_second != rate {
+                            self.policy.rcu(|p| {
+                                let mut p = Policy::clone(p);
+                                p.release_per_second = rate;
+                                p
+                            });
+                        }
+                    }
+                }
                 self.answered(Ok(()));
             }
             Err(e) => self.answered(Err(&e)),
@@ -511,6 +727,18 @@ async fn tick_loop(room: Weak<SharedRoom>) {
         every.tick().await;
         let Some(room) = room.upgrade() else { return };
         room.tick_once().await;
+    }
+}
+
+/// The room's adaptive step, every [`adaptive::STEP_MS`], until the room
+/// is dropped (nothing to do while its rate is pinned).
+async fn adapt_loop(room: Weak<SharedRoom>) {
+    let mut every = tokio::time::interval(Duration::from_millis(adaptive::STEP_MS));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(room) = room.upgrade() else { return };
+        room.adapt_once().await;
     }
 }
 

@@ -3,9 +3,10 @@
 //! new connection and again whenever Redis says a function is missing, as
 //! after a restart without data), which read Redis's own clock.
 //!
-//! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots` and
-//! `sluice2:{R}:released`, one hash tag, so Redis Cluster keeps each room
-//! on one slot.
+//! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots`,
+//! `sluice2:{R}:released` and, for an adaptive room,
+//! `sluice2:{R}:checkouts` and `sluice2:{R}:leader`: one hash tag, so
+//! Redis Cluster keeps each room on one slot.
 //!
 //! One multiplexed connection ([`ConnectionManager`], which reconnects by
 //! itself), explicit connect and response timeouts, and every call bounded
@@ -16,10 +17,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisError};
+use sluice_admission::adaptive::Decision;
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
+use sluice_admission::fleet_rate;
 use tokio::sync::Mutex;
 
-use super::store::{ClaimArgs, Member, RoomStore, StoreError, Tick, TickArgs};
+use super::store::{
+    AdaptReply, ClaimArgs, Member, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
+};
 
 /// The Functions library.
 pub const LIBRARY: &str = include_str!("sluice.lua");
@@ -157,8 +162,27 @@ pub fn keys(room: &str) -> [String; 3] {
     ]
 }
 
+/// The adaptive room's stream of checkouts and its leader's lease.
+pub fn adaptive_keys(room: &str) -> [String; 2] {
+    [
+        format!("sluice2:{{{room}}}:checkouts"),
+        format!("sluice2:{{{room}}}:leader"),
+    ]
+}
+
 fn flag(b: bool) -> u64 {
     u64::from(b)
+}
+
+/// The stored decision from the five `ad_` fields a Function returns.
+fn stored_decision(f: &[String]) -> Option<StoredDecision> {
+    let [rate, reason, at, cut, by] = f else {
+        return None;
+    };
+    Some(StoredDecision {
+        decision: fleet_rate::decode_decision(rate, reason, at, cut)?,
+        by: by.clone(),
+    })
 }
 
 #[async_trait]
@@ -173,13 +197,13 @@ impl RoomStore for RedisStore {
         let [line, _, _] = keys(room);
         let r: Vec<u64> = self
             .fcall(
-                "sluice_2_join",
+                "sluice_3_join",
                 &[line],
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
         let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_2_join gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_3_join gave {r:?}")));
         };
         Ok(JoinReply {
             first,
@@ -192,9 +216,10 @@ impl RoomStore for RedisStore {
     }
 
     async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
-        let r: Vec<u64> = self
+        let (adaptive, lo, hi) = a.adaptive.map_or((0, 0, 0), |(lo, hi)| (1, lo, hi));
+        let r: Vec<String> = self
             .fcall(
-                "sluice_2_tick",
+                "sluice_3_tick",
                 &keys(room),
                 &[
                     u64::from(a.release_per_second),
@@ -206,13 +231,24 @@ impl RoomStore for RedisStore {
                     flag(a.sold_out_seen),
                     u64::from(a.share_milli),
                     a.pass_ttl_ms,
+                    adaptive,
+                    u64::from(lo),
+                    u64::from(hi),
                 ],
             )
             .await?;
-        let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms] =
-            r[..]
+        let bad = || StoreError::Protocol(format!("sluice_3_tick gave {r:?}"));
+        if r.len() != 18 {
+            return Err(bad());
+        }
+        let n: Vec<u64> = r[..13]
+            .iter()
+            .map(|v| v.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms, rate] =
+            n[..]
         else {
-            return Err(StoreError::Protocol(format!("sluice_2_tick gave {r:?}")));
+            return Err(bad());
         };
         Ok(Tick {
             numbers: LineNumbers {
@@ -231,13 +267,15 @@ impl RoomStore for RedisStore {
             },
             released: released as u32,
             store_now_ms: now_ms,
+            rate_in_force: rate.min(u64::from(u32::MAX)) as u32,
+            adaptive: stored_decision(&r[13..]),
         })
     }
 
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_2_claim",
+                "sluice_3_claim",
                 &keys(room),
                 &[
                     seq,
@@ -252,14 +290,14 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_2_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_3_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_2_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_3_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -273,22 +311,87 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_2_set_state",
+            "sluice_3_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
         .await
     }
 
+    async fn adapt(
+        &self,
+        room: &str,
+        id: &str,
+        lease_ms: u64,
+        after: &str,
+        batch: &str,
+    ) -> Result<AdaptReply, StoreError> {
+        let [line, _, _] = keys(room);
+        let [checkouts, leader] = adaptive_keys(room);
+        let r: Vec<String> = self
+            .fcall_str(
+                "sluice_3_adapt",
+                &[line, checkouts, leader],
+                &[
+                    id.to_string(),
+                    lease_ms.to_string(),
+                    after.to_string(),
+                    batch.to_string(),
+                ],
+            )
+            .await?;
+        let bad = || StoreError::Protocol(format!("sluice_3_adapt gave {} items", r.len()));
+        if r.len() < 8 || !r.len().is_multiple_of(2) {
+            return Err(bad());
+        }
+        Ok(AdaptReply {
+            now_ms: r[0].parse().map_err(|_| bad())?,
+            leads: r[1] == "1",
+            leader: r[2].clone(),
+            stored: stored_decision(&r[3..8]),
+            batches: r[8..]
+                .chunks(2)
+                .map(|b| (b[0].clone(), b[1].clone()))
+                .collect(),
+        })
+    }
+
+    async fn decide(
+        &self,
+        room: &str,
+        id: &str,
+        next: &Decision,
+        previous_at_ms: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let [line, _, _] = keys(room);
+        let [_, leader] = adaptive_keys(room);
+        let [rate, reason, at, cut] = fleet_rate::encode_decision(next);
+        let written: u64 = self
+            .fcall_str(
+                "sluice_3_decide",
+                &[line, leader],
+                &[
+                    id.to_string(),
+                    rate,
+                    reason,
+                    at,
+                    cut,
+                    previous_at_ms.map(|p| p.to_string()).unwrap_or_default(),
+                ],
+            )
+            .await?;
+        Ok(written == 1)
+    }
+
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_2_heartbeat",
+                "sluice_3_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_2_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_3_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

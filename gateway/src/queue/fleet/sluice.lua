@@ -1,9 +1,9 @@
-#!lua name=sluice_2
+#!lua name=sluice_3
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_2`): a change of a
+The library and every function carry a version (`sluice_3`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,18 +12,30 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's):
+share keys with sluice_1's; sluice_3 only added keys and fields, for the
+fleet's adaptive rate, which sluice_2 ignores, so both share the prefix and
+a rolling upgrade keeps the line):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
                              paused, sold_out (0/1), version (bumped by
                              set_state), born_ms (when this hash was made: see
                              WARM_UP_MS), shows / no_shows (released places
                              collected / never collected, totals), hold_ms
-                             (mean time a pass held its slot)
+                             (mean time a pass held its slot); for an
+                             adaptive room, the decision in force: ad_rate
+                             (exact, per second), ad_reason, ad_at_ms,
+                             ad_cut_ms (last cut, "" none), ad_by (the
+                             gateway that took it)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
                              score = unix ms at which its claim window ends
+  sluice2:{R}:checkouts STREAM each adaptive gateway's checkouts of the
+                             last second, one entry a batch ("b"), trimmed
+                             to HORIZON_MS, gone 2 x HORIZON_MS after the
+                             last
+  sluice2:{R}:leader   STRING the gateway that steps the adaptive rate,
+                             expiring (PX) unless it steps again
 
 And one key for the fleet itself (its own slot in Redis Cluster):
   sluice:fleet      HASH  gateway id -> "<unix ms last seen> <region>"
@@ -71,7 +83,7 @@ local function load(key, hw_next, hw_serving, ms)
   return r
 end
 
--- FCALL sluice_2_join 1 <room> <n> <capacity> <hw_next>
+-- FCALL sluice_3_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
 -- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
@@ -116,9 +128,22 @@ local function interval_us(rate, share_milli)
   return math.max(1, math.ceil(show_milli(share_milli) * 1000 / rate))
 end
 
--- FCALL sluice_2_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
+-- The adaptive decision's fields in the room hash.
+local AD_FIELDS = {'ad_rate', 'ad_reason', 'ad_at_ms', 'ad_cut_ms', 'ad_by'}
+
+local function stored_decision(key)
+  local v = redis.call('HMGET', key, unpack(AD_FIELDS))
+  return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or ''}
+end
+
+-- FCALL sluice_3_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
 --       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
---       <pass_ttl_ms>
+--       <pass_ttl_ms> <adaptive 0/1> <min_per_second> <max_per_second>
+-- With adaptive = 1 the release runs at the room's stored decision
+-- (ad_rate rounded, inside [min, max], at least 1: the same arithmetic as
+-- sluice_admission::fleet_rate::rate_in_force), <rate> only until one is
+-- stored; with 0 (a rate pinned by the operator's number) at <rate>, and
+-- the stored decision is forgotten.
 -- Ends passes that ran out and released places nobody collected within
 -- their claim window (no-shows), then releases the next places while the
 -- GCRA (rate made up for the no-show share, burst) and the slots allow:
@@ -126,9 +151,19 @@ end
 -- come. Any gateway may call it, as often as it likes: the rate comes from
 -- TIME, not from the number of calls.
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
---     now_ms, shows, no_shows, hold_ms}
+--     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
+--     ad_cut_ms, ad_by} (the ad_ fields "" when none)
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
+  if tonumber(args[10]) == 1 then
+    local stored = tonumber(redis.call('HGET', keys[1], 'ad_rate'))
+    if stored then
+      local lo, hi = tonumber(args[11]), tonumber(args[12])
+      rate = math.max(1, math.min(math.max(hi, lo), math.max(lo, math.floor(stored + 0.5))))
+    end
+  elseif redis.call('HEXISTS', keys[1], 'ad_rate') == 1 then
+    redis.call('HDEL', keys[1], unpack(AD_FIELDS))
+  end
   local claim_window_ms = tonumber(args[4])
   local share_milli, ttl = tonumber(args[8]), tonumber(args[9])
   local us = now_us()
@@ -169,11 +204,73 @@ local function tick(keys, args)
   redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving, 'tat_us', r.tat_us,
     'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version, 'born_ms', r.born_ms)
   local v = redis.call('HMGET', keys[1], 'shows', 'no_shows', 'hold_ms')
+  local d = stored_decision(keys[1])
   return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
-    num(v[1]), num(v[2]), num(v[3])}
+    num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5]}
 end
 
--- FCALL sluice_2_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
+-- Checkouts older than this are of no use to any window (the adaptive
+-- window's HORIZON_MS).
+local HORIZON_MS = 30000
+-- Batches one read returns at most (the reader asks again from the last).
+local READ_MAX = 1000
+
+-- FCALL sluice_3_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
+--       <batch>
+-- Once a second from every gateway of an adaptive room: appends <batch>
+-- (its checkouts since its last call, "" none; dated by the entry's id,
+-- Redis's clock), takes the room's lease for gateway <id> for <lease_ms>
+-- if nobody holds it or <id> already does (as
+-- sluice_admission::fleet_rate::leads), and reads the batches after stream
+-- id <after> ("-": the last HORIZON_MS).
+-- -> {now_ms, leads 0/1, holder, ad_rate, ad_reason, ad_at_ms, ad_cut_ms,
+--     ad_by, id1, batch1, id2, batch2, ...} (all strings)
+local function adapt(keys, args)
+  local id, lease_ms, after, batch = args[1], tonumber(args[2]), args[3], args[4]
+  local ms = now_ms()
+  local horizon = string.format('%d', math.max(0, ms - HORIZON_MS))
+  if batch ~= '' then
+    redis.call('XADD', keys[2], 'MINID', '~', horizon, '*', 'b', batch)
+    redis.call('PEXPIRE', keys[2], 2 * HORIZON_MS)
+  end
+  local holder = redis.call('GET', keys[3])
+  local leads = '0'
+  if not holder or holder == id then
+    redis.call('SET', keys[3], id, 'PX', lease_ms)
+    holder, leads = id, '1'
+  end
+  local from = horizon
+  if after ~= '-' then from = '(' .. after end
+  local entries = redis.call('XRANGE', keys[2], from, '+', 'COUNT', READ_MAX)
+  local d = stored_decision(keys[1])
+  local out = {string.format('%d', ms), leads, holder, d[1], d[2], d[3], d[4], d[5]}
+  for _, e in ipairs(entries) do
+    local text = ''
+    for i = 1, #e[2], 2 do
+      if e[2][i] == 'b' then text = e[2][i + 1] end
+    end
+    table.insert(out, e[1])
+    table.insert(out, text)
+  end
+  return out
+end
+
+-- FCALL sluice_3_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
+--       <cut_at_ms> <previous_at_ms>
+-- The leader's step: written only while <id> holds the lease and the
+-- decision stored is still the one it stepped from (its ad_at_ms, "" for
+-- none), so a leader that lost the lease, or stepped from an old
+-- decision, writes nothing. -> 1 written | 0 not
+local function decide(keys, args)
+  if redis.call('GET', keys[2]) ~= args[1] then return 0 end
+  local at = redis.call('HGET', keys[1], 'ad_at_ms') or ''
+  if at ~= args[6] then return 0 end
+  redis.call('HSET', keys[1], 'ad_rate', args[2], 'ad_reason', args[3], 'ad_at_ms', args[4],
+    'ad_cut_ms', args[5], 'ad_by', args[1])
+  return 1
+end
+
+-- FCALL sluice_3_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free, and ends at now + pass_ttl; later claims get the same end. With no
@@ -208,7 +305,7 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_2_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_3_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -220,7 +317,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_2_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_3_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -241,7 +338,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_2_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_3_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -263,9 +360,11 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_2_heartbeat', heartbeat)
-redis.register_function('sluice_2_join', join)
-redis.register_function('sluice_2_tick', tick)
-redis.register_function('sluice_2_claim', claim)
-redis.register_function('sluice_2_give_back', give_back)
-redis.register_function('sluice_2_set_state', set_state)
+redis.register_function('sluice_3_heartbeat', heartbeat)
+redis.register_function('sluice_3_join', join)
+redis.register_function('sluice_3_tick', tick)
+redis.register_function('sluice_3_claim', claim)
+redis.register_function('sluice_3_give_back', give_back)
+redis.register_function('sluice_3_set_state', set_state)
+redis.register_function('sluice_3_adapt', adapt)
+redis.register_function('sluice_3_decide', decide)

@@ -6,6 +6,7 @@
 //! [`sluice_admission::fleet`]; the back end is [`super::redis::RedisStore`].
 
 use async_trait::async_trait;
+use sluice_admission::adaptive::Decision;
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
 use thiserror::Error;
 
@@ -41,6 +42,35 @@ pub struct TickArgs {
     pub hw_serving: u64,
     /// This gateway's stock says the room is sold out.
     pub sold_out_seen: bool,
+    /// `Some((min_per_second, max_per_second))` for an adaptive room: the
+    /// release runs at the stored decision, inside these bounds
+    /// (`release_per_second` only until one is stored). `None`: the rate
+    /// is pinned at `release_per_second`, and a stored decision is
+    /// forgotten.
+    pub adaptive: Option<(u32, u32)>,
+}
+
+/// The adaptive decision in force for a fleet room, as the store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDecision {
+    pub decision: Decision,
+    /// The gateway (node id) that took it.
+    pub by: String,
+}
+
+/// What one adaptive call (`adapt`) gave back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptReply {
+    /// The store's clock (unix ms).
+    pub now_ms: u64,
+    /// This gateway holds the room's lease: it steps the rate.
+    pub leads: bool,
+    /// Who holds the lease.
+    pub leader: String,
+    pub stored: Option<StoredDecision>,
+    /// The batches published since the `after` asked for: (stream id,
+    /// batch text), oldest first.
+    pub batches: Vec<(String, String)>,
 }
 
 /// What a claim needs from the room's config.
@@ -53,7 +83,7 @@ pub struct ClaimArgs {
 }
 
 /// What one tick did, and the room's numbers after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
     /// `read_at_ms` is left 0: the caller stamps it with its own clock.
     pub numbers: LineNumbers,
@@ -61,6 +91,10 @@ pub struct Tick {
     pub released: u32,
     /// The store's clock (unix ms).
     pub store_now_ms: u64,
+    /// The whole rate the release ran at.
+    pub rate_in_force: u32,
+    /// The room's adaptive decision in force, if one is stored.
+    pub adaptive: Option<StoredDecision>,
 }
 
 /// A gateway of the fleet as the store last heard from it.
@@ -110,6 +144,31 @@ pub trait RoomStore: Send + Sync + 'static {
         sold_out: bool,
         only_if_new: bool,
     ) -> Result<u64, StoreError>;
+
+    /// An adaptive room's step on gateway `id`: publishes `batch` (its
+    /// checkouts since its last call, `sluice_admission::fleet_rate`'s
+    /// text), takes or renews the room's lease for `lease_ms` if it is free
+    /// or `id`'s, and reads the batches published after stream id `after`
+    /// (`"-"`: the whole horizon) and the decision in force.
+    async fn adapt(
+        &self,
+        room: &str,
+        id: &str,
+        lease_ms: u64,
+        after: &str,
+        batch: &str,
+    ) -> Result<AdaptReply, StoreError>;
+
+    /// The leader's next decision, written only while `id` holds the lease
+    /// and the stored decision is still the one taken at `previous_at_ms`
+    /// (`None`: none stored). `true` if written.
+    async fn decide(
+        &self,
+        room: &str,
+        id: &str,
+        next: &Decision,
+        previous_at_ms: Option<u64>,
+    ) -> Result<bool, StoreError>;
 
     /// Marks gateway `id` (in `region`) alive and lists the fleet.
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError>;
