@@ -14,7 +14,9 @@ use std::collections::VecDeque;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sluice_admission::adaptive::{step, Bounds, CheckoutWindow, Decision, Outcome};
+use sluice_admission::adaptive::{
+    step, Bounds, CheckoutWindow, Decision, InFlight, Measurements, Outcome,
+};
 
 const TICK_MS: u64 = 10;
 const SERVICE_MEAN_MS: f64 = 100.0;
@@ -68,6 +70,9 @@ fn simulate(seed: u64) -> Run {
     };
     let end = 3 * PHASE_MS;
     let mut now = 0u64;
+    // Checkouts at the backend (queued or being served), as the gateway
+    // counts its own: from the backend's events, not its capacity.
+    let mut in_flight = InFlight::new(0);
     while now < end {
         now += TICK_MS;
         // Release at the rate in force, as the room's bucket does.
@@ -79,6 +84,7 @@ fn simulate(seed: u64) -> Run {
         }
         thinking.retain(|&at| {
             if at <= now {
+                in_flight.start(now);
                 queued.push_back(at);
                 false
             } else {
@@ -95,6 +101,7 @@ fn simulate(seed: u64) -> Run {
                 };
                 window.record(now, (now - arrived) as u32, outcome);
                 run.checkouts.push((now, now - arrived, failed));
+                in_flight.end(now);
                 active -= 1;
                 false
             } else {
@@ -105,6 +112,7 @@ fn simulate(seed: u64) -> Run {
             let arrived = queued.pop_front().unwrap();
             window.record(now, (now - arrived) as u32, Outcome::Failed);
             run.checkouts.push((now, now - arrived, true));
+            in_flight.end(now);
             active -= 1;
         }
         while serving.len() < workers_at(now) {
@@ -118,7 +126,12 @@ fn simulate(seed: u64) -> Run {
             serving.push((arrived, now + service, failed));
         }
         if now.is_multiple_of(1000) {
-            let m = window.measure(now, MAX_ACTIVE - active);
+            let span = in_flight.take(now);
+            let m = Measurements {
+                in_flight: Some(span.average),
+                started_per_second: span.started_per_second,
+                ..window.measure(now, MAX_ACTIVE - active)
+            };
             decision = step(&BOUNDS, &decision, &m, now);
             run.seconds.push(Second {
                 at_ms: now,
@@ -198,13 +211,20 @@ fn the_rate_follows_the_backend_down_and_up() {
     }
 }
 
-/// The full bar, not met yet: after settling the rate still swings
-/// by more than 15 % around its mean (a limit cycle of about 30 s against
-/// this backend) and the p99 peaks above 1.5 × the target on each swing.
+/// The full bar: from 30 s after each step of the capacity, the
+/// rate holds within ±15 % of its mean, that mean is 60-100 % of the
+/// capacity, and the p99 of the checkouts that ended stays within 1.5 × the
+/// target.
 #[test]
-#[ignore = "adaptive release still oscillates against this backend; see docs/waiting-room.md"]
 fn after_settling_the_rate_holds_within_15_percent_and_p99_within_1_5x() {
-    for seed in [1, 2, 3, 42, 2026] {
+    // SIM_SEEDS (with SIM_REPORT) reports on other seeds than the asserted ones.
+    let seeds: Vec<u64> = match std::env::var("SIM_SEEDS") {
+        Ok(list) if std::env::var_os("SIM_REPORT").is_some() => {
+            list.split(',').map(|s| s.trim().parse().unwrap()).collect()
+        }
+        _ => vec![1, 2, 3, 42, 2026],
+    };
+    for seed in seeds {
         let run = simulate(seed);
         if std::env::var_os("SIM_TRACE").is_some() {
             for s in run.seconds.iter().step_by(3) {
@@ -223,9 +243,20 @@ fn after_settling_the_rate_holds_within_15_percent_and_p99_within_1_5x() {
                 .map(|s| (s.rate - steady).abs() / steady)
                 .fold(0.0, f64::max);
             let after = settled_checkouts(&run, settled, end);
+            let in_phase = || {
+                run.seconds
+                    .iter()
+                    .filter(|s| (settled..end).contains(&s.at_ms))
+            };
+            let low = in_phase().min_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
+            let high = in_phase().max_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
             eprintln!(
-                "seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} %, p99 {} ms",
+                "seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} % ({:.0} at {} s, {:.0} at {} s), p99 {} ms",
                 swing * 100.0,
+                low.rate,
+                low.at_ms / 1000,
+                high.rate,
+                high.at_ms / 1000,
                 p99(after.iter().map(|c| c.1).collect())
             );
             if std::env::var_os("SIM_REPORT").is_some() {
