@@ -87,6 +87,13 @@ pub const UNDERLOAD_DROP: f64 = 0.8;
 pub const UNDERLOAD_QUEUE: f64 = 0.5;
 /// ...for this many steps in a row.
 pub const UNDERLOAD_STEPS: u32 = 5;
+/// CRUISE: the window served more than this many times the capacity it
+/// cruises on...
+pub const OUTSERVED: f64 = 1.5;
+/// ...for this many steps in a row: the capacity is at least what was
+/// served (a delivery rate is a lower bound of the capacity, BBR's
+/// bottleneck bandwidth), back to STARTUP from there.
+pub const OUTSERVED_STEPS: u32 = 2;
 
 /// The controller: the next decision from the last one and the latest
 /// measurements. Pure; the caller runs it every [`super::STEP_MS`].
@@ -219,6 +226,27 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
             if d.underload_steps >= UNDERLOAD_STEPS {
                 d.phase = Phase::Startup;
                 d.underload_steps = 0;
+            }
+            // Shoppers who learn of their pass at their next poll check
+            // out in rounds: the backend is busy through each round, so
+            // what it serves then is what it can serve, whatever the
+            // latency it cruised at was learnt on.
+            let cruised_on = previous.capacity.unwrap_or(rate / CRUISE_GAIN);
+            d.outserved_steps = if m.served_per_second > OUTSERVED * cruised_on {
+                previous.outserved_steps + 1
+            } else {
+                0
+            };
+            if d.outserved_steps >= OUTSERVED_STEPS {
+                d.phase = Phase::Startup;
+                d.outserved_steps = 0;
+                d.underload_steps = 0;
+                d.capacity = Some(m.served_per_second);
+                d.capacity_high = Some(
+                    previous
+                        .capacity_high
+                        .map_or(m.served_per_second, |h| h.max(m.served_per_second)),
+                );
             }
             (rate, Reason::Steady)
         }

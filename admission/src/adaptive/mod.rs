@@ -182,6 +182,9 @@ pub struct Decision {
     pub cruise_steps: u32,
     pub underload_steps: u32,
     pub cruise_latency_ms: Option<f64>,
+    /// In CRUISE: steps in a row the backend served more than
+    /// `law::OUTSERVED` × the capacity it cruises on.
+    pub outserved_steps: u32,
     /// Whether the room has cruised before (a capacity was settled on).
     pub cruised: bool,
 }
@@ -204,6 +207,7 @@ impl Decision {
             cruise_steps: 0,
             underload_steps: 0,
             cruise_latency_ms: None,
+            outserved_steps: 0,
             cruised: false,
         }
     }

@@ -173,6 +173,40 @@ fn a_recovery_returns_to_the_highest_capacity() {
 }
 
 #[test]
+fn a_round_of_checkouts_served_well_above_the_cruise_capacity_ends_cruise() {
+    // Cruising at 5/s on a capacity of 6/s measured while the backend was
+    // slow, with a cruise latency learnt after it had recovered (so no
+    // latency drop will ever show): shoppers who learn of their pass at
+    // their next poll check out in a round, which the backend serves at
+    // 20/s.
+    let mut d = at(5.1, Phase::Cruise);
+    d.base_ms = Some(100.0);
+    d.capacity = Some(6.0);
+    d.capacity_high = Some(6.0);
+    d.cruised = true;
+    d.cruise_steps = 30;
+    d.cruise_latency_ms = Some(100.0);
+    let round = m(60, 100.0, 20.0, 2.0, 20.0);
+    // One such window may be noise: still cruising.
+    d = step(&B, &d, &round, 1000);
+    assert_eq!(
+        (d.phase, d.rate, d.outserved_steps),
+        (Phase::Cruise, 5.1, 1)
+    );
+    // Between rounds nothing is served: the count starts again.
+    d = step(&B, &d, &m(20, 100.0, 2.0, 0.2, 0.0), 2000);
+    assert_eq!((d.phase, d.outserved_steps), (Phase::Cruise, 0));
+    for s in 3..=4u64 {
+        d = step(&B, &d, &round, s * 1000);
+    }
+    assert_eq!(d.phase, Phase::Startup);
+    assert_eq!((d.capacity, d.capacity_high), (Some(20.0), Some(20.0)));
+    // STARTUP returns to CRUISE_GAIN × the new highest capacity.
+    d = step(&B, &d, &round, 5000);
+    assert!((d.rate - CRUISE_GAIN * 20.0).abs() < 1e-9, "{}", d.rate);
+}
+
+#[test]
 fn backend_errors_drain_even_when_fast() {
     let mut x = healthy(100.0);
     x.backend_failures = 20; // 20 of 300: 6.7 %, above 2 % (6) by 2 σ.

@@ -163,9 +163,7 @@ pub fn confirmed_violations(
 /// The names of the stock and order books, in the order [`check`] runs
 /// them (the paysim ledger and `sluice audit` apart): one list for the
 /// rooms-only rehearsal that skips them and the tests that want them.
-pub const ORDER_BOOKS: [&str; 7] = [
-    REPLAYED, STOCK, STUCK, PRESENT, FINAL, CONFIRMED, ONE_ORDER,
-];
+pub const ORDER_BOOKS: [&str; 7] = [REPLAYED, STOCK, STUCK, PRESENT, FINAL, CONFIRMED, ONE_ORDER];
 const STOCK: &str = "stock conserved, no oversell";
 const STUCK: &str = "no order stuck";
 const PRESENT: &str = "every acknowledged order present";
