@@ -28,6 +28,12 @@
 //!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
 //!          at, and the smoothed queue below UNDERLOAD_QUEUE, for
 //!          UNDERLOAD_STEPS in a row → STARTUP (capacity came back)
+//!          the window served > OUTSERVED × the capacity it cruises on,
+//!          OUTSERVED_STEPS in a row → STARTUP with capacity (and the
+//!          highest capacity, if lower) = that served rate (a delivery
+//!          rate is a lower bound of the capacity: shoppers who learn of
+//!          their pass at their next poll check out in rounds, and the
+//!          backend serves a round as fast as it can)
 //! rate'    clamped to [min_per_second, max_per_second]; no growth without
 //!          a free max_active slot
 //! ```
