@@ -162,33 +162,32 @@ pub fn rate_in_force(stored: Option<f64>, min: u32, max: u32, configured: u32) -
     }
 }
 
-/// The store's text of a decision: rate, reason, when, last cut (`""`:
-/// none).
+/// The store's text of a decision: rate, reason, when (the fields the
+/// tick and `/admin/state` read), and the law's whole state as JSON, so a
+/// gateway that takes the lease steps on from exactly where the last
+/// leader was (phase, capacities, base latency, counters).
 pub fn encode_decision(d: &Decision) -> [String; 4] {
     [
         format!("{:.6}", d.rate),
         d.reason.as_str().to_string(),
         d.at_ms.to_string(),
-        d.cut_at_ms.map(|c| c.to_string()).unwrap_or_default(),
+        serde_json::to_string(d).unwrap_or_default(),
     ]
 }
 
 /// A decision from the store's text (`None`: none stored, or not one
-/// [`encode_decision`] wrote).
-pub fn decode_decision(rate: &str, reason: &str, at_ms: &str, cut_at_ms: &str) -> Option<Decision> {
+/// [`encode_decision`] wrote). The first three fields stand over the
+/// state's copies of them.
+pub fn decode_decision(rate: &str, reason: &str, at_ms: &str, state: &str) -> Option<Decision> {
     let rate: f64 = rate.parse().ok().filter(|r: &f64| r.is_finite())?;
     let reason = Reason::ALL.into_iter().find(|r| r.as_str() == reason)?;
     let at_ms = at_ms.parse().ok()?;
-    let cut_at_ms = if cut_at_ms.is_empty() {
-        None
-    } else {
-        Some(cut_at_ms.parse().ok()?)
-    };
+    let state: Decision = serde_json::from_str(state).ok()?;
     Some(Decision {
         rate,
         reason,
         at_ms,
-        cut_at_ms,
+        ..state
     })
 }
 
@@ -290,17 +289,19 @@ mod tests {
             rate: 12.345678,
             reason: Reason::Latency,
             at_ms: 42,
-            cut_at_ms: Some(40),
+            phase: crate::adaptive::Phase::Cruise,
+            capacity: Some(17.5),
+            base_ms: Some(120.0),
+            outserved_steps: 1,
+            cruised: true,
+            ..Decision::start(&bounds, 40)
         };
-        let [r, why, at, cut] = encode_decision(&d);
-        assert_eq!(decode_decision(&r, &why, &at, &cut), Some(d));
-        let start = Decision {
-            cut_at_ms: None,
-            ..d
-        };
-        let [r, why, at, cut] = encode_decision(&start);
-        assert_eq!(cut, "");
-        assert_eq!(decode_decision(&r, &why, &at, &cut), Some(start));
+        let [r, why, at, state] = encode_decision(&d);
+        assert_eq!(decode_decision(&r, &why, &at, &state), Some(d));
+        let start = Decision::start(&bounds, 7);
+        let [r, why, at, state] = encode_decision(&start);
+        assert_eq!(decode_decision(&r, &why, &at, &state), Some(start));
+        assert_eq!(decode_decision(&r, &why, &at, ""), None, "no law state");
         assert_eq!(decode_decision("", "", "", ""), None);
         assert_eq!(decode_decision("1.0", "sideways", "1", ""), None);
         // A leader with nothing stored starts from the configured rate;

@@ -9,12 +9,23 @@
 //! admitted shopper starts checkout 0-2 s after admission; 5 % of cards are
 //! declined (served, not the backend's fault) and 0.3 % of checkouts fail
 //! on their own.
+//!
+//! The lagged case is the real line's (traced on `backend-degrades`): a
+//! released shopper learns it was let in only at its next status poll,
+//! and the shoppers released one after the other joined one after the
+//! other, so they poll together: the releases of a whole poll interval
+//! (`poll_min_s` = 10 s here, as in that scenario) reach checkout in one
+//! round, spread over 2 s, and between rounds nothing arrives. What the
+//! backend serves then trails the release rate by up to a poll interval
+//! and is zero between rounds.
 
 use std::collections::VecDeque;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sluice_admission::adaptive::{step, Bounds, CheckoutWindow, Decision, Outcome};
+use sluice_admission::adaptive::{
+    step, Bounds, CheckoutWindow, Decision, InFlight, Measurements, Outcome, Phase,
+};
 
 const TICK_MS: u64 = 10;
 const SERVICE_MEAN_MS: f64 = 100.0;
@@ -35,6 +46,7 @@ const BOUNDS: Bounds = Bounds {
 struct Second {
     at_ms: u64,
     rate: f64,
+    phase: Phase,
 }
 
 struct Run {
@@ -43,18 +55,57 @@ struct Run {
     checkouts: Vec<(u64, u64, bool)>,
 }
 
-fn workers_at(now_ms: u64) -> usize {
-    if (PHASE_MS..2 * PHASE_MS).contains(&now_ms) {
-        3
-    } else {
-        10
+/// A backend and the line in front of it.
+struct Plant {
+    bounds: Bounds,
+    /// Workers and their mean service time (ms) in each phase.
+    workers: [usize; 3],
+    service_ms: [f64; 3],
+    /// Poll rounds this far apart (0: a shopper starts checkout 0-2 s
+    /// after its release, whenever that is).
+    round_ms: u64,
+}
+
+/// The backend: 100, then 30, then 100 checkouts a second.
+const BIG: Plant = Plant {
+    bounds: BOUNDS,
+    workers: [10, 3, 10],
+    service_ms: [SERVICE_MEAN_MS; 3],
+    round_ms: NO_LAG_MS,
+};
+
+/// `backend-degrades`' short test, as traced: one provider worker at
+/// 50 ms a checkout (20/s), then 160 ms (6/s), then 50 ms again; the
+/// scenario's bounds (2-40/s, 1,200 ms); shoppers in poll rounds.
+const SMALL: Plant = Plant {
+    bounds: Bounds {
+        target_p99_ms: 1200,
+        max_error_ratio: 0.02,
+        min_per_second: 2,
+        max_per_second: 40,
+    },
+    workers: [1; 3],
+    service_ms: [50.0, 160.0, 50.0],
+    round_ms: POLL_ROUND_MS,
+};
+
+impl Plant {
+    fn phase(now_ms: u64) -> usize {
+        ((now_ms / PHASE_MS) as usize).min(2)
     }
 }
 
-fn simulate(seed: u64) -> Run {
+/// The existing case: a shopper starts checkout 0-2 s after its release.
+const NO_LAG_MS: u64 = 0;
+/// The line's: shoppers learn of their release in poll rounds this far
+/// apart, and start checkout 0-2 s after the round.
+const POLL_ROUND_MS: u64 = 10_000;
+
+fn simulate(seed: u64, plant: &Plant) -> Run {
+    let lag_ms = plant.round_ms;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut window = CheckoutWindow::new();
-    let mut decision = Decision::start(&BOUNDS, 0);
+    let mut decision = Decision::start(&plant.bounds, 0);
     let mut tokens = 0.0f64;
     let mut active = 0u32;
     // Shoppers admitted, by when they start their checkout.
@@ -68,6 +119,9 @@ fn simulate(seed: u64) -> Run {
     };
     let end = 3 * PHASE_MS;
     let mut now = 0u64;
+    // Checkouts at the backend (queued or being served), as the gateway
+    // counts its own: from the backend's events, not its capacity.
+    let mut in_flight = InFlight::new(0);
     while now < end {
         now += TICK_MS;
         // Release at the rate in force, as the room's bucket does.
@@ -75,10 +129,17 @@ fn simulate(seed: u64) -> Run {
         while tokens >= 1.0 && active < MAX_ACTIVE {
             tokens -= 1.0;
             active += 1;
-            thinking.push(now + rng.random_range(0..2000));
+            // The next poll round after the release (none: at once).
+            let round = if lag_ms == 0 {
+                now
+            } else {
+                now.next_multiple_of(lag_ms)
+            };
+            thinking.push(round + rng.random_range(0..2000));
         }
         thinking.retain(|&at| {
             if at <= now {
+                in_flight.start(now);
                 queued.push_back(at);
                 false
             } else {
@@ -95,6 +156,7 @@ fn simulate(seed: u64) -> Run {
                 };
                 window.record(now, (now - arrived) as u32, outcome);
                 run.checkouts.push((now, now - arrived, failed));
+                in_flight.end(now);
                 active -= 1;
                 false
             } else {
@@ -105,24 +167,31 @@ fn simulate(seed: u64) -> Run {
             let arrived = queued.pop_front().unwrap();
             window.record(now, (now - arrived) as u32, Outcome::Failed);
             run.checkouts.push((now, now - arrived, true));
+            in_flight.end(now);
             active -= 1;
         }
-        while serving.len() < workers_at(now) {
+        while serving.len() < plant.workers[Plant::phase(now)] {
             let Some(arrived) = queued.pop_front() else {
                 break;
             };
             let u: f64 = rng.random_range(f64::EPSILON..1.0);
-            let service = (-u.ln() * SERVICE_MEAN_MS) as u64;
+            let service = (-u.ln() * plant.service_ms[Plant::phase(now)]) as u64;
             // Declined cards are served like any other checkout.
             let failed = rng.random_bool(0.003);
             serving.push((arrived, now + service, failed));
         }
         if now.is_multiple_of(1000) {
-            let m = window.measure(now, MAX_ACTIVE - active);
-            decision = step(&BOUNDS, &decision, &m, now);
+            let span = in_flight.take(now);
+            let m = Measurements {
+                in_flight: Some(span.average),
+                started_per_second: span.started_per_second,
+                ..window.measure(now, MAX_ACTIVE - active)
+            };
+            decision = step(&plant.bounds, &decision, &m, now);
             run.seconds.push(Second {
                 at_ms: now,
                 rate: decision.rate,
+                phase: decision.phase,
             });
         }
     }
@@ -144,10 +213,10 @@ fn p99(mut latencies: Vec<u64>) -> u64 {
     latencies[(latencies.len() * 99).div_ceil(100) - 1]
 }
 
-fn check_bounds(seed: u64, run: &Run) {
+fn check_bounds(seed: u64, bounds: &Bounds, run: &Run) {
     for s in &run.seconds {
         assert!(
-            (f64::from(BOUNDS.min_per_second)..=f64::from(BOUNDS.max_per_second)).contains(&s.rate),
+            (f64::from(bounds.min_per_second)..=f64::from(bounds.max_per_second)).contains(&s.rate),
             "seed {seed}: rate {} out of bounds at {} ms",
             s.rate,
             s.at_ms
@@ -168,9 +237,60 @@ fn settled_checkouts(run: &Run, from_ms: u64, to_ms: u64) -> Vec<(u64, u64, bool
 /// `max_error_ratio`.
 #[test]
 fn the_rate_follows_the_backend_down_and_up() {
+    follows_down_and_up(&BIG);
+}
+
+/// When shoppers reach checkout in poll rounds (the real line's lag, see
+/// the top): the rate still follows the capacity down and comes back after
+/// the recovery, rather than cruising at what the backend served on
+/// average, rounds and the empty seconds between them together. Only the
+/// bounds, the following and the recovery are asserted: a round holds a
+/// whole poll interval's releases, so its checkouts queue for seconds at
+/// any rate worth the name, and neither the p99 nor the error bar is
+/// within reach of a release rate alone.
+#[test]
+fn the_rate_follows_the_backend_down_and_up_when_shoppers_check_out_in_poll_rounds() {
+    // Judged as the real short test judges it: from 15 s after each step
+    // of the capacity, over the next 30 s.
+    let judged = |run: &Run, phase: u64| {
+        let from = phase * PHASE_MS + 15_000;
+        mean_rate(run, from, from + 30_000)
+    };
     for seed in [1, 2, 3, 42, 2026] {
-        let run = simulate(seed);
-        check_bounds(seed, &run);
+        let run = simulate(seed, &SMALL);
+        check_bounds(seed, &SMALL.bounds, &run);
+        let (high, low, back) = (judged(&run, 0), judged(&run, 1), judged(&run, 2));
+        if std::env::var_os("SIM_TRACE").is_some() {
+            trace(&run);
+        }
+        eprintln!("poll rounds, seed {seed}: {high:.1}/s, then {low:.1}/s, then {back:.1}/s");
+        assert!(
+            low <= 6.25 && low < 0.8 * high,
+            "seed {seed}: {high:.1}/s, then {low:.1}/s against 6.25/s"
+        );
+        assert!(
+            back > 1.5 * low && back <= 20.0,
+            "seed {seed}: {low:.1}/s against 6.25/s, then {back:.1}/s against 20/s again"
+        );
+    }
+}
+
+fn trace(run: &Run) {
+    for s in run.seconds.iter().step_by(3) {
+        eprint!(
+            "{}:{:.0}{} ",
+            s.at_ms / 1000,
+            s.rate,
+            &s.phase.as_str()[..1]
+        );
+    }
+    eprintln!();
+}
+
+fn follows_down_and_up(plant: &Plant) {
+    for seed in [1, 2, 3, 42, 2026] {
+        let run = simulate(seed, plant);
+        check_bounds(seed, &plant.bounds, &run);
         // Down: from 30 s after the drop, on average no more than the
         // backend's 30 per second.
         let low = mean_rate(&run, PHASE_MS + SETTLE_MS, 2 * PHASE_MS);
@@ -198,19 +318,27 @@ fn the_rate_follows_the_backend_down_and_up() {
     }
 }
 
-/// The full bar, not met yet: after settling the rate still swings
-/// by more than 15 % around its mean (a limit cycle of about 30 s against
-/// this backend) and the p99 peaks above 1.5 × the target on each swing.
+/// The full bar: from 30 s after each step of the capacity, the
+/// rate holds within ±15 % of its mean, that mean is 60-100 % of the
+/// capacity, and the p99 of the checkouts that ended stays within 1.5 × the
+/// target.
 #[test]
-#[ignore = "adaptive release still oscillates against this backend; see docs/waiting-room.md"]
 fn after_settling_the_rate_holds_within_15_percent_and_p99_within_1_5x() {
-    for seed in [1, 2, 3, 42, 2026] {
-        let run = simulate(seed);
+    holds_after_settling(&BIG);
+}
+
+fn holds_after_settling(plant: &Plant) {
+    // SIM_SEEDS (with SIM_REPORT) reports on other seeds than the asserted ones.
+    let seeds: Vec<u64> = match std::env::var("SIM_SEEDS") {
+        Ok(list) if std::env::var_os("SIM_REPORT").is_some() => {
+            list.split(',').map(|s| s.trim().parse().unwrap()).collect()
+        }
+        _ => vec![1, 2, 3, 42, 2026],
+    };
+    for seed in seeds {
+        let run = simulate(seed, plant);
         if std::env::var_os("SIM_TRACE").is_some() {
-            for s in run.seconds.iter().step_by(3) {
-                eprint!("{}:{:.0} ", s.at_ms / 1000, s.rate);
-            }
-            eprintln!();
+            trace(&run);
         }
         for (phase, capacity) in [(0u64, 100.0), (1, 30.0), (2, 100.0)] {
             let (start, end) = (phase * PHASE_MS, (phase + 1) * PHASE_MS);
@@ -223,9 +351,20 @@ fn after_settling_the_rate_holds_within_15_percent_and_p99_within_1_5x() {
                 .map(|s| (s.rate - steady).abs() / steady)
                 .fold(0.0, f64::max);
             let after = settled_checkouts(&run, settled, end);
+            let in_phase = || {
+                run.seconds
+                    .iter()
+                    .filter(|s| (settled..end).contains(&s.at_ms))
+            };
+            let low = in_phase().min_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
+            let high = in_phase().max_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
             eprintln!(
-                "seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} %, p99 {} ms",
+                "seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} % ({:.0} at {} s, {:.0} at {} s), p99 {} ms",
                 swing * 100.0,
+                low.rate,
+                low.at_ms / 1000,
+                high.rate,
+                high.at_ms / 1000,
                 p99(after.iter().map(|c| c.1).collect())
             );
             if std::env::var_os("SIM_REPORT").is_some() {

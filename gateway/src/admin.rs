@@ -171,6 +171,9 @@ impl Admin {
                                 "max_per_second": a.bounds.max_per_second,
                                 "exact_per_second": a.decision.rate,
                                 "reason": a.decision.reason.as_str(),
+                                "phase": a.decision.phase.as_str(),
+                                "capacity_per_second": a.decision.capacity,
+                                "queue": a.decision.queue,
                                 "decided_at": a.decision.at_ms / 1000,
                                 "scope": if a.fleet.is_some() { "fleet" } else { "gateway" },
                             });

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use common::*;
 use serde_json::{json, Value};
-use sluice_admission::adaptive::{Decision, Reason};
+use sluice_admission::adaptive::{Bounds, Decision, Reason};
 use sluice_gateway::queue::fleet::redis::RedisStore;
 use sluice_gateway::queue::fleet::{RoomStore, TickArgs};
 
@@ -116,8 +116,11 @@ impl Samples {
             .collect();
         if decided.len() == all.len() {
             let spread = decided.iter().max().unwrap() - decided.iter().min().unwrap();
-            // A step a second; a tick (100 ms) brings it to each gateway.
-            assert!(spread <= 1_500, "gateways more than a step apart: {all:?}");
+            // A step a second; a tick (100 ms) brings it to each gateway,
+            // and the gateways are read one after the other: at most a step
+            // apart, with a loaded machine's delays (a gateway that stopped
+            // reading the store falls behind by a step every second).
+            assert!(spread <= 2_500, "gateways more than a step apart: {all:?}");
         }
         all
     }
@@ -372,7 +375,15 @@ async fn the_store_keeps_one_leader_and_one_decision() {
         rate: 80.4,
         reason: Reason::Latency,
         at_ms: a.now_ms,
-        cut_at_ms: None,
+        ..Decision::start(
+            &Bounds {
+                target_p99_ms: 100,
+                max_error_ratio: 0.05,
+                min_per_second: 1,
+                max_per_second: 100,
+            },
+            a.now_ms,
+        )
     };
     assert!(!store.decide("r", "b", &d, None).await.unwrap());
     assert!(store.decide("r", "a", &d, None).await.unwrap());

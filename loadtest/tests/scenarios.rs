@@ -418,28 +418,36 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
         degraded.rate_mean < 0.8 * healthy.rate_mean,
         "followed down: {healthy:?} then {degraded:?}"
     );
-    // Back up after the recovery: printed, not asserted. The controller
-    // does not come back reliably (issue 12 is open): in CI runs of
-    // 2026-12-01 it came back (2.0/s → 8.3/s) and it stayed at its floor
-    // (2.0/s → 2.1/s) with the same code; the scenario's own `adaptive
-    // release followed the backend` check reports it ("the rate did not
-    // follow the backend"). Asserting it here only made the suite flaky.
+    // Back up after the recovery. Shoppers learn of their pass at their next
+    // poll (10 s here) and those released one after the other poll
+    // together, so checkouts come in rounds; the law takes what the
+    // backend serves through a round as a floor of its capacity
+    // (admission/src/adaptive/law.rs, OUTSERVED). The p99 and swing of
+    // the scenario's own bar are out of reach of a rate alone with such
+    // rounds (docs/waiting-room.md), so they are not asserted here.
     println!(
-        "recovered: {recovered:?} ({:.1}× the degraded rate; the issue wants it back)",
+        "recovered: {recovered:?} ({:.1}× the degraded rate)",
         recovered.rate_mean / degraded.rate_mean
+    );
+    assert!(
+        recovered.rate_mean > 1.5 * degraded.rate_mean,
+        "came back up: {degraded:?} then {recovered:?}"
     );
     let reasons: Vec<String> = r
         .samples
         .iter()
-        .step_by(10)
+        .step_by(4)
         .map(|x| {
             format!(
-                "{:.0}s {}/s {}",
-                x.t_s, x.release_per_second, x.release_reason
+                "{:.0}s {}/s {} {} w{} a{}",
+                x.t_s, x.release_per_second, x.release_reason, x.release_phase, x.waiting, x.active
             )
         })
         .collect();
-    println!("rate and reason every 5 s: {}", reasons.join(", "));
+    println!(
+        "rate, reason, phase, waiting, active every 2 s: {}",
+        reasons.join(", ")
+    );
 }
 
 /// The check named `name` passed (not skipped).

@@ -2,62 +2,32 @@
 //!
 //! A room with `release_per_second = "adaptive"` lets the gateway move its
 //! release rate, once a second, from what the admitted shoppers' checkouts
-//! measure: their p99 latency, the share that failed for the backend's sake
+//! measure: their latency, the share that failed for the backend's sake
 //! (errors and timeouts; a declined card is the shopper's, not the
-//! backend's) and the free `max_active` slots.
+//! backend's), the checkouts running at the backend now, and the free
+//! `max_active` slots.
 //!
-//! The law is the gradient of Envoy's adaptive concurrency filter (itself
-//! after Netflix concurrency-limits' Gradient2), applied to a rate instead
-//! of a concurrency limit, with the operator's `target_p99_ms` in the place
-//! of the measured minimum RTT:
+//! The law ([`law::step`]) is BBR's (Cardwell et al., 2016) state machine
+//! on a release rate: STARTUP grows the rate until the backend saturates,
+//! DRAIN empties the queue that built and measures the backend's capacity
+//! (what it serves while saturated), CRUISE holds the rate at a fixed share
+//! of that capacity. Saturation is TCP Vegas's (Brakmo and Peterson, 1994)
+//! queue estimate: checkouts in flight beyond what the arrival rate times
+//! the no-queue latency explains (Little's law). See docs/waiting-room.md.
 //!
-//! ```text
-//! gradient  = clamp(target_p99 / p99, 0.5, 2.0)
-//!             (and, above max_error_ratio with at least 2 failures, at most
-//!             max_error_ratio / error_ratio)
-//! base      = rate                    when gradient ≥ 1
-//!             min(rate, served/s)     when gradient < 1
-//! rate'     = (1 − α) × rate + α × base × gradient,   α = 0.25
-//! growing:  rate' ≤ max(rate + 1, (1 + 0.15 × (gradient − 1)) × served/s)
-//! cutting:  not again within 3 s of the last cut
-//! rate'     clamped to [min_per_second, max_per_second]
-//! ```
-//!
-//! The rate moves down only while the latency is above the target and up
-//! only while it is below, by at most `α` of the gap each second. The
-//! served-rate bound (BBR's delivery rate) and the cut cooldown damp the
-//! lag between a release and its checkout; against a saturating backend a
-//! limit cycle of about ±20-50 % remains (see `tests/adaptive_sim.rs`).
-//! [`window`] holds the measurements it runs on.
+//! - [`law`]: the controller, a pure function of the last decision and the
+//!   measurements.
+//! - [`window`]: the bounded window of finished checkouts it measures.
+//! - [`in_flight`]: the checkouts running now, averaged between steps.
 
+pub mod in_flight;
+pub mod law;
 pub mod window;
 
+pub use in_flight::{InFlight, Span};
+pub use law::step;
 pub use window::{CheckoutWindow, Outcome};
 
-/// Smoothing of each step: the share of the proposed change taken.
-pub const SMOOTHING: f64 = 0.25;
-/// Largest cut of one step's gradient (the rate at most halves per proposal).
-pub const GRADIENT_MIN: f64 = 0.5;
-/// Largest growth of one step's gradient.
-pub const GRADIENT_MAX: f64 = 2.0;
-/// While growing, the rate stays within `1 + SERVED_HEADROOM × (gradient
-/// − 1)` of what the backend served per second over the window (BBR's
-/// delivery-rate bound, narrowing as the p99 nears the target): at most
-/// 1.15 × served with the p99 at half the target, 1.0 × at the target.
-pub const SERVED_HEADROOM: f64 = 0.15;
-/// While growing, the served-rate bound still lets the rate grow by this
-/// much per step (AIMD's additive increase, in releases per second).
-pub const ADDITIVE_MIN: f64 = 1.0;
-/// After a cut, the next waits this long: the window still holds the
-/// checkouts released before it.
-pub const COOLDOWN_MS: u64 = 3000;
-/// Fewer backend failures than this in the window are not a ratio to act
-/// on: at 2 checkouts a second one failure is 17 % of a 3 s window.
-pub const FAILURES_MIN: u32 = 2;
-/// Fewer checkouts than this in the window say nothing: the rate holds.
-pub const SAMPLES_MIN: u32 = 5;
-/// A relative change below this is reported as `steady`.
-pub const STEADY_BAND: f64 = 0.01;
 /// How often the gateway runs the controller.
 pub const STEP_MS: u64 = 1000;
 
@@ -83,18 +53,35 @@ impl Bounds {
     }
 }
 
-/// What the window of admitted shoppers' checkouts says.
+/// What the window of admitted shoppers' checkouts, and the count of those
+/// running, say.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measurements {
     /// Checkouts that ended in the window.
     pub checkouts: u32,
     /// Their p99 latency; `None` with no checkout.
     pub p99_ms: Option<u32>,
+    /// Their mean latency; `None` with no checkout.
+    pub mean_ms: Option<f64>,
     /// Of them, those that failed for the backend's sake (errors, timeouts).
     pub backend_failures: u32,
     /// Checkouts the backend served per second over the window (failures
     /// not counted).
     pub served_per_second: f64,
+    /// Checkouts the backend served in the last second alone.
+    pub served_last_s: f64,
+    /// Mean latency of the checkouts that ended in the last
+    /// [`window::LONG_MS`]; `None` with none.
+    pub long_mean_ms: Option<f64>,
+    /// With fewer than [`window::SLOW_ROOM_BELOW`] checkouts in the window
+    /// and a horizon spanning [`window::SLOW_ROOM_SPAN_MS`]: the mean
+    /// latency of the newest that many; `None` otherwise.
+    pub slow_room_mean_ms: Option<f64>,
+    /// Checkouts at the backend (started, not ended), averaged over the
+    /// last step; `None` when the caller does not count them.
+    pub in_flight: Option<f64>,
+    /// Checkouts started per second over the last step.
+    pub started_per_second: Option<f64>,
     /// `max_active` slots free now.
     pub free_slots: u32,
 }
@@ -110,9 +97,11 @@ impl Measurements {
 }
 
 /// Why the rate is what it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Reason {
-    /// The p99 latency moved it (down above the target, up below it).
+    /// The latency moved it: down when a queue built at the backend (or
+    /// the p99 passed its ceiling), up while none did.
     Latency,
     /// The error ratio was above `max_error_ratio`.
     Errors,
@@ -120,7 +109,8 @@ pub enum Reason {
     Slots,
     /// It would have left its bounds.
     Bound,
-    /// Too few checkouts to judge, or no change worth the name.
+    /// Held: cruising, too few checkouts to judge, or no change worth the
+    /// name.
     Steady,
 }
 
@@ -144,26 +134,84 @@ impl Reason {
     }
 }
 
-/// One step's result.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Where the controller is in its cycle (BBR's states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Growing the rate until the backend saturates.
+    #[default]
+    Startup,
+    /// Emptying the queue that built, measuring the capacity.
+    Drain,
+    /// Holding a share of the measured capacity.
+    Cruise,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Startup => "startup",
+            Phase::Drain => "drain",
+            Phase::Cruise => "cruise",
+        }
+    }
+}
+
+/// One step's result, and what the next step needs of the past (the
+/// whole of it travels through a fleet's store: `fleet_rate`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Decision {
     /// Releases per second, exact; the room takes [`Decision::per_second`].
     pub rate: f64,
     pub reason: Reason,
     /// When it was taken (unix ms).
     pub at_ms: u64,
-    /// When the rate was last cut (unix ms).
-    pub cut_at_ms: Option<u64>,
+    pub phase: Phase,
+    /// The backend's capacity (checkouts per second), as last measured.
+    pub capacity: Option<f64>,
+    /// The highest capacity measured: where a recovery returns to first.
+    pub capacity_high: Option<f64>,
+    /// The checkouts' latency with no queue (ms): Vegas's base RTT.
+    pub base_ms: Option<f64>,
+    /// The queue estimate, smoothed.
+    pub queue: Option<f64>,
+    /// Steps in a row with the queue above its threshold.
+    pub over_steps: u32,
+    /// In DRAIN: the capacity samples taken, and their sum.
+    pub capacity_samples: u32,
+    pub capacity_sum: f64,
+    /// In CRUISE: steps since it began, steps in a row of underload, and
+    /// the long-window latency it cruises at.
+    pub cruise_steps: u32,
+    pub underload_steps: u32,
+    pub cruise_latency_ms: Option<f64>,
+    /// In CRUISE: steps in a row the backend served more than
+    /// `law::OUTSERVED` × the capacity it cruises on.
+    pub outserved_steps: u32,
+    /// Whether the room has cruised before (a capacity was settled on).
+    pub cruised: bool,
 }
 
 impl Decision {
-    /// The first decision of a room: the start rate, `steady`.
+    /// The first decision of a room: the start rate, `steady`, in STARTUP.
     pub fn start(bounds: &Bounds, now_ms: u64) -> Self {
         Self {
             rate: bounds.start_per_second(),
             reason: Reason::Steady,
             at_ms: now_ms,
-            cut_at_ms: None,
+            phase: Phase::Startup,
+            capacity: None,
+            capacity_high: None,
+            base_ms: None,
+            queue: None,
+            over_steps: 0,
+            capacity_samples: 0,
+            capacity_sum: 0.0,
+            cruise_steps: 0,
+            underload_steps: 0,
+            cruise_latency_ms: None,
+            outserved_steps: 0,
+            cruised: false,
         }
     }
 
@@ -171,74 +219,6 @@ impl Decision {
     pub fn per_second(&self) -> u32 {
         self.rate.round().clamp(1.0, f64::from(u32::MAX)) as u32
     }
-}
-
-/// The controller: the next rate from the last window, the previous rate
-/// and the bounds. Pure; the caller runs it every [`STEP_MS`].
-pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64) -> Decision {
-    let lo = f64::from(bounds.min_per_second);
-    let hi = f64::from(bounds.max_per_second.max(bounds.min_per_second));
-    let rate = if previous.rate.is_finite() {
-        previous.rate
-    } else {
-        bounds.start_per_second()
-    };
-    let decide = |next: f64, reason| Decision {
-        rate: next,
-        reason,
-        at_ms: now_ms,
-        cut_at_ms: if next < rate {
-            Some(now_ms)
-        } else {
-            previous.cut_at_ms
-        },
-    };
-    if rate < lo || rate > hi {
-        return decide(rate.clamp(lo, hi), Reason::Bound);
-    }
-    let p99 = match m.p99_ms {
-        Some(p99) if m.checkouts >= SAMPLES_MIN => f64::from(p99.max(1)),
-        _ => return decide(rate, Reason::Steady),
-    };
-    let latency = (f64::from(bounds.target_p99_ms) / p99).clamp(GRADIENT_MIN, GRADIENT_MAX);
-    let ratio = m.error_ratio();
-    let (mut gradient, mut reason) = (latency, Reason::Latency);
-    if ratio > bounds.max_error_ratio && m.backend_failures >= FAILURES_MIN {
-        let errors = (bounds.max_error_ratio / ratio).clamp(GRADIENT_MIN, 1.0);
-        if errors < gradient {
-            (gradient, reason) = (errors, Reason::Errors);
-        }
-    }
-    if gradient > 1.0 && m.free_slots == 0 {
-        return decide(rate, Reason::Slots);
-    }
-    if gradient < 1.0
-        && previous
-            .cut_at_ms
-            .is_some_and(|at| now_ms.saturating_sub(at) < COOLDOWN_MS)
-    {
-        return decide(rate, reason);
-    }
-    let base = if gradient < 1.0 {
-        rate.min(m.served_per_second.max(lo))
-    } else {
-        rate
-    };
-    let mut next = (1.0 - SMOOTHING) * rate + SMOOTHING * base * gradient;
-    if gradient > 1.0 {
-        // At least one release per second more: a rate near its floor,
-        // rounded to whole releases, would otherwise never get past what
-        // it served.
-        let headroom = 1.0 + SERVED_HEADROOM * (gradient - 1.0);
-        next = next.min((rate + ADDITIVE_MIN).max(m.served_per_second * headroom));
-    }
-    if next > hi || next < lo {
-        return decide(next.clamp(lo, hi), Reason::Bound);
-    }
-    if (next - rate).abs() < STEADY_BAND * rate {
-        reason = Reason::Steady;
-    }
-    decide(next, reason)
 }
 
 #[cfg(test)]

@@ -8,6 +8,14 @@
 //! the newest [`SAMPLES_WANTED`]. Without that, a room at its floor never
 //! had enough checkouts in one window to judge, so its rate held there
 //! (reason `steady`) after the backend had recovered.
+//!
+//! Besides the window's count, p99, mean, failures and served rate, a
+//! measurement carries what the backend served in the last second alone
+//! (the capacity while saturated, without the 3 s window's lag) and the
+//! mean latency over the last [`LONG_MS`] (what CRUISE watches for a
+//! recovery), and, for a room whose window holds fewer than
+//! [`SLOW_ROOM_BELOW`] checkouts, the mean latency of its newest that many
+//! (what its base latency is learnt on).
 
 use std::collections::VecDeque;
 
@@ -18,6 +26,14 @@ pub const WINDOW_MS: u64 = 3000;
 /// Checkouts a step wants to judge on: with fewer in [`WINDOW_MS`], the
 /// window reaches back for the newest this many.
 pub const SAMPLES_WANTED: usize = 20;
+/// The longer window: its mean latency is what CRUISE watches for a
+/// recovery (a 3 s mean swings too much at 25 checkouts a second).
+pub const LONG_MS: u64 = 10_000;
+/// A room whose window holds fewer checkouts than this (under about 67 a
+/// second) learns its base latency on its newest this many...
+pub const SLOW_ROOM_BELOW: usize = 200;
+/// ...once its horizon spans at least this long.
+pub const SLOW_ROOM_SPAN_MS: u64 = 20_000;
 /// How far back the window reaches at most, for [`SAMPLES_WANTED`].
 pub const HORIZON_MS: u64 = 30_000;
 /// Checkouts it holds at most; past this the oldest are forgotten, so the
@@ -93,14 +109,58 @@ impl CheckoutWindow {
             let rank = (latencies.len() * 99).div_ceil(100).max(1) - 1;
             Some(*latencies.select_nth_unstable(rank).1)
         };
+        let mean_ms = mean(latencies.iter().copied());
+        let last_s = self
+            .samples
+            .iter()
+            .rev()
+            .take_while(|s| s.at_ms + 1000 > now_ms)
+            .filter(|s| !s.failed)
+            .count();
+        let long_mean_ms = mean(
+            self.samples
+                .iter()
+                .rev()
+                .take_while(|s| s.at_ms + LONG_MS > now_ms)
+                .map(|s| s.latency_ms),
+        );
+        // A room whose window holds fewer than a base needs: the newest
+        // SLOW_ROOM_BELOW of its horizon, once that spans SLOW_ROOM_SPAN_MS.
+        let slow_room_mean_ms = match self.samples.front() {
+            Some(oldest)
+                if latencies.len() < SLOW_ROOM_BELOW
+                    && self.samples.len() >= SAMPLES_WANTED
+                    && now_ms.saturating_sub(oldest.at_ms) >= SLOW_ROOM_SPAN_MS =>
+            {
+                mean(
+                    self.samples
+                        .iter()
+                        .rev()
+                        .take(SLOW_ROOM_BELOW)
+                        .map(|s| s.latency_ms),
+                )
+            }
+            _ => None,
+        };
         Measurements {
             checkouts: latencies.len() as u32,
             p99_ms,
+            mean_ms,
             backend_failures: failures as u32,
             served_per_second: (latencies.len() - failures) as f64 * 1000.0 / span_ms as f64,
+            served_last_s: last_s as f64,
+            long_mean_ms,
+            slow_room_mean_ms,
+            in_flight: None,
+            started_per_second: None,
             free_slots,
         }
     }
+}
+
+fn mean(latencies: impl Iterator<Item = u32>) -> Option<f64> {
+    let (sum, n) = latencies.fold((0.0, 0u32), |(sum, n), l| (sum + f64::from(l), n + 1));
+    (n > 0).then(|| sum / f64::from(n))
 }
 
 #[cfg(test)]

@@ -521,6 +521,7 @@ impl Orders {
         let (backend, stock) = (self.backend.clone(), self.stock.clone());
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
+        let _in_flight = rooms.checkout_started(room);
         let ran = self.checkouts.run(move || {
             let result = backend.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
             if unreachable(&result) {

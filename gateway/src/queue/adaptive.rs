@@ -1,14 +1,18 @@
 //! Adaptive release of one room: its window of admitted shoppers'
 //! checkouts and the controller's last decision, kept across reloads.
 //!
-//! The orders handler records each checkout that reached the backend; the
-//! release worker runs [`AdaptiveRelease::step`] once a second and gives
-//! the room the rate. A room configured with a number or `"auto"` has no
+//! The orders handler counts each checkout of the room while it runs
+//! ([`AdaptiveRelease::checkout_started`] / [`AdaptiveRelease::checkout_ended`],
+//! through [`super::CheckoutInFlight`]) and records each one that reached
+//! the backend; the release worker runs [`AdaptiveRelease::step`] once a
+//! second and gives the room the rate. A room configured with a number or `"auto"` has no
 //! bounds here: the configured rate is in force and nothing moves it.
 
 use std::num::NonZeroU32;
 
-use sluice_admission::adaptive::{self, Bounds, CheckoutWindow, Decision, Outcome};
+use sluice_admission::adaptive::{
+    self, Bounds, CheckoutWindow, Decision, InFlight, Measurements, Outcome,
+};
 use sluice_policies::model::{ReleaseSource, Room};
 
 #[derive(Debug, Default)]
@@ -16,6 +20,9 @@ pub struct AdaptiveRelease {
     /// The bounds in force; `None` when the room's rate is pinned.
     bounds: Option<Bounds>,
     window: CheckoutWindow,
+    /// The room's checkouts running now, counted whatever the room's rate
+    /// source, so a room made adaptive by a reload starts with the truth.
+    in_flight: InFlight,
     decision: Option<Decision>,
     /// `fixed` or `auto` for a pinned rate.
     pinned: &'static str,
@@ -81,13 +88,33 @@ impl AdaptiveRelease {
         }
     }
 
+    /// A checkout of the room started (before the backend is called).
+    pub fn checkout_started(&mut self, now_ms: u64) {
+        self.in_flight.start(now_ms);
+    }
+
+    /// A checkout counted by [`Self::checkout_started`] ended, however.
+    pub fn checkout_ended(&mut self, now_ms: u64) {
+        self.in_flight.end(now_ms);
+    }
+
+    /// The room's checkouts running now.
+    pub fn checkouts_running(&self) -> u32 {
+        self.in_flight.current()
+    }
+
     /// One controller step; the rate the room must take, if adaptive.
     pub fn step(&mut self, now_ms: u64, free_slots: u32) -> Option<NonZeroU32> {
+        let span = self.in_flight.take(now_ms);
         let bounds = self.bounds?;
         let previous = self
             .decision
             .unwrap_or_else(|| Decision::start(&bounds, now_ms));
-        let m = self.window.measure(now_ms, free_slots);
+        let m = Measurements {
+            in_flight: Some(span.average),
+            started_per_second: span.started_per_second,
+            ..self.window.measure(now_ms, free_slots)
+        };
         let next = adaptive::step(&bounds, &previous, &m, now_ms);
         self.decision = Some(next);
         NonZeroU32::new(next.per_second())

@@ -212,6 +212,23 @@ impl RoomLimiter {
 }
 
 /// The rooms of a config, built and checked but not yet in force.
+/// A running checkout of a room, counted by its adaptive release until
+/// this drops (on every path out of the handler, a hang-up included).
+#[must_use = "the checkout counts as running until this drops"]
+pub struct CheckoutInFlight(Option<Arc<RoomEntry>>);
+
+impl Drop for CheckoutInFlight {
+    fn drop(&mut self) {
+        if let Some(entry) = &self.0 {
+            entry
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .checkout_ended(now_ms());
+        }
+    }
+}
+
 pub struct RoomsPlan {
     keyring: Arc<VerifyingKeyring>,
     rooms: Vec<PlannedRoom>,
@@ -557,6 +574,21 @@ impl Rooms {
         for entry in self.rooms.load().values() {
             entry.limiter.load().joins.retain_recent();
         }
+    }
+
+    /// Counts a checkout of `room` as running until the returned guard
+    /// drops (adaptive release's in-flight signal); a room that does not
+    /// exist counts nothing.
+    pub fn checkout_started(&self, room: &str) -> CheckoutInFlight {
+        let entry = self.get(room);
+        if let Some(entry) = &entry {
+            entry
+                .adaptive
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .checkout_started(now_ms());
+        }
+        CheckoutInFlight(entry)
     }
 
     /// A checkout of an admitted shopper of `room` that reached the

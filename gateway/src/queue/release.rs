@@ -229,14 +229,34 @@ mod tests {
         releaser.adapt_once(now_ms());
         assert_eq!(rate(&rooms), 20, "paused: the controller holds");
         rooms.apply(&config("open"), now_ms()).unwrap();
-        slow_checkouts(&rooms);
         releaser.adapt_once(now_ms());
+        // 900 ms against a 100 ms target, 50 in 3 s: the rate comes down to
+        // what the backend served.
         assert!(rate(&rooms) < 20, "open again: slow checkouts cut the rate");
         assert_eq!(
             rooms.adaptive_view("r").unwrap().decision.per_second(),
             rate(&rooms),
             "the room runs at the controller's rate"
         );
+    }
+
+    #[test]
+    fn a_checkout_counts_as_running_until_its_guard_drops() {
+        let rooms = Rooms::new(&config("open"), false, Arc::new(InMemoryStock::new())).unwrap();
+        let running = || {
+            let entry = rooms.get("r").unwrap();
+            let a = entry.adaptive.lock().unwrap();
+            a.checkouts_running()
+        };
+        let first = rooms.checkout_started("r");
+        let second = rooms.checkout_started("r");
+        assert_eq!(running(), 2);
+        drop(first);
+        assert_eq!(running(), 1);
+        drop(second);
+        assert_eq!(running(), 0);
+        // A room that does not exist counts nothing and does not panic.
+        drop(rooms.checkout_started("nope"));
     }
 
     #[tokio::test]

@@ -94,6 +94,9 @@ pub struct Sample {
     /// What last moved an adaptive rate (`release_source.reason`; empty
     /// for a pinned rate).
     pub release_reason: String,
+    /// Where an adaptive controller is in its cycle
+    /// (`release_source.phase`; empty for a pinned rate).
+    pub release_phase: String,
 }
 
 /// One gateway's share of the run, as the shoppers saw it.

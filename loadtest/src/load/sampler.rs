@@ -50,6 +50,10 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
             .as_str()
             .unwrap_or_default()
             .to_string(),
+        release_phase: r["release_source"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 

@@ -176,11 +176,11 @@ fn flag(b: bool) -> u64 {
 
 /// The stored decision from the five `ad_` fields a Function returns.
 fn stored_decision(f: &[String]) -> Option<StoredDecision> {
-    let [rate, reason, at, cut, by] = f else {
+    let [rate, reason, at, state, by] = f else {
         return None;
     };
     Some(StoredDecision {
-        decision: fleet_rate::decode_decision(rate, reason, at, cut)?,
+        decision: fleet_rate::decode_decision(rate, reason, at, state)?,
         by: by.clone(),
     })
 }
@@ -365,7 +365,7 @@ impl RoomStore for RedisStore {
     ) -> Result<bool, StoreError> {
         let [line, _, _] = keys(room);
         let [_, leader] = adaptive_keys(room);
-        let [rate, reason, at, cut] = fleet_rate::encode_decision(next);
+        let [rate, reason, at, state] = fleet_rate::encode_decision(next);
         let written: u64 = self
             .fcall_str(
                 "sluice_3_decide",
@@ -375,7 +375,7 @@ impl RoomStore for RedisStore {
                     rate,
                     reason,
                     at,
-                    cut,
+                    state,
                     previous_at_ms.map(|p| p.to_string()).unwrap_or_default(),
                 ],
             )

@@ -24,7 +24,7 @@ a rolling upgrade keeps the line):
                              (mean time a pass held its slot); for an
                              adaptive room, the decision in force: ad_rate
                              (exact, per second), ad_reason, ad_at_ms,
-                             ad_cut_ms (last cut, "" none), ad_by (the
+                             ad_state (the law's whole state, JSON), ad_by (the
                              gateway that took it)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
@@ -129,7 +129,7 @@ local function interval_us(rate, share_milli)
 end
 
 -- The adaptive decision's fields in the room hash.
-local AD_FIELDS = {'ad_rate', 'ad_reason', 'ad_at_ms', 'ad_cut_ms', 'ad_by'}
+local AD_FIELDS = {'ad_rate', 'ad_reason', 'ad_at_ms', 'ad_state', 'ad_by'}
 
 local function stored_decision(key)
   local v = redis.call('HMGET', key, unpack(AD_FIELDS))
@@ -152,7 +152,7 @@ end
 -- TIME, not from the number of calls.
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
 --     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
---     ad_cut_ms, ad_by} (the ad_ fields "" when none)
+--     ad_state, ad_by} (the ad_ fields "" when none)
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   if tonumber(args[10]) == 1 then
@@ -223,7 +223,7 @@ local READ_MAX = 1000
 -- if nobody holds it or <id> already does (as
 -- sluice_admission::fleet_rate::leads), and reads the batches after stream
 -- id <after> ("-": the last HORIZON_MS).
--- -> {now_ms, leads 0/1, holder, ad_rate, ad_reason, ad_at_ms, ad_cut_ms,
+-- -> {now_ms, leads 0/1, holder, ad_rate, ad_reason, ad_at_ms, ad_state,
 --     ad_by, id1, batch1, id2, batch2, ...} (all strings)
 local function adapt(keys, args)
   local id, lease_ms, after, batch = args[1], tonumber(args[2]), args[3], args[4]
@@ -256,7 +256,7 @@ local function adapt(keys, args)
 end
 
 -- FCALL sluice_3_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
---       <cut_at_ms> <previous_at_ms>
+--       <state> <previous_at_ms>
 -- The leader's step: written only while <id> holds the lease and the
 -- decision stored is still the one it stepped from (its ad_at_ms, "" for
 -- none), so a leader that lost the lease, or stepped from an old
@@ -266,7 +266,7 @@ local function decide(keys, args)
   local at = redis.call('HGET', keys[1], 'ad_at_ms') or ''
   if at ~= args[6] then return 0 end
   redis.call('HSET', keys[1], 'ad_rate', args[2], 'ad_reason', args[3], 'ad_at_ms', args[4],
-    'ad_cut_ms', args[5], 'ad_by', args[1])
+    'ad_state', args[5], 'ad_by', args[1])
   return 1
 end
 

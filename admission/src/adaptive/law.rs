@@ -1,0 +1,290 @@
+//! The control law: BBR's state machine on a release rate, with TCP
+//! Vegas's queue estimate as the congestion signal.
+//!
+//! ```text
+//! base     = the checkouts' mean latency with no queue (Vegas's BaseRTT,
+//!            BBR's RTprop): min-filtered over windows of ≥ BASE_SAMPLES
+//!            checkouts (a slower room: over its newest BASE_SAMPLES of
+//!            the horizon), base += BASE_DOWN × (mean − base) below it,
+//!            and creeping up by BASE_DRIFT a second above it
+//! queue    = in_flight − started/s × base        (Little's law: the
+//!            checkouts waiting at the backend, Vegas's diff)
+//! saturated: released > served / OUTPACED and queue > QUEUE_STARTUP (one
+//!            step, in STARTUP) or > QUEUE_SATURATED (SATURATED_STEPS in a
+//!            row, otherwise); or p99 > P99_CEILING × target_p99_ms; or
+//!            backend failures above max_error_ratio by ERROR_SIGMAS
+//! STARTUP  rate' = min(rate × (1 + STARTUP_GROWTH), max(rate, STARTUP_SERVED × served))
+//!          below CRUISE_GAIN × the highest capacity measured before (after
+//!          a recovery, or a false alarm), straight back to it (CUBIC's
+//!          return to W_max), at most × RETURN_MAX in one step
+//!          saturated → DRAIN, capacity = served
+//! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
+//!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
+//!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
+//!          (once it has cruised, a drain that never saw queue >
+//!          QUEUE_CAPACITY was a false alarm: back to STARTUP, same rate)
+//! CRUISE   rate' = rate
+//!          saturated → DRAIN
+//!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
+//!          at, and the smoothed queue below UNDERLOAD_QUEUE, for
+//!          UNDERLOAD_STEPS in a row → STARTUP (capacity came back)
+//!          the window served > OUTSERVED × the capacity it cruises on,
+//!          OUTSERVED_STEPS in a row → STARTUP with capacity (and the
+//!          highest capacity, if lower) = that served rate (a delivery
+//!          rate is a lower bound of the capacity: shoppers who learn of
+//!          their pass at their next poll check out in rounds, and the
+//!          backend serves a round as fast as it can)
+//! rate'    clamped to [min_per_second, max_per_second]; no growth without
+//!          a free max_active slot
+//! ```
+
+use super::{Bounds, Decision, Measurements, Phase, Reason};
+
+/// Fewer checkouts than this in the window say nothing: the rate holds.
+pub const SAMPLES_MIN: u32 = 5;
+/// A relative change below this is reported as `steady`.
+pub const STEADY_BAND: f64 = 0.01;
+/// The base latency is learnt only on windows of at least this many
+/// checkouts (a smaller window's mean is too noisy for a minimum filter).
+pub const BASE_SAMPLES: u32 = 200;
+/// Share of the gap the base moves down by when a window is faster.
+pub const BASE_DOWN: f64 = 0.25;
+/// How fast the base creeps up (per step) while every window is slower.
+pub const BASE_DRIFT: f64 = 0.0005;
+/// Smoothing of the queue estimate (the share of the new reading).
+pub const QUEUE_SMOOTHING: f64 = 0.2;
+/// Released above served by this factor: the backend is not keeping up.
+pub const OUTPACED: f64 = 0.9;
+/// In STARTUP, a queue of this many checkouts is saturation.
+pub const QUEUE_STARTUP: f64 = 4.0;
+/// Otherwise, a queue of this many, for [`SATURATED_STEPS`] in a row.
+pub const QUEUE_SATURATED: f64 = 16.0;
+pub const SATURATED_STEPS: u32 = 3;
+/// A window p99 above this many times `target_p99_ms` is saturation too.
+pub const P99_CEILING: f64 = 3.0;
+/// Backend failures count when above `max_error_ratio` by this many
+/// standard deviations (Poisson: `failures − k√failures`).
+pub const ERROR_SIGMAS: f64 = 2.0;
+/// STARTUP's growth per step.
+pub const STARTUP_GROWTH: f64 = 0.2;
+/// STARTUP's rate stays within this factor of what was served.
+pub const STARTUP_SERVED: f64 = 1.5;
+/// A recovery's return to the highest capacity grows the rate this many
+/// times at most in one step.
+pub const RETURN_MAX: f64 = 4.0;
+/// In DRAIN, the capacity is sampled while the queue is above this.
+pub const QUEUE_CAPACITY: f64 = 8.0;
+/// DRAIN empties the queue over about this many seconds...
+pub const DRAIN_S: f64 = 8.0;
+/// ...at no less than this share of the capacity.
+pub const DRAIN_FLOOR: f64 = 0.5;
+/// DRAIN ends below this queue.
+pub const QUEUE_DRAINED: f64 = 4.0;
+/// CRUISE holds this share of the measured capacity.
+pub const CRUISE_GAIN: f64 = 0.85;
+/// CRUISE learns the latency it cruises at after this many steps (the
+/// 10 s window then holds no drain)...
+pub const CRUISE_SETTLE_STEPS: u32 = 15;
+/// ...smoothed by this share per step.
+pub const CRUISE_LATENCY_SMOOTHING: f64 = 0.05;
+/// Underload: the 10 s mean latency below this share of the cruise one...
+pub const UNDERLOAD_DROP: f64 = 0.8;
+/// ...and the smoothed queue below this...
+pub const UNDERLOAD_QUEUE: f64 = 0.5;
+/// ...for this many steps in a row.
+pub const UNDERLOAD_STEPS: u32 = 5;
+/// CRUISE: the window served more than this many times the capacity it
+/// cruises on...
+pub const OUTSERVED: f64 = 1.5;
+/// ...for this many steps in a row: the capacity is at least what was
+/// served (a delivery rate is a lower bound of the capacity, BBR's
+/// bottleneck bandwidth), back to STARTUP from there.
+pub const OUTSERVED_STEPS: u32 = 2;
+
+/// The controller: the next decision from the last one and the latest
+/// measurements. Pure; the caller runs it every [`super::STEP_MS`].
+pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64) -> Decision {
+    let lo = f64::from(bounds.min_per_second);
+    let hi = f64::from(bounds.max_per_second.max(bounds.min_per_second));
+    let rate = if previous.rate.is_finite() {
+        previous.rate
+    } else {
+        bounds.start_per_second()
+    };
+    let hold = |next: f64, reason| Decision {
+        rate: next,
+        reason,
+        at_ms: now_ms,
+        ..*previous
+    };
+    if rate < lo || rate > hi {
+        return hold(rate.clamp(lo, hi), Reason::Bound);
+    }
+    let (p99, mean) = match (m.p99_ms, m.mean_ms) {
+        (Some(p99), Some(mean)) if m.checkouts >= SAMPLES_MIN => {
+            (f64::from(p99.max(1)), mean.max(1.0))
+        }
+        _ => return hold(rate, Reason::Steady),
+    };
+    // A room under ~67/s never has BASE_SAMPLES in one window: it learns
+    // on its newest ones over a longer span instead.
+    let learnt = if m.checkouts >= BASE_SAMPLES {
+        Some(mean)
+    } else {
+        m.slow_room_mean_ms
+    };
+    let base_ms = match (previous.base_ms, learnt) {
+        (b, None) => b,
+        (None, Some(x)) => Some(x),
+        (Some(b), Some(x)) if x < b => Some(b + BASE_DOWN * (x - b)),
+        (Some(b), Some(x)) => Some(x.min(b * (1.0 + BASE_DRIFT))),
+    };
+    let queue = match (base_ms, m.in_flight) {
+        (None, _) => 0.0,
+        (Some(base), Some(n)) => {
+            n - m.started_per_second.unwrap_or(m.served_per_second) * base / 1000.0
+        }
+        (Some(base), None) => m.served_per_second * (mean - base) / 1000.0,
+    };
+    let smoothed = previous.queue.map_or(queue, |q| {
+        (1.0 - QUEUE_SMOOTHING) * q.min(QUEUE_SATURATED) + QUEUE_SMOOTHING * queue
+    });
+    let failures = f64::from(m.backend_failures);
+    let errors = m.error_ratio() > bounds.max_error_ratio
+        && failures - ERROR_SIGMAS * failures.sqrt()
+            > bounds.max_error_ratio * f64::from(m.checkouts);
+    let outpaced = m.served_per_second < OUTPACED * rate;
+    let starting = previous.phase == Phase::Startup;
+    let over = outpaced
+        && queue
+            > if starting {
+                QUEUE_STARTUP
+            } else {
+                QUEUE_SATURATED
+            };
+    let over_steps = if over { previous.over_steps + 1 } else { 0 };
+    let ceiling = P99_CEILING * f64::from(bounds.target_p99_ms);
+    let saturated =
+        errors || over_steps >= if starting { 1 } else { SATURATED_STEPS } || p99 > ceiling;
+    let cut = if errors {
+        Reason::Errors
+    } else {
+        Reason::Latency
+    };
+    let served = m.served_per_second.max(lo);
+    let drain =
+        |capacity: f64| rate.min((capacity - queue.max(0.0) / DRAIN_S).max(DRAIN_FLOOR * capacity));
+    let mut d = Decision {
+        base_ms,
+        queue: Some(smoothed),
+        over_steps,
+        ..*previous
+    };
+    let (next, reason) = match previous.phase {
+        _ if saturated && previous.phase != Phase::Drain => {
+            d.phase = Phase::Drain;
+            d.capacity = Some(served);
+            d.capacity_samples = 0;
+            d.capacity_sum = 0.0;
+            (drain(served), cut)
+        }
+        Phase::Drain => {
+            if queue > QUEUE_CAPACITY {
+                d.capacity_sum += m.served_last_s;
+                d.capacity_samples += 1;
+                d.capacity = Some(d.capacity_sum / f64::from(d.capacity_samples));
+            }
+            let capacity = d.capacity.unwrap_or(served);
+            if queue >= QUEUE_DRAINED || errors {
+                (drain(capacity), cut)
+            } else if d.capacity_samples == 0 && previous.cruised {
+                // Never saturated for a whole second: a false alarm.
+                d.phase = Phase::Startup;
+                (rate, Reason::Latency)
+            } else {
+                d.phase = Phase::Cruise;
+                d.cruised = true;
+                d.cruise_steps = 0;
+                d.underload_steps = 0;
+                d.cruise_latency_ms = None;
+                d.capacity_high =
+                    Some(previous.capacity_high.map_or(capacity, |h| h.max(capacity)));
+                (CRUISE_GAIN * capacity, Reason::Latency)
+            }
+        }
+        Phase::Cruise => {
+            d.cruise_steps = previous.cruise_steps + 1;
+            let long = m.long_mean_ms.unwrap_or(mean);
+            let cruising = previous.cruise_latency_ms.unwrap_or(long);
+            let dropped = d.cruise_steps > CRUISE_SETTLE_STEPS && long < UNDERLOAD_DROP * cruising;
+            d.cruise_latency_ms = if d.cruise_steps < CRUISE_SETTLE_STEPS {
+                None
+            } else if dropped {
+                Some(cruising)
+            } else {
+                Some(cruising + CRUISE_LATENCY_SMOOTHING * (long - cruising))
+            };
+            d.underload_steps = if dropped && smoothed < UNDERLOAD_QUEUE {
+                previous.underload_steps + 1
+            } else {
+                0
+            };
+            if d.underload_steps >= UNDERLOAD_STEPS {
+                d.phase = Phase::Startup;
+                d.underload_steps = 0;
+            }
+            // Shoppers who learn of their pass at their next poll check
+            // out in rounds: the backend is busy through each round, so
+            // what it serves then is what it can serve, whatever the
+            // latency it cruised at was learnt on.
+            let cruised_on = previous.capacity.unwrap_or(rate / CRUISE_GAIN);
+            d.outserved_steps = if m.served_per_second > OUTSERVED * cruised_on {
+                previous.outserved_steps + 1
+            } else {
+                0
+            };
+            if d.outserved_steps >= OUTSERVED_STEPS {
+                d.phase = Phase::Startup;
+                d.outserved_steps = 0;
+                d.underload_steps = 0;
+                d.capacity = Some(m.served_per_second);
+                d.capacity_high = Some(
+                    previous
+                        .capacity_high
+                        .map_or(m.served_per_second, |h| h.max(m.served_per_second)),
+                );
+            }
+            (rate, Reason::Steady)
+        }
+        Phase::Startup if m.free_slots == 0 => (rate, Reason::Slots),
+        Phase::Startup => {
+            let ramp = (rate * (1.0 + STARTUP_GROWTH)).min((served * STARTUP_SERVED).max(rate));
+            let next = match previous.capacity_high {
+                Some(high) if rate < CRUISE_GAIN * high => {
+                    (rate * RETURN_MAX).min(CRUISE_GAIN * high).max(ramp)
+                }
+                _ => ramp,
+            };
+            (next, Reason::Latency)
+        }
+    };
+    if next > hi || next < lo {
+        return Decision {
+            rate: next.clamp(lo, hi),
+            reason: Reason::Bound,
+            at_ms: now_ms,
+            ..d
+        };
+    }
+    let reason = if reason != Reason::Slots && (next - rate).abs() < STEADY_BAND * rate {
+        Reason::Steady
+    } else {
+        reason
+    };
+    Decision {
+        rate: next,
+        reason,
+        at_ms: now_ms,
+        ..d
+    }
+}
