@@ -211,7 +211,6 @@ impl RoomLimiter {
     }
 }
 
-/// The rooms of a config, built and checked but not yet in force.
 /// A running checkout of a room, counted by its adaptive release until
 /// this drops (on every path out of the handler, a hang-up included).
 #[must_use = "the checkout counts as running until this drops"]
@@ -229,6 +228,7 @@ impl Drop for CheckoutInFlight {
     }
 }
 
+/// The rooms of a config, built and checked but not yet in force.
 pub struct RoomsPlan {
     keyring: Arc<VerifyingKeyring>,
     rooms: Vec<PlannedRoom>,
