@@ -103,6 +103,17 @@ fn rush(
         .collect()
 }
 
+/// The most orders any one subject (buyer) has in the store.
+fn most_orders_of_one_subject(client: &mut ::postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM orders GROUP BY subject) o",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
 /// What every rush must leave: the stock conserved, each confirmed unit
 /// sold once, one order per key, as many captures as confirmed orders.
 fn assert_books(s: &Sale, outcomes: &[Outcome], total: i64) -> (i64, i64) {
@@ -128,13 +139,7 @@ fn assert_books(s: &Sale, outcomes: &[Outcome], total: i64) -> (i64, i64) {
     assert_eq!(stock.available + stock.committed, total);
     assert_eq!(s.provider.total_captures(), confirmed);
     let mut client = ::postgres::Client::connect(&s.url, ::postgres::NoTls).unwrap();
-    let most: i64 = client
-        .query_one(
-            "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM orders GROUP BY subject) o",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let most = most_orders_of_one_subject(&mut client);
     assert_eq!(most, 1, "one order per key (one key per buyer)");
     let orders: i64 = client
         .query_one("SELECT COUNT(*) FROM orders", &[])
@@ -274,13 +279,7 @@ fn two_back_ends_on_one_database_share_partitions_and_limits_without_deadlocks()
     }
     eprintln!("{busy} checkouts answered unavailable (lock waits past the timeout)");
     let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    let most: i64 = client
-        .query_one(
-            "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM orders GROUP BY subject) o",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let most = most_orders_of_one_subject(&mut client);
     assert_eq!(most, 1, "one order per buyer");
     let bad: i64 = client
         .query_one(

@@ -126,19 +126,18 @@ impl Samples {
     }
 }
 
+/// The JSON answer to `req`; `None` when it could not be had (the gateway
+/// went away).
+async fn json_of(req: reqwest::RequestBuilder) -> Option<Value> {
+    req.send().await.ok()?.json().await.ok()
+}
+
 /// One shopper on `base`: join, wait for the pass, check out once. `None`
 /// when the gateway went away or said no.
 async fn shop(client: &reqwest::Client, base: &str, key: String) -> Option<u16> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let ticket = loop {
-        let joined: Value = client
-            .post(format!("{base}/queue/drop/join"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let joined = json_of(client.post(format!("{base}/queue/drop/join"))).await?;
         if let Some(t) = joined["ticket"].as_str() {
             break t.to_string();
         }
@@ -149,15 +148,12 @@ async fn shop(client: &reqwest::Client, base: &str, key: String) -> Option<u16> 
     };
     let pass = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let status: Value = client
-            .get(format!("{base}/queue/drop/status"))
-            .bearer_auth(&ticket)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let status = json_of(
+            client
+                .get(format!("{base}/queue/drop/status"))
+                .bearer_auth(&ticket),
+        )
+        .await?;
         if let Some(p) = status["pass"].as_str() {
             break p.to_string();
         }

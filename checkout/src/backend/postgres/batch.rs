@@ -314,10 +314,8 @@ fn collect(
         let mut rest = VecDeque::new();
         let mut busy = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         for job in inbox.pending.drain(..) {
-            let fits = batch.len() < BATCH_MAX
-                && job
-                    .subject()
-                    .is_none_or(|s| !busy.contains(s) && busy.insert(s.to_owned()));
+            let fits =
+                batch.len() < BATCH_MAX && job.subject().is_none_or(|s| busy.insert(s.to_owned()));
             if fits {
                 batch.push(job);
             } else {
