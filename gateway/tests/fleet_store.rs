@@ -2,7 +2,8 @@
 //! is paced by Redis's clock however often it is called, slots bound the
 //! passes, a released place nobody collects takes no slot and is a no-show
 //! after its claim window (and the release makes up for no-shows), the
-//! state reaches joins, and the Functions come back when Redis loses them.
+//! state reaches joins, the Functions come back when Redis loses them, and
+//! after Redis lost a room the gateways' re-seeding only raises what it holds.
 
 mod common;
 
@@ -21,6 +22,7 @@ fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArg
         claim_window_ms,
         hw_next: 0,
         hw_serving: 0,
+        hw_tat_us: 0,
         sold_out_seen: false,
         share_milli: 0,
         pass_ttl_ms: 60_000,
@@ -256,5 +258,78 @@ async fn a_starting_gateway_adopts_the_fleets_state_and_lost_writes_warm_up_agai
     assert_eq!(
         first, 50,
         "the next place is past every place a gateway saw"
+    );
+}
+
+#[tokio::test]
+async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_their_claim() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 4).await;
+    let a = args(1000, 100, 2, 60_000);
+    let c = claim_args(&a);
+    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 2);
+    let ClaimReply::Admitted { expires_at_ms } = store.claim("r", 0, &c).await.unwrap() else {
+        panic!("place 0 collects its pass");
+    };
+    // Redis loses the room (the Functions stay); a gateway's tick pushes
+    // what it saw: two places released, one of them not collected yet.
+    assert!(redis
+        .command(&["FLUSHALL"])
+        .is_some_and(|r| r.starts_with("+OK")));
+    let lost = TickArgs {
+        hw_next: 4,
+        hw_serving: 2,
+        ..a
+    };
+    let tick = store.tick("r", &lost).await.unwrap();
+    assert_eq!((tick.numbers.serving, tick.released), (2, 0));
+    // The gateway that collected pass 0 brings its slot back; an older end
+    // pushed later by another does not shorten it.
+    assert_eq!(
+        store.reseed("r", 1, &[(0, expires_at_ms)]).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .reseed("r", 0, &[(0, expires_at_ms - 1_000)])
+            .await
+            .unwrap(),
+        0
+    );
+    // While warming up, no new slot is handed out.
+    assert_eq!(store.claim("r", 1, &c).await.unwrap(), ClaimReply::Full);
+    let tick = store.tick("r", &lost).await.unwrap();
+    assert_eq!(
+        (tick.numbers.held, tick.numbers.pending),
+        (1, 1),
+        "the pass holds its slot; the uncollected place counts as pending"
+    );
+    // After the warm-up, the place released before the loss is collected
+    // (Redis had no record of it), and the two slots are full: nothing
+    // more is released.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let reply = loop {
+        match store.claim("r", 1, &c).await.unwrap() {
+            ClaimReply::Full if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            reply => break reply,
+        }
+    };
+    assert!(matches!(reply, ClaimReply::Admitted { .. }), "{reply:?}");
+    let tick = store.tick("r", &lost).await.unwrap();
+    assert_eq!(
+        (
+            tick.numbers.held,
+            tick.numbers.pending,
+            tick.numbers.serving
+        ),
+        (2, 0, 2)
+    );
+    assert_eq!(
+        store.claim("r", 0, &c).await.unwrap(),
+        ClaimReply::Admitted { expires_at_ms },
+        "the pass from before keeps its end"
     );
 }

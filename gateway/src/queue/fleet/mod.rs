@@ -9,6 +9,9 @@
 //!   shared numbers in memory; polls answer from them and never wait on
 //!   the store, except to collect a released place's pass. Joins go to a
 //!   second task that sends all the joins waiting at once as one call.
+//!   Every call carries the highest numbers this gateway saw, and when the
+//!   store lost the room (Redis restarted empty) the tick brings back the
+//!   slots of the passes collected here ([`RoomStore::reseed`]).
 //!
 //! - An adaptive room (`release_per_second = "adaptive"`) has one rate for
 //!   the fleet ([`sluice_admission::fleet_rate`]): a second task per room
@@ -150,6 +153,8 @@ impl Fleet {
             numbers: ArcSwap::from_pointee(LineNumbers::default()),
             hw_next: AtomicU64::new(0),
             hw_serving: AtomicU64::new(0),
+            hw_tat_us: AtomicU64::new(0),
+            born_seen: AtomicU64::new(0),
             joins,
             state_wanted: AtomicU8::new(STATE_NONE),
             config_paused: Mutex::new(None),
@@ -211,10 +216,16 @@ pub struct SharedRoom {
     stock: Arc<dyn StockAuthority>,
     /// The shared numbers, as the last tick read them.
     numbers: ArcSwap<LineNumbers>,
-    /// The highest `next` and `serving` seen: pushed with every call, so a
-    /// store restarted empty never gives a place twice.
+    /// The highest `next`, `serving` and GCRA state seen: pushed with
+    /// every call, so a store restarted empty never gives a place twice,
+    /// nor releases a place again, nor runs ahead of the release's pace.
     hw_next: AtomicU64,
     hw_serving: AtomicU64,
+    hw_tat_us: AtomicU64,
+    /// When the store made the room, as last seen (0: never): a change
+    /// means it lost the room, and this gateway's passes re-count their
+    /// slots ([`RoomStore::reseed`]) during the store's warm-up.
+    born_seen: AtomicU64,
     joins: mpsc::Sender<JoinWaiter>,
     /// The pause the config wants written to the store, until it is.
     state_wanted: AtomicU8,
@@ -618,6 +629,56 @@ impl SharedRoom {
         self.hw_serving.fetch_max(serving, Ordering::Relaxed);
     }
 
+    /// The passes this gateway handed out that still hold a slot by its
+    /// knowledge, `(seq, ends at unix ms)`: collected here, alive at
+    /// `now_ms`, not given back. At most [`CLAIMS_REMEMBERED_MAX`].
+    fn passes_out(&self, now_ms: u64) -> Vec<(u64, u64)> {
+        let given_back = self.given_back();
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut passes: Vec<(u64, u64)> = claims
+            .iter()
+            .filter_map(|(&seq, reply)| match reply {
+                ClaimReply::Admitted { expires_at_ms } if *expires_at_ms > now_ms => {
+                    Some((seq, *expires_at_ms))
+                }
+                _ => None,
+            })
+            .filter(|(seq, _)| !given_back.contains_key(seq))
+            .collect();
+        passes.sort_unstable();
+        passes
+    }
+
+    /// The store (re)made the room at `born_ms`: if that is news, the
+    /// passes out from here take their slots again, and the released
+    /// places uncollected in `before` (the numbers read before the store
+    /// lost them) count as pending. Remembered only once done, so a failed
+    /// call is tried again at the next tick, still within the store's
+    /// warm-up (then with the store's new, smaller pending count).
+    async fn reseed_if_reborn(&self, born_ms: u64, before: &LineNumbers) -> Result<(), StoreError> {
+        let seen = self.born_seen.load(Ordering::Relaxed);
+        if seen == born_ms {
+            return Ok(());
+        }
+        let passes = self.passes_out(now_ms());
+        if !passes.is_empty() || before.pending > 0 {
+            let changed = self
+                .fleet
+                .store
+                .reseed(&self.name, before.pending, &passes)
+                .await?;
+            tracing::warn!(
+                room = self.name,
+                passes = passes.len(),
+                changed,
+                uncollected = before.pending,
+                "the room store lost the room: this gateway's passes hold their slots again"
+            );
+        }
+        self.born_seen.store(born_ms, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn answered(&self, result: Result<(), &StoreError>) {
         let ok = result.is_ok();
         if self.reachable.swap(ok, Ordering::Relaxed) != ok {
@@ -660,6 +721,7 @@ impl SharedRoom {
             claim_window_ms: decide::claim_window_ms(&policy),
             hw_next: self.hw_next.load(Ordering::Relaxed),
             hw_serving: self.hw_serving.load(Ordering::Relaxed),
+            hw_tat_us: self.hw_tat_us.load(Ordering::Relaxed),
             sold_out_seen: !self.stock.can_sell(&self.name),
             share_milli,
             pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
@@ -685,7 +747,8 @@ impl SharedRoom {
                     meter.share_milli(now_s)
                 };
                 self.saw(numbers.next, numbers.serving);
-                self.numbers.store(Arc::new(numbers));
+                self.hw_tat_us.fetch_max(tick.tat_us, Ordering::Relaxed);
+                let before = self.numbers.swap(Arc::new(numbers));
                 if adaptive.is_some() {
                     self.decision.store(Arc::new(tick.adaptive));
                     // Estimates and the watermark follow the rate in force.
@@ -699,7 +762,8 @@ impl SharedRoom {
                         }
                     }
                 }
-                self.answered(Ok(()));
+                let reseeded = self.reseed_if_reborn(tick.born_ms, &before).await;
+                self.answered(reseeded.as_ref().map(drop));
             }
             Err(e) => self.answered(Err(&e)),
         }

@@ -35,6 +35,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// One call including reconnecting and reloading the Functions, at most.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Passes re-counted in one `sluice_4_reseed` call, at most.
+pub const RESEED_BATCH_MAX: usize = 512;
 
 pub struct RedisStore {
     client: redis::Client,
@@ -197,13 +199,13 @@ impl RoomStore for RedisStore {
         let [line, _, _] = keys(room);
         let r: Vec<u64> = self
             .fcall(
-                "sluice_3_join",
+                "sluice_4_join",
                 &[line],
                 &[u64::from(n), u64::from(capacity), hw_next],
             )
             .await?;
         let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_3_join gave {r:?}")));
+            return Err(StoreError::Protocol(format!("sluice_4_join gave {r:?}")));
         };
         Ok(JoinReply {
             first,
@@ -219,7 +221,7 @@ impl RoomStore for RedisStore {
         let (adaptive, lo, hi) = a.adaptive.map_or((0, 0, 0), |(lo, hi)| (1, lo, hi));
         let r: Vec<String> = self
             .fcall(
-                "sluice_3_tick",
+                "sluice_4_tick",
                 &keys(room),
                 &[
                     u64::from(a.release_per_second),
@@ -234,17 +236,16 @@ impl RoomStore for RedisStore {
                     adaptive,
                     u64::from(lo),
                     u64::from(hi),
+                    a.hw_tat_us,
                 ],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_3_tick gave {r:?}"));
-        if r.len() != 18 {
+        let bad = || StoreError::Protocol(format!("sluice_4_tick gave {r:?}"));
+        if r.len() != 20 {
             return Err(bad());
         }
-        let n: Vec<u64> = r[..13]
-            .iter()
-            .map(|v| v.parse().map_err(|_| bad()))
-            .collect::<Result<_, _>>()?;
+        let numeric = |v: &String| v.parse::<u64>().map_err(|_| bad());
+        let n: Vec<u64> = r[..13].iter().map(numeric).collect::<Result<_, _>>()?;
         let [next, serving, held, pending, paused, sold_out, version, released, now_ms, shows, no_shows, hold_ms, rate] =
             n[..]
         else {
@@ -268,14 +269,40 @@ impl RoomStore for RedisStore {
             released: released as u32,
             store_now_ms: now_ms,
             rate_in_force: rate.min(u64::from(u32::MAX)) as u32,
-            adaptive: stored_decision(&r[13..]),
+            adaptive: stored_decision(&r[13..18]),
+            tat_us: numeric(&r[18])?,
+            born_ms: numeric(&r[19])?,
         })
+    }
+
+    async fn reseed(
+        &self,
+        room: &str,
+        pending_seen: u64,
+        passes: &[(u64, u64)],
+    ) -> Result<u64, StoreError> {
+        let mut changed = 0;
+        // One call even without passes: it carries `pending_seen`.
+        let chunks = passes.chunks(RESEED_BATCH_MAX);
+        let chunks: Vec<&[(u64, u64)]> = if passes.is_empty() {
+            vec![&[]]
+        } else {
+            chunks.collect()
+        };
+        for chunk in chunks {
+            let args: Vec<u64> = std::iter::once(pending_seen)
+                .chain(chunk.iter().flat_map(|&(seq, ends)| [seq, ends]))
+                .collect();
+            let n: u64 = self.fcall("sluice_4_reseed", &keys(room), &args).await?;
+            changed += n;
+        }
+        Ok(changed)
     }
 
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_3_claim",
+                "sluice_4_claim",
                 &keys(room),
                 &[
                     seq,
@@ -290,14 +317,14 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_3_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_4_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_3_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_4_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -311,7 +338,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_3_set_state",
+            "sluice_4_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -330,7 +357,7 @@ impl RoomStore for RedisStore {
         let [checkouts, leader] = adaptive_keys(room);
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_3_adapt",
+                "sluice_4_adapt",
                 &[line, checkouts, leader],
                 &[
                     id.to_string(),
@@ -340,7 +367,7 @@ impl RoomStore for RedisStore {
                 ],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_3_adapt gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_4_adapt gave {} items", r.len()));
         if r.len() < 8 || !r.len().is_multiple_of(2) {
             return Err(bad());
         }
@@ -368,7 +395,7 @@ impl RoomStore for RedisStore {
         let [rate, reason, at, state] = fleet_rate::encode_decision(next);
         let written: u64 = self
             .fcall_str(
-                "sluice_3_decide",
+                "sluice_4_decide",
                 &[line, leader],
                 &[
                     id.to_string(),
@@ -386,12 +413,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_3_heartbeat",
+                "sluice_4_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_3_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_4_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

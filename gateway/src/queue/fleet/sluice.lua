@@ -1,9 +1,9 @@
-#!lua name=sluice_3
+#!lua name=sluice_4
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_3`): a change of a
+The library and every function carry a version (`sluice_4`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,9 +12,10 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's; sluice_3 only added keys and fields, for the
-fleet's adaptive rate, which sluice_2 ignores, so both share the prefix and
-a rolling upgrade keeps the line):
+share keys with sluice_1's; sluice_3 and sluice_4 only added keys, fields
+and arguments (the fleet's adaptive rate; the re-seeding of slots and the
+lost_* fields after Redis lost a room), which the older versions ignore, so
+all share the "sluice2" keys and a rolling upgrade keeps the line):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
                              paused, sold_out (0/1), version (bumped by
@@ -25,7 +26,12 @@ a rolling upgrade keeps the line):
                              adaptive room, the decision in force: ad_rate
                              (exact, per second), ad_reason, ad_at_ms,
                              ad_state (the law's whole state, JSON), ad_by (the
-                             gateway that took it)
+                             gateway that took it); lost_below /
+                             lost_until_ms / lost_pending (after Redis lost
+                             the room: the places released before, until
+                             when their holders may still collect them, and
+                             how many were uncollected as the gateways last
+                             saw: they still count as pending until then)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
@@ -65,31 +71,40 @@ local function num(v)
 end
 
 -- The room's numbers, with the high-water marks a gateway pushes: a Redis
--- restarted empty never gives a seq twice nor un-releases a place.
-local function load(key, hw_next, hw_serving, ms)
+-- restarted empty never gives a seq twice, un-releases a place nor lets
+-- the release run ahead of its pace (hw_tat_us: the GCRA's theoretical
+-- arrival time only ever goes up). r.lost is set when the marks show that
+-- Redis lost released places (serving went back).
+local function load(key, hw_next, hw_serving, hw_tat_us, ms)
   local v = redis.call('HMGET', key, 'next', 'serving', 'tat_us', 'paused', 'sold_out', 'version',
     'born_ms')
   local r = {
     next = num(v[1]), serving = num(v[2]), tat_us = num(v[3]),
     paused = num(v[4]), sold_out = num(v[5]), version = num(v[6]), born_ms = tonumber(v[7]) or ms,
+    lost = false,
   }
   -- A gateway that saw more than Redis holds means Redis lost writes (a
   -- restart without them, a failover to a replica behind): warm up again,
-  -- so every gateway's numbers land before a place is given or released.
+  -- so every gateway's numbers (and the slots of its passes: reseed) land
+  -- before a place is given or released.
   if hw_next > r.next or hw_serving > r.serving then r.born_ms = ms end
   if hw_next > r.next then r.next = hw_next end
-  if hw_serving > r.serving then r.serving = hw_serving end
+  if hw_serving > r.serving then
+    r.serving = hw_serving
+    r.lost = true
+  end
   if r.serving > r.next then r.next = r.serving end
+  if hw_tat_us > r.tat_us then r.tat_us = hw_tat_us end
   return r
 end
 
--- FCALL sluice_3_join 1 <room> <n> <capacity> <hw_next>
+-- FCALL sluice_4_join 1 <room> <n> <capacity> <hw_next>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity).
 -- -> {first, granted, serving, paused, sold_out, warming}
 local function join(keys, args)
   local n, capacity, hw_next = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local ms = now_ms()
-  local r = load(keys[1], hw_next, 0, ms)
+  local r = load(keys[1], hw_next, 0, 0, ms)
   local granted = 0
   local warming = 0
   if ms - r.born_ms < WARM_UP_MS then
@@ -136,9 +151,10 @@ local function stored_decision(key)
   return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or ''}
 end
 
--- FCALL sluice_3_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
+-- FCALL sluice_4_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
 --       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
 --       <pass_ttl_ms> <adaptive 0/1> <min_per_second> <max_per_second>
+--       <hw_tat_us>
 -- With adaptive = 1 the release runs at the room's stored decision
 -- (ad_rate rounded, inside [min, max], at least 1: the same arithmetic as
 -- sluice_admission::fleet_rate::rate_in_force), <rate> only until one is
@@ -150,9 +166,13 @@ end
 -- an uncollected place takes no slot, it counts as the share expected to
 -- come. Any gateway may call it, as often as it likes: the rate comes from
 -- TIME, not from the number of calls.
+-- After Redis lost the room (serving pushed back up by a gateway's mark),
+-- the places released before keep their claim: until the warm-up and one
+-- claim window are over, claim takes a place below lost_below that Redis
+-- has no record of as released (see claim).
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
 --     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
---     ad_state, ad_by} (the ad_ fields "" when none)
+--     ad_state, ad_by, tat_us, born_ms} (the ad_ fields "" when none)
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   if tonumber(args[10]) == 1 then
@@ -168,7 +188,13 @@ local function tick(keys, args)
   local share_milli, ttl = tonumber(args[8]), tonumber(args[9])
   local us = now_us()
   local ms = math.floor(us / 1000)
-  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), ms)
+  local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), tonumber(args[13]), ms)
+  -- Every gateway sees born_ms change and reseeds, so lost_pending starts
+  -- again from what they push.
+  if r.lost then
+    redis.call('HSET', keys[1], 'lost_below', string.format('%d', r.serving),
+      'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0)
+  end
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
     r.sold_out = 1
     r.version = r.version + 1
@@ -181,6 +207,8 @@ local function tick(keys, args)
   if no_shows > 0 then redis.call('HINCRBY', keys[1], 'no_shows', no_shows) end
   local passes = redis.call('ZCARD', keys[2])
   local pending = redis.call('ZCARD', keys[3])
+  local lost = redis.call('HMGET', keys[1], 'lost_pending', 'lost_until_ms')
+  if ms < num(lost[2]) then pending = pending + num(lost[1]) end
   local released = 0
   local warming = ms - r.born_ms < WARM_UP_MS
   if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
@@ -201,12 +229,13 @@ local function tick(keys, args)
       released = 0
     end
   end
-  redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving, 'tat_us', r.tat_us,
-    'paused', r.paused, 'sold_out', r.sold_out, 'version', r.version, 'born_ms', r.born_ms)
+  redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving,
+    'tat_us', string.format('%d', r.tat_us), 'paused', r.paused, 'sold_out', r.sold_out,
+    'version', r.version, 'born_ms', string.format('%d', r.born_ms))
   local v = redis.call('HMGET', keys[1], 'shows', 'no_shows', 'hold_ms')
   local d = stored_decision(keys[1])
   return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
-    num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5]}
+    num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5], r.tat_us, r.born_ms}
 end
 
 -- Checkouts older than this are of no use to any window (the adaptive
@@ -215,7 +244,7 @@ local HORIZON_MS = 30000
 -- Batches one read returns at most (the reader asks again from the last).
 local READ_MAX = 1000
 
--- FCALL sluice_3_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
+-- FCALL sluice_4_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
 --       <batch>
 -- Once a second from every gateway of an adaptive room: appends <batch>
 -- (its checkouts since its last call, "" none; dated by the entry's id,
@@ -255,7 +284,7 @@ local function adapt(keys, args)
   return out
 end
 
--- FCALL sluice_3_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
+-- FCALL sluice_4_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
 --       <state> <previous_at_ms>
 -- The leader's step: written only while <id> holds the lease and the
 -- decision stored is still the one it stepped from (its ad_at_ms, "" for
@@ -270,18 +299,22 @@ local function decide(keys, args)
   return 1
 end
 
--- FCALL sluice_3_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
+-- FCALL sluice_4_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free, and ends at now + pass_ttl; later claims get the same end. With no
 -- slot free the place stays released (its claim window starts again: its
--- holder is here) and the holder asks again.
+-- holder is here) and the holder asks again. While the room warms up, no
+-- new slot is taken: the gateways are still counting the slots of the
+-- passes out (reseed). A place released before Redis lost the room, of
+-- which Redis has no record, is taken as released until lost_until_ms.
 -- -> {0, serving} still waiting | {1, expires_at_ms} admitted | {2, 0} gone
 --    | {3, 0} released, no slot free yet
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
   local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
-  local serving = num(redis.call('HGET', keys[1], 'serving'))
+  local v = redis.call('HMGET', keys[1], 'serving', 'born_ms', 'lost_below', 'lost_until_ms')
+  local serving = num(v[1])
   if tonumber(seq) >= serving then
     return {0, serving}
   end
@@ -290,7 +323,18 @@ local function claim(keys, args)
   if held and held > ms then
     return {1, held}
   end
+  if ms - num(v[2]) < WARM_UP_MS then
+    return {3, 0}
+  end
   local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
+  if not deadline and tonumber(seq) < num(v[3]) and ms < num(v[4]) then
+    deadline = num(v[4])
+    redis.call('ZADD', keys[3], deadline, 'u' .. seq)
+    -- Counted in the released set from now on, no longer as lost.
+    if num(redis.call('HGET', keys[1], 'lost_pending')) > 0 then
+      redis.call('HINCRBY', keys[1], 'lost_pending', -1)
+    end
+  end
   if not deadline or deadline <= ms then
     return {2, 0}
   end
@@ -305,7 +349,31 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_3_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_4_reseed 3 <room> <slots> <released> <pending_seen> <seq1>
+--       <ends_ms1> <seq2> ...
+-- After Redis lost the room, a gateway counts again the slots of the passes
+-- it handed out that are still alive: each slot only ever ends later
+-- (ZADD GT), and a place reseeded as a pass no longer waits to be
+-- collected. pending_seen, the uncollected places it last saw, raises
+-- lost_pending (see tick). -> the slots added or moved later
+local function reseed(keys, args)
+  local ms = now_ms()
+  local pending_seen = tonumber(args[1])
+  if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
+    redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
+  end
+  local changed = 0
+  for i = 2, #args - 1, 2 do
+    local ends = tonumber(args[i + 1])
+    if ends and ends > ms then
+      changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])
+      redis.call('ZREM', keys[3], 'u' .. args[i])
+    end
+  end
+  return changed
+end
+
+-- FCALL sluice_4_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -317,7 +385,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_3_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_4_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -338,7 +406,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_3_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_4_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -360,11 +428,12 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_3_heartbeat', heartbeat)
-redis.register_function('sluice_3_join', join)
-redis.register_function('sluice_3_tick', tick)
-redis.register_function('sluice_3_claim', claim)
-redis.register_function('sluice_3_give_back', give_back)
-redis.register_function('sluice_3_set_state', set_state)
-redis.register_function('sluice_3_adapt', adapt)
-redis.register_function('sluice_3_decide', decide)
+redis.register_function('sluice_4_heartbeat', heartbeat)
+redis.register_function('sluice_4_join', join)
+redis.register_function('sluice_4_tick', tick)
+redis.register_function('sluice_4_claim', claim)
+redis.register_function('sluice_4_reseed', reseed)
+redis.register_function('sluice_4_give_back', give_back)
+redis.register_function('sluice_4_set_state', set_state)
+redis.register_function('sluice_4_adapt', adapt)
+redis.register_function('sluice_4_decide', decide)

@@ -40,6 +40,10 @@ pub struct TickArgs {
     /// restarted empty starts again from them, never below.
     pub hw_next: u64,
     pub hw_serving: u64,
+    /// The highest theoretical arrival time of the release's GCRA this
+    /// gateway has seen (unix µs): a store restarted empty does not let
+    /// the release run ahead of its pace.
+    pub hw_tat_us: u64,
     /// This gateway's stock says the room is sold out.
     pub sold_out_seen: bool,
     /// `Some((min_per_second, max_per_second))` for an adaptive room: the
@@ -95,6 +99,12 @@ pub struct Tick {
     pub rate_in_force: u32,
     /// The room's adaptive decision in force, if one is stored.
     pub adaptive: Option<StoredDecision>,
+    /// The release's GCRA state after the tick (unix µs).
+    pub tat_us: u64,
+    /// When the store (re)made the room (unix ms): a change means it lost
+    /// the room and is warming up, and this gateway re-counts its passes
+    /// ([`RoomStore::reseed`]).
+    pub born_ms: u64,
 }
 
 /// A gateway of the fleet as the store last heard from it.
@@ -129,6 +139,20 @@ pub trait RoomStore: Send + Sync + 'static {
     /// returned end, the same on every later claim.
     async fn claim(&self, room: &str, seq: u64, args: &ClaimArgs)
         -> Result<ClaimReply, StoreError>;
+
+    /// After the store lost the room: the passes this gateway handed out
+    /// that are still alive, `(seq, ends at unix ms)`, take their slots
+    /// again (a slot only ever ends later; bounded calls of
+    /// [`super::redis::RESEED_BATCH_MAX`]), and the released places it last
+    /// saw uncollected (`pending_seen`) count as pending until their
+    /// holders' claim window after the loss is over. Returns the slots it
+    /// changed.
+    async fn reseed(
+        &self,
+        room: &str,
+        pending_seen: u64,
+        passes: &[(u64, u64)],
+    ) -> Result<u64, StoreError>;
 
     /// Frees the slot of pass `seq` (of a room whose passes live
     /// `pass_ttl_ms`); `true` if it held one.
