@@ -346,6 +346,7 @@ fn tick_args(rate: u32, adaptive: Option<(u32, u32)>) -> TickArgs {
         share_milli: 0,
         pass_ttl_ms: 60_000,
         adaptive,
+        hw_tat_us: 0,
     }
 }
 

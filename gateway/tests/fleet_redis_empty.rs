@@ -9,7 +9,9 @@
 //! 3. the `max_active` slots: passes issued before the loss, by different
 //!    gateways, hold their slots again, so nobody else is let in;
 //! 4. the fleet rate's GCRA: the release goes on at its pace, not with a
-//!    whole new `burst`.
+//!    whole new `burst`;
+//! 5. only places whose claim window was still open at the loss are taken
+//!    back: an older no-show gets no pass.
 
 mod common;
 
@@ -34,7 +36,8 @@ const PACE_BURST: u64 = 10;
 fn rooms() -> String {
     format!(
         "[[rooms]]\nname = \"slots\"\nrelease_per_second = 50\nburst = 50\nmax_active = {SLOTS}\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\nidle_timeout_s = 30\npass_ttl_s = 600\n\n\
-         [[rooms]]\nname = \"pace\"\nrelease_per_second = {PACE_RATE}\nburst = {PACE_BURST}\nmax_active = 1000\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n"
+         [[rooms]]\nname = \"pace\"\nrelease_per_second = {PACE_RATE}\nburst = {PACE_BURST}\nmax_active = 1000\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n\n\
+         [[rooms]]\nname = \"stale\"\nrelease_per_second = 50\nburst = 50\nmax_active = 100\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\nidle_timeout_s = 30\npass_ttl_s = 600\n"
     )
 }
 
@@ -256,4 +259,54 @@ async fn redis_restarted_empty_keeps_every_place_slot_and_the_pace() {
         .command(&["ZCARD", "sluice2:{slots}:slots"])
         .unwrap_or_default();
     assert!(held.trim() == format!(":{SLOTS}"), "{held:?}");
+}
+
+/// 5. A place released, never collected and counted a no-show before the
+/// loss gets no pass after it; a place released just before the loss does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_show_from_before_the_loss_gets_no_pass_after_it() {
+    let mut redis = Redis::start();
+    let fleet = start_fleet(&redis, 2);
+    let c = client();
+    let no_shows = |redis: &Redis| {
+        redis
+            .command(&["HINCRBY", "sluice2:{stale}", "no_shows", "0"])
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    // Released at once; its claim window (7 s) ends with nobody coming.
+    let old = ticket(&c, &fleet[0], "stale").await;
+    let gone = eventually_await(Duration::from_secs(20), || async {
+        no_shows(&redis) == ":1"
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "the place is counted a no-show: {}",
+        no_shows(&redis)
+    );
+    // Released now, not collected yet, when Redis loses the room.
+    let fresh = ticket(&c, &fleet[1], "stale").await;
+    assert_eq!(seq_of(&fresh), seq_of(&old) + 1);
+    let released = eventually_await(Duration::from_secs(5), || async {
+        serving(&c, &fleet[0], "stale").await > seq_of(&fresh)
+            && serving(&c, &fleet[1], "stale").await > seq_of(&fresh)
+    })
+    .await;
+    assert!(
+        released.is_some(),
+        "both gateways saw the fresh place released"
+    );
+    redis.restart_empty();
+
+    assert!(
+        collect(&c, &fleet[1], "stale", &fresh).await.is_some(),
+        "the place released just before the loss keeps its claim"
+    );
+    for gw in &fleet {
+        let (code, body) = status(&c, gw, "stale", &old).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["state"], "expired", "a no-show handed a pass: {body}");
+    }
 }

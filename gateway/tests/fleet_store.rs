@@ -287,12 +287,17 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
     // The gateway that collected pass 0 brings its slot back; an older end
     // pushed later by another does not shorten it.
     assert_eq!(
-        store.reseed("r", 1, &[(0, expires_at_ms)]).await.unwrap(),
+        store
+            .reseed("r", 1, 1, &[(0, expires_at_ms)])
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(
         store
-            .reseed("r", 0, &[(0, expires_at_ms - 1_000)])
+            // A higher lost_from (a gateway started since) does not
+            // narrow the places taken back: place 1 is collected below.
+            .reseed("r", 0, 2, &[(0, expires_at_ms - 1_000)])
             .await
             .unwrap(),
         0

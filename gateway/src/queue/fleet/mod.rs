@@ -22,6 +22,8 @@
 //! - [`http`]: the `join` and `status` routes of such a room.
 //! - [`poll_due`]: when each ticket that polled this gateway may poll
 //!   next, so an early poll is refused without a record in the store.
+//! - [`serving_seen`]: the room's `serving` over the last claim windows,
+//!   so a reseed says which released places may still be collected.
 //!
 //! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
 //! pingora worker: request handlers only send to them and await answers.
@@ -29,6 +31,7 @@
 mod http;
 mod poll_due;
 pub mod redis;
+mod serving_seen;
 pub mod store;
 
 pub use http::check_config;
@@ -53,6 +56,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::now_ms;
 use poll_due::PollDue;
+use serving_seen::ServingSeen;
 pub use store::{ClaimArgs, Member, RoomStore, StoreError, StoredDecision, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -92,6 +96,9 @@ const STATE_PAUSED: u8 = 2;
 const STATE_INIT_OPEN: u8 = 3;
 const STATE_INIT_PAUSED: u8 = 4;
 
+/// A released place with less than this of its claim window left when the
+/// store lost the room is not taken back (it would get a whole new window).
+pub const CLAIM_LEFT_MIN: Duration = Duration::from_secs(1);
 /// How often a gateway tells the store it is alive (`/admin/state`
 /// `"fleet"`).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -169,6 +176,7 @@ impl Fleet {
             too_early: AtomicU64::new(0),
             adaptive: Mutex::new(FleetAdaptive::default()),
             decision: ArcSwap::from_pointee(None),
+            serving_seen: Mutex::new(ServingSeen::default()),
         });
         self.rt.spawn(tick_loop(Arc::downgrade(&room)));
         self.rt.spawn(adapt_loop(Arc::downgrade(&room)));
@@ -256,6 +264,8 @@ pub struct SharedRoom {
     /// Polls refused here for coming sooner than told
     /// (`sluice_queue_polls_too_early_total`).
     too_early: AtomicU64,
+    /// `serving` over the last claim windows (see [`ServingSeen`]).
+    serving_seen: Mutex<ServingSeen>,
     /// The fleet's adaptive rate: this gateway's checkouts and window.
     adaptive: Mutex<FleetAdaptive>,
     /// The adaptive decision in force, as the last tick read it.
@@ -661,11 +671,23 @@ impl SharedRoom {
             return Ok(());
         }
         let passes = self.passes_out(now_ms());
-        if !passes.is_empty() || before.pending > 0 {
+        // The places whose claim window was still open when the store lost
+        // them: released from `serving` as it was one window before (less
+        // the last [`CLAIM_LEFT_MIN`] of it: this gateway saw each release
+        // up to a tick late).
+        let window_ms = decide::claim_window_ms(&self.policy.load());
+        let from_ms =
+            before.read_at_ms.saturating_sub(window_ms) + CLAIM_LEFT_MIN.as_millis() as u64;
+        let lost_from = self
+            .serving_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .at(from_ms);
+        if let Some(lost_from) = lost_from {
             let changed = self
                 .fleet
                 .store
-                .reseed(&self.name, before.pending, &passes)
+                .reseed(&self.name, before.pending, lost_from, &passes)
                 .await?;
             tracing::warn!(
                 room = self.name,
@@ -747,6 +769,16 @@ impl SharedRoom {
                     meter.share_milli(now_s)
                 };
                 self.saw(numbers.next, numbers.serving);
+                // Two windows kept: the reseed looks one back from the
+                // last numbers before a loss.
+                self.serving_seen
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .saw(
+                        numbers.read_at_ms,
+                        numbers.serving,
+                        2 * args.claim_window_ms,
+                    );
                 self.hw_tat_us.fetch_max(tick.tat_us, Ordering::Relaxed);
                 let before = self.numbers.swap(Arc::new(numbers));
                 if adaptive.is_some() {

@@ -279,6 +279,7 @@ impl RoomStore for RedisStore {
         &self,
         room: &str,
         pending_seen: u64,
+        lost_from: u64,
         passes: &[(u64, u64)],
     ) -> Result<u64, StoreError> {
         let mut changed = 0;
@@ -290,7 +291,8 @@ impl RoomStore for RedisStore {
             chunks.collect()
         };
         for chunk in chunks {
-            let args: Vec<u64> = std::iter::once(pending_seen)
+            let args: Vec<u64> = [pending_seen, lost_from]
+                .into_iter()
                 .chain(chunk.iter().flat_map(|&(seq, ends)| [seq, ends]))
                 .collect();
             let n: u64 = self.fcall("sluice_4_reseed", &keys(room), &args).await?;

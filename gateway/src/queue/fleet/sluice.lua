@@ -26,12 +26,15 @@ all share the "sluice2" keys and a rolling upgrade keeps the line):
                              adaptive room, the decision in force: ad_rate
                              (exact, per second), ad_reason, ad_at_ms,
                              ad_state (the law's whole state, JSON), ad_by (the
-                             gateway that took it); lost_below /
-                             lost_until_ms / lost_pending (after Redis lost
-                             the room: the places released before, until
-                             when their holders may still collect them, and
-                             how many were uncollected as the gateways last
-                             saw: they still count as pending until then)
+                             gateway that took it); lost_from /
+                             lost_below / lost_until_ms / lost_pending (after
+                             Redis lost the room: the places released before
+                             whose claim window was still open, from
+                             lost_from (the lowest `serving` the gateways saw
+                             one claim window before the loss) to lost_below;
+                             until when their holders may still collect them;
+                             and how many were uncollected as the gateways
+                             last saw: they still count as pending until then)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
@@ -168,8 +171,9 @@ end
 -- TIME, not from the number of calls.
 -- After Redis lost the room (serving pushed back up by a gateway's mark),
 -- the places released before keep their claim: until the warm-up and one
--- claim window are over, claim takes a place below lost_below that Redis
--- has no record of as released (see claim).
+-- claim window are over, claim takes a place in [lost_from, lost_below)
+-- that Redis has no record of as released (see claim). lost_from comes
+-- from the gateways' reseeds; until one lands, nothing is taken back.
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
 --     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
 --     ad_state, ad_by, tat_us, born_ms} (the ad_ fields "" when none)
@@ -194,6 +198,7 @@ local function tick(keys, args)
   if r.lost then
     redis.call('HSET', keys[1], 'lost_below', string.format('%d', r.serving),
       'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0)
+    redis.call('HDEL', keys[1], 'lost_from')
   end
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
     r.sold_out = 1
@@ -313,7 +318,8 @@ end
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
   local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
-  local v = redis.call('HMGET', keys[1], 'serving', 'born_ms', 'lost_below', 'lost_until_ms')
+  local v = redis.call('HMGET', keys[1], 'serving', 'born_ms', 'lost_below', 'lost_until_ms',
+    'lost_from')
   local serving = num(v[1])
   if tonumber(seq) >= serving then
     return {0, serving}
@@ -327,7 +333,11 @@ local function claim(keys, args)
     return {3, 0}
   end
   local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
-  if not deadline and tonumber(seq) < num(v[3]) and ms < num(v[4]) then
+  -- Only a place whose claim window was open at the loss: an older one
+  -- (a no-show, a pass that ended or was given back) stays gone.
+  local lost_from = tonumber(v[5])
+  if not deadline and lost_from and tonumber(seq) >= lost_from
+      and tonumber(seq) < num(v[3]) and ms < num(v[4]) then
     deadline = num(v[4])
     redis.call('ZADD', keys[3], deadline, 'u' .. seq)
     -- Counted in the released set from now on, no longer as lost.
@@ -349,21 +359,28 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_4_reseed 3 <room> <slots> <released> <pending_seen> <seq1>
---       <ends_ms1> <seq2> ...
+-- FCALL sluice_4_reseed 3 <room> <slots> <released> <pending_seen>
+--       <lost_from> <seq1> <ends_ms1> <seq2> ...
 -- After Redis lost the room, a gateway counts again the slots of the passes
 -- it handed out that are still alive: each slot only ever ends later
 -- (ZADD GT), and a place reseeded as a pass no longer waits to be
 -- collected. pending_seen, the uncollected places it last saw, raises
--- lost_pending (see tick). -> the slots added or moved later
+-- lost_pending (see tick). lost_from, the `serving` it saw one claim
+-- window before the loss, lowers the room's lost_from (the lowest wins: a
+-- gateway started since pushes a higher one). -> the slots added or moved
+-- later
 local function reseed(keys, args)
   local ms = now_ms()
-  local pending_seen = tonumber(args[1])
+  local pending_seen, lost_from = tonumber(args[1]), tonumber(args[2])
   if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
     redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
   end
+  local known = tonumber(redis.call('HGET', keys[1], 'lost_from'))
+  if not known or lost_from < known then
+    redis.call('HSET', keys[1], 'lost_from', string.format('%d', lost_from))
+  end
   local changed = 0
-  for i = 2, #args - 1, 2 do
+  for i = 3, #args - 1, 2 do
     local ends = tonumber(args[i + 1])
     if ends and ends > ms then
       changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])

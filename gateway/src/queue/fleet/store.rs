@@ -145,12 +145,15 @@ pub trait RoomStore: Send + Sync + 'static {
     /// again (a slot only ever ends later; bounded calls of
     /// [`super::redis::RESEED_BATCH_MAX`]), and the released places it last
     /// saw uncollected (`pending_seen`) count as pending until their
-    /// holders' claim window after the loss is over. Returns the slots it
-    /// changed.
+    /// holders' claim window after the loss is over. `lost_from` is the
+    /// `serving` it saw one claim window before the loss: only places from
+    /// there up may still be collected (the store keeps the lowest pushed).
+    /// Returns the slots it changed.
     async fn reseed(
         &self,
         room: &str,
         pending_seen: u64,
+        lost_from: u64,
         passes: &[(u64, u64)],
     ) -> Result<u64, StoreError>;
 
