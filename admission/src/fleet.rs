@@ -390,9 +390,40 @@ pub fn claim(pacing: &mut Pacing, policy: &Policy) -> bool {
     true
 }
 
+/// How many released places were still waiting for their holder when
+/// the store lost the room, as this gateway can tell: the `pending` of its
+/// last numbers (read at store time `read_at_store_ms`), less the passes it
+/// collected itself since then (`passes`: seq and end in store ms, each
+/// `pass_ttl_ms` long, so collected at its end less that). Collections on
+/// other gateways since this gateway's last read are not known here: the
+/// count can only err high (slots held back, `ahead` one too many) for
+/// one claim window, never admit past `max_active`.
+pub fn uncollected_when_lost(
+    pending: u64,
+    passes: &[(u64, u64)],
+    pass_ttl_ms: u64,
+    read_at_store_ms: u64,
+) -> u64 {
+    let since = passes
+        .iter()
+        .filter(|&&(_, ends_ms)| ends_ms.saturating_sub(pass_ttl_ms) >= read_at_store_ms)
+        .count() as u64;
+    pending.saturating_sub(since)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_place_collected_here_after_the_last_read_is_no_longer_uncollected() {
+        // Read at 10,000 with 2 uncollected; pass 7 collected at 10,050
+        // (ends 70,050 with 60 s passes), pass 3 long before.
+        let passes = [(3, 65_000), (7, 70_050)];
+        assert_eq!(uncollected_when_lost(2, &passes, 60_000, 10_000), 1);
+        assert_eq!(uncollected_when_lost(2, &passes[..1], 60_000, 10_000), 2);
+        assert_eq!(uncollected_when_lost(0, &passes, 60_000, 10_000), 0);
+    }
     use rand::rngs::StdRng;
     use rand::SeedableRng;
     use std::num::NonZeroU32;

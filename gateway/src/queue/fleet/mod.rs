@@ -162,6 +162,7 @@ impl Fleet {
             hw_serving: AtomicU64::new(0),
             hw_tat_us: AtomicU64::new(0),
             born_seen: AtomicU64::new(0),
+            numbers_store_ms: AtomicU64::new(0),
             joins,
             state_wanted: AtomicU8::new(STATE_NONE),
             config_paused: Mutex::new(None),
@@ -234,6 +235,9 @@ pub struct SharedRoom {
     /// means it lost the room, and this gateway's passes re-count their
     /// slots ([`RoomStore::reseed`]) during the store's warm-up.
     born_seen: AtomicU64,
+    /// The store's clock (unix ms) when `numbers` were read: passes this
+    /// gateway collected since then are still pending in them.
+    numbers_store_ms: AtomicU64,
     joins: mpsc::Sender<JoinWaiter>,
     /// The pause the config wants written to the store, until it is.
     state_wanted: AtomicU8,
@@ -665,12 +669,20 @@ impl SharedRoom {
     /// lost them) count as pending. Remembered only once done, so a failed
     /// call is tried again at the next tick, still within the store's
     /// warm-up (then with the store's new, smaller pending count).
-    async fn reseed_if_reborn(&self, born_ms: u64, before: &LineNumbers) -> Result<(), StoreError> {
+    /// `before_store_ms` is the store's clock when `before` was read.
+    async fn reseed_if_reborn(
+        &self,
+        born_ms: u64,
+        before: &LineNumbers,
+        before_store_ms: u64,
+    ) -> Result<(), StoreError> {
         let seen = self.born_seen.load(Ordering::Relaxed);
         if seen == born_ms {
             return Ok(());
         }
         let passes = self.passes_out(now_ms());
+        let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
+        let pending_seen = decide::uncollected_when_lost(before.pending, &passes, ttl_ms, before_store_ms);
         // The places whose claim window was still open when the store lost
         // them: released from `serving` as it was one window before (less
         // the last [`CLAIM_LEFT_MIN`] of it: this gateway saw each release
@@ -687,13 +699,13 @@ impl SharedRoom {
             let changed = self
                 .fleet
                 .store
-                .reseed(&self.name, before.pending, lost_from, &passes)
+                .reseed(&self.name, pending_seen, lost_from, &passes)
                 .await?;
             tracing::warn!(
                 room = self.name,
                 passes = passes.len(),
                 changed,
-                uncollected = before.pending,
+                uncollected = pending_seen,
                 "the room store lost the room: this gateway's passes hold their slots again"
             );
         }
@@ -781,6 +793,9 @@ impl SharedRoom {
                     );
                 self.hw_tat_us.fetch_max(tick.tat_us, Ordering::Relaxed);
                 let before = self.numbers.swap(Arc::new(numbers));
+                let before_store_ms = self
+                    .numbers_store_ms
+                    .swap(tick.store_now_ms, Ordering::Relaxed);
                 if adaptive.is_some() {
                     self.decision.store(Arc::new(tick.adaptive));
                     // Estimates and the watermark follow the rate in force.
@@ -794,7 +809,9 @@ impl SharedRoom {
                         }
                     }
                 }
-                let reseeded = self.reseed_if_reborn(tick.born_ms, &before).await;
+                let reseeded = self
+                    .reseed_if_reborn(tick.born_ms, &before, before_store_ms)
+                    .await;
                 self.answered(reseeded.as_ref().map(drop));
             }
             Err(e) => self.answered(Err(&e)),
