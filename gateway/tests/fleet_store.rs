@@ -338,3 +338,62 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
         "the pass from before keeps its end"
     );
 }
+
+/// A number from a raw Redis answer (`$n\r\nvalue\r\n`, `:n\r\n`).
+fn number_in(raw: &str) -> f64 {
+    raw.lines()
+        .filter_map(|l| l.trim_start_matches(':').trim().parse::<f64>().ok())
+        .last()
+        .unwrap_or_else(|| panic!("no number in {raw:?}"))
+}
+
+#[tokio::test]
+async fn a_failover_that_kept_released_places_counts_each_once_and_the_warm_up_keeps_their_holders()
+{
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 4).await;
+    let a = args(1000, 100, 3, 60_000);
+    let c = claim_args(&a);
+    let tick = store.tick("r", &a).await.unwrap();
+    assert_eq!((tick.numbers.serving, tick.numbers.pending), (3, 3));
+    // A failover to a replica that was behind: it has places 0 and 1
+    // released and uncollected, not place 2 (nor serving 3).
+    for cmd in [
+        &["ZREM", "sluice2:{r}:released", "u2"][..],
+        &["HSET", "sluice2:{r}", "serving", "2"],
+    ] {
+        assert!(redis.command(cmd).is_some());
+    }
+    let before = number_in(
+        &redis
+            .command(&["ZSCORE", "sluice2:{r}:released", "u0"])
+            .unwrap(),
+    );
+    // A gateway's marks show the room is behind; it saw three uncollected.
+    let lost = TickArgs {
+        hw_next: 4,
+        hw_serving: 3,
+        ..a
+    };
+    store.tick("r", &lost).await.unwrap();
+    store.reseed("r", 3, 0, &[]).await.unwrap();
+    let tick = store.tick("r", &lost).await.unwrap();
+    assert_eq!(
+        tick.numbers.pending, 3,
+        "two kept in Redis and one it lost, not the kept ones twice"
+    );
+    // Place 0's holder polls during the warm-up: no slot yet, but its claim
+    // window starts again (it is not dropped as a no-show meanwhile).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.claim("r", 0, &c).await.unwrap(), ClaimReply::Full);
+    let after = number_in(
+        &redis
+            .command(&["ZSCORE", "sluice2:{r}:released", "u0"])
+            .unwrap(),
+    );
+    assert!(
+        after > before,
+        "the claim window of a holder who came is renewed: {before} -> {after}"
+    );
+}

@@ -536,7 +536,16 @@ impl SharedRoom {
         if let Ok(answer @ (ClaimReply::Admitted { .. } | ClaimReply::Gone)) = &reply {
             let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
             if claims.len() >= CLAIMS_REMEMBERED_MAX {
-                claims.clear();
+                // Spent places and ended passes go; live passes stay (the
+                // reseed after a store loss counts their slots from here),
+                // unless there are so many that only a clear bounds it.
+                let now = now_ms();
+                claims.retain(|_, known| {
+                    matches!(known, ClaimReply::Admitted { expires_at_ms } if *expires_at_ms > now)
+                });
+                if claims.len() >= CLAIMS_REMEMBERED_MAX {
+                    claims.clear();
+                }
             }
             claims.insert(seq, *answer);
         }
@@ -647,18 +656,23 @@ impl SharedRoom {
     /// knowledge, `(seq, ends at unix ms)`: collected here, alive at
     /// `now_ms`, not given back. At most [`CLAIMS_REMEMBERED_MAX`].
     fn passes_out(&self, now_ms: u64) -> Vec<(u64, u64)> {
-        let given_back = self.given_back();
-        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        let mut passes: Vec<(u64, u64)> = claims
-            .iter()
-            .filter_map(|(&seq, reply)| match reply {
-                ClaimReply::Admitted { expires_at_ms } if *expires_at_ms > now_ms => {
-                    Some((seq, *expires_at_ms))
-                }
-                _ => None,
-            })
-            .filter(|(seq, _)| !given_back.contains_key(seq))
-            .collect();
+        // One lock at a time, and the sort outside both.
+        let mut passes: Vec<(u64, u64)> = {
+            let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            claims
+                .iter()
+                .filter_map(|(&seq, reply)| match reply {
+                    ClaimReply::Admitted { expires_at_ms } if *expires_at_ms > now_ms => {
+                        Some((seq, *expires_at_ms))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        {
+            let given_back = self.given_back();
+            passes.retain(|(seq, _)| !given_back.contains_key(seq));
+        }
         passes.sort_unstable();
         passes
     }
@@ -682,7 +696,8 @@ impl SharedRoom {
         }
         let passes = self.passes_out(now_ms());
         let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
-        let pending_seen = decide::uncollected_when_lost(before.pending, &passes, ttl_ms, before_store_ms);
+        let pending_seen =
+            decide::uncollected_when_lost(before.pending, &passes, ttl_ms, before_store_ms);
         // The places whose claim window was still open when the store lost
         // them: released from `serving` as it was one window before (less
         // the last [`CLAIM_LEFT_MIN`] of it: this gateway saw each release

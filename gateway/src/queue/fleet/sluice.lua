@@ -26,15 +26,17 @@ all share the "sluice2" keys and a rolling upgrade keeps the line):
                              adaptive room, the decision in force: ad_rate
                              (exact, per second), ad_reason, ad_at_ms,
                              ad_state (the law's whole state, JSON), ad_by (the
-                             gateway that took it); lost_from /
-                             lost_below / lost_until_ms / lost_pending (after
+                             gateway that took it); lost_from / lost_below /
+                             lost_until_ms / lost_pending / lost_kept (after
                              Redis lost the room: the places released before
                              whose claim window was still open, from
                              lost_from (the lowest `serving` the gateways saw
                              one claim window before the loss) to lost_below;
                              until when their holders may still collect them;
-                             and how many were uncollected as the gateways
-                             last saw: they still count as pending until then)
+                             how many were uncollected as the gateways last
+                             saw: they still count as pending until then; and
+                             how many of those Redis kept in :released, so
+                             counted there already)
   sluice2:{R}:slots    ZSET  the max_active slots: "c<seq>" a collected pass;
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
@@ -196,8 +198,12 @@ local function tick(keys, args)
   -- Every gateway sees born_ms change and reseeds, so lost_pending starts
   -- again from what they push.
   if r.lost then
+    -- Released places Redis still holds (a failover to a replica that
+    -- was behind keeps some) are in the gateways' counts too: lost_kept
+    -- takes them off, so none is counted twice.
     redis.call('HSET', keys[1], 'lost_below', string.format('%d', r.serving),
-      'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0)
+      'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0,
+      'lost_kept', redis.call('ZCARD', keys[3]))
     redis.call('HDEL', keys[1], 'lost_from')
   end
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
@@ -212,8 +218,8 @@ local function tick(keys, args)
   if no_shows > 0 then redis.call('HINCRBY', keys[1], 'no_shows', no_shows) end
   local passes = redis.call('ZCARD', keys[2])
   local pending = redis.call('ZCARD', keys[3])
-  local lost = redis.call('HMGET', keys[1], 'lost_pending', 'lost_until_ms')
-  if ms < num(lost[2]) then pending = pending + num(lost[1]) end
+  local lost = redis.call('HMGET', keys[1], 'lost_pending', 'lost_until_ms', 'lost_kept')
+  if ms < num(lost[2]) then pending = pending + math.max(0, num(lost[1]) - num(lost[3])) end
   local released = 0
   local warming = ms - r.born_ms < WARM_UP_MS
   if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
@@ -329,10 +335,15 @@ local function claim(keys, args)
   if held and held > ms then
     return {1, held}
   end
+  local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
   if ms - num(v[2]) < WARM_UP_MS then
+    -- The holder is here: its claim window starts again, so a place Redis
+    -- kept is not dropped as a no-show while the room warms up.
+    if deadline and deadline > ms then
+      redis.call('ZADD', keys[3], 'XX', math.max(deadline, ms + claim_window_ms), 'u' .. seq)
+    end
     return {3, 0}
   end
-  local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
   -- Only a place whose claim window was open at the loss: an older one
   -- (a no-show, a pass that ended or was given back) stays gone.
   local lost_from = tonumber(v[5])
@@ -384,7 +395,10 @@ local function reseed(keys, args)
     local ends = tonumber(args[i + 1])
     if ends and ends > ms then
       changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])
-      redis.call('ZREM', keys[3], 'u' .. args[i])
+      if redis.call('ZREM', keys[3], 'u' .. args[i]) == 1
+          and num(redis.call('HGET', keys[1], 'lost_kept')) > 0 then
+        redis.call('HINCRBY', keys[1], 'lost_kept', -1)
+      end
     end
   end
   return changed
