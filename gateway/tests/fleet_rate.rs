@@ -347,6 +347,7 @@ fn tick_args(rate: u32, adaptive: Option<(u32, u32)>) -> TickArgs {
         pass_ttl_ms: 60_000,
         adaptive,
         hw_tat_us: 0,
+        members_live: 0,
     }
 }
 

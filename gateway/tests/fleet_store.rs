@@ -23,6 +23,7 @@ fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArg
         hw_next: 0,
         hw_serving: 0,
         hw_tat_us: 0,
+        members_live: 0,
         sold_out_seen: false,
         share_milli: 0,
         pass_ttl_ms: 60_000,
@@ -288,7 +289,7 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
     // pushed later by another does not shorten it.
     assert_eq!(
         store
-            .reseed("r", 1, 1, &[(0, expires_at_ms)])
+            .reseed("r", 1, 1, "a", &[(0, expires_at_ms)])
             .await
             .unwrap(),
         1
@@ -297,7 +298,7 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
         store
             // A higher lost_from (a gateway started since) does not
             // narrow the places taken back: place 1 is collected below.
-            .reseed("r", 0, 2, &[(0, expires_at_ms - 1_000)])
+            .reseed("r", 0, 2, "b", &[(0, expires_at_ms - 1_000)])
             .await
             .unwrap(),
         0
@@ -377,7 +378,7 @@ async fn a_failover_that_kept_released_places_counts_each_once_and_the_warm_up_k
         ..a
     };
     store.tick("r", &lost).await.unwrap();
-    store.reseed("r", 3, 0, &[]).await.unwrap();
+    store.reseed("r", 3, 0, "a", &[]).await.unwrap();
     let tick = store.tick("r", &lost).await.unwrap();
     assert_eq!(
         tick.numbers.pending, 3,
@@ -395,5 +396,73 @@ async fn a_failover_that_kept_released_places_counts_each_once_and_the_warm_up_k
     assert!(
         after > before,
         "the claim window of a holder who came is renewed: {before} -> {after}"
+    );
+}
+
+#[tokio::test]
+async fn after_a_loss_slots_wait_for_every_live_gateways_reseed_but_not_for_ever() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    for room in ["r", "q"] {
+        join_after_warm_up(&store, room, 4).await;
+    }
+    // Two gateways alive; one slot, held by a pass gateway b collected.
+    let a = TickArgs {
+        members_live: 2,
+        ..args(1000, 100, 1, 60_000)
+    };
+    let c = claim_args(&a);
+    for room in ["r", "q"] {
+        store.tick(room, &a).await.unwrap();
+        assert!(matches!(
+            store.claim(room, 0, &c).await.unwrap(),
+            ClaimReply::Admitted { .. }
+        ));
+    }
+    assert!(redis
+        .command(&["FLUSHALL"])
+        .is_some_and(|r| r.starts_with("+OK")));
+    let lost = TickArgs {
+        hw_next: 4,
+        hw_serving: 1,
+        ..a
+    };
+    let lost_at = Instant::now();
+    for room in ["r", "q"] {
+        store.tick(room, &lost).await.unwrap();
+        // Gateway a re-seeds (it holds no pass); b, which holds the pass of
+        // place 0, is slow.
+        store.reseed(room, 0, 0, "a", &[]).await.unwrap();
+    }
+    // Past the 2 s warm-up nothing is released into the slot: b has not
+    // counted its pass yet (a time-only warm-up released place 1 at 2 s).
+    while lost_at.elapsed() < Duration::from_millis(3_000) {
+        let t = store.tick("r", &lost).await.unwrap();
+        assert_eq!(t.released, 0, "released at {:?}", lost_at.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // b re-seeds its pass: it holds the one slot, so nothing more is
+    // released, now because the slot is taken.
+    store
+        .reseed("r", 0, 0, "b", &[(0, u64::MAX / 2)])
+        .await
+        .unwrap();
+    let t = store.tick("r", &lost).await.unwrap();
+    assert_eq!((t.released, t.numbers.held), (0, 1));
+    // In room q b never comes back (it died with Redis): the release goes
+    // on within the bound (10 s after the loss).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let t = store.tick("q", &lost).await.unwrap();
+        if t.released > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hold ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        lost_at.elapsed() >= Duration::from_secs(9),
+        "{:?}",
+        lost_at.elapsed()
     );
 }

@@ -83,6 +83,9 @@ const GIVEN_BACK_MAX: usize = 65_536;
 /// for good), so a ticket polled again and again after its release asks the
 /// store once; beyond, the memory is emptied and filled again.
 const CLAIMS_REMEMBERED_MAX: usize = 131_072;
+/// A gateway whose heartbeat (every second) was heard this recently counts
+/// as alive: after a loss the slots wait for its re-seed.
+const MEMBER_LIVE_S: u64 = 3;
 /// Claims of one room in flight to the store at once, at most; beyond, a
 /// poll is answered "at the front, ask again" without a store call, so a
 /// flood of polls cannot queue without bound in front of Redis.
@@ -140,6 +143,17 @@ impl Fleet {
 
     /// The gateways the store heard from lately, this one included once
     /// its first heartbeat landed.
+    /// The gateways heard from within [`MEMBER_LIVE_S`] (this one at
+    /// least).
+    pub fn members_live(&self) -> u32 {
+        let members = self.members.load();
+        let live = members
+            .iter()
+            .filter(|m| m.last_seen_s <= MEMBER_LIVE_S)
+            .count();
+        live.max(1) as u32
+    }
+
     pub fn members(&self) -> Vec<Member> {
         self.members.load().as_ref().clone()
     }
@@ -710,20 +724,22 @@ impl SharedRoom {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .at(from_ms);
-        if let Some(lost_from) = lost_from {
-            let changed = self
-                .fleet
-                .store
-                .reseed(&self.name, pending_seen, lost_from, &passes)
-                .await?;
-            tracing::warn!(
-                room = self.name,
-                passes = passes.len(),
-                changed,
-                uncollected = pending_seen,
-                "the room store lost the room: this gateway's passes hold their slots again"
-            );
-        }
+        // A gateway started less than a claim window before the loss takes
+        // no place back (u64::MAX: the room keeps the lowest pushed), but
+        // its passes still hold their slots, and it counts as re-seeded.
+        let lost_from = lost_from.unwrap_or(u64::MAX);
+        let changed = self
+            .fleet
+            .store
+            .reseed(&self.name, pending_seen, lost_from, &self.fleet.id, &passes)
+            .await?;
+        tracing::warn!(
+            room = self.name,
+            passes = passes.len(),
+            changed,
+            uncollected = pending_seen,
+            "the room store lost the room: this gateway's passes hold their slots again"
+        );
         self.born_seen.store(born_ms, Ordering::Relaxed);
         Ok(())
     }
@@ -771,6 +787,7 @@ impl SharedRoom {
             hw_next: self.hw_next.load(Ordering::Relaxed),
             hw_serving: self.hw_serving.load(Ordering::Relaxed),
             hw_tat_us: self.hw_tat_us.load(Ordering::Relaxed),
+            members_live: self.fleet.members_live(),
             sold_out_seen: !self.stock.can_sell(&self.name),
             share_milli,
             pass_ttl_ms: policy.pass_ttl.as_millis() as u64,

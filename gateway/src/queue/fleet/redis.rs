@@ -237,6 +237,7 @@ impl RoomStore for RedisStore {
                     u64::from(lo),
                     u64::from(hi),
                     a.hw_tat_us,
+                    u64::from(a.members_live),
                 ],
             )
             .await?;
@@ -280,6 +281,7 @@ impl RoomStore for RedisStore {
         room: &str,
         pending_seen: u64,
         lost_from: u64,
+        id: &str,
         passes: &[(u64, u64)],
     ) -> Result<u64, StoreError> {
         let mut changed = 0;
@@ -291,11 +293,21 @@ impl RoomStore for RedisStore {
             chunks.collect()
         };
         for chunk in chunks {
-            let args: Vec<u64> = [pending_seen, lost_from]
-                .into_iter()
-                .chain(chunk.iter().flat_map(|&(seq, ends)| [seq, ends]))
-                .collect();
-            let n: u64 = self.fcall("sluice_4_reseed", &keys(room), &args).await?;
+            let args: Vec<String> = [
+                pending_seen.to_string(),
+                lost_from.to_string(),
+                id.to_owned(),
+            ]
+            .into_iter()
+            .chain(
+                chunk
+                    .iter()
+                    .flat_map(|&(seq, ends)| [seq.to_string(), ends.to_string()]),
+            )
+            .collect();
+            let n: u64 = self
+                .fcall_str("sluice_4_reseed", &keys(room), &args)
+                .await?;
             changed += n;
         }
         Ok(changed)

@@ -70,9 +70,21 @@ end
 -- numbers it saw first, so a place one gateway gave is not given again by
 -- another that never saw it.
 local WARM_UP_MS = 2000
+-- After a loss, slots stay held past WARM_UP_MS until every gateway the
+-- fleet saw alive has re-seeded its passes (reseed_hold), but never longer
+-- than this: a gateway that died with Redis does not hold the line.
+local WARM_UP_MAX_MS = 10000
 
 local function num(v)
   return tonumber(v) or 0
+end
+
+-- Whether the slots of room `key`, (re)made at `born`, are still held
+-- after a loss: the gateways re-seeded so far (reseeded_n) are fewer than
+-- the live gateways any of them counts (members_seen).
+local function reseed_hold(key, born, ms)
+  local v = redis.call('HMGET', key, 'rs_born', 'reseeded_n', 'members_seen')
+  return num(v[1]) == born and ms - born < WARM_UP_MAX_MS and num(v[2]) < num(v[3])
 end
 
 -- The room's numbers, with the high-water marks a gateway pushes: a Redis
@@ -92,7 +104,11 @@ local function load(key, hw_next, hw_serving, hw_tat_us, ms)
   -- restart without them, a failover to a replica behind): warm up again,
   -- so every gateway's numbers (and the slots of its passes: reseed) land
   -- before a place is given or released.
-  if hw_next > r.next or hw_serving > r.serving then r.born_ms = ms end
+  if hw_next > r.next or hw_serving > r.serving then
+    r.born_ms = ms
+    -- Count the gateways' re-seeds from here (reseed_hold).
+    redis.call('HSET', key, 'rs_born', string.format('%d', ms), 'reseeded_n', 0, 'members_seen', 0)
+  end
   if hw_next > r.next then r.next = hw_next end
   if hw_serving > r.serving then
     r.serving = hw_serving
@@ -159,7 +175,7 @@ end
 -- FCALL sluice_4_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
 --       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
 --       <pass_ttl_ms> <adaptive 0/1> <min_per_second> <max_per_second>
---       <hw_tat_us>
+--       <hw_tat_us> <members_live>
 -- With adaptive = 1 the release runs at the room's stored decision
 -- (ad_rate rounded, inside [min, max], at least 1: the same arithmetic as
 -- sluice_admission::fleet_rate::rate_in_force), <rate> only until one is
@@ -221,7 +237,12 @@ local function tick(keys, args)
   local lost = redis.call('HMGET', keys[1], 'lost_pending', 'lost_until_ms', 'lost_kept')
   if ms < num(lost[2]) then pending = pending + math.max(0, num(lost[1]) - num(lost[3])) end
   local released = 0
-  local warming = ms - r.born_ms < WARM_UP_MS
+  -- The live gateways this one counts (its own heartbeat's list).
+  if num(redis.call('HGET', keys[1], 'rs_born')) == r.born_ms
+      and tonumber(args[14]) > num(redis.call('HGET', keys[1], 'members_seen')) then
+    redis.call('HSET', keys[1], 'members_seen', args[14])
+  end
+  local warming = ms - r.born_ms < WARM_UP_MS or reseed_hold(keys[1], r.born_ms, ms)
   if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
     local step = interval_us(rate, share_milli)
     local tat = math.max(r.tat_us, us)
@@ -336,7 +357,7 @@ local function claim(keys, args)
     return {1, held}
   end
   local deadline = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
-  if ms - num(v[2]) < WARM_UP_MS then
+  if ms - num(v[2]) < WARM_UP_MS or reseed_hold(keys[1], num(v[2]), ms) then
     -- The holder is here: its claim window starts again, so a place Redis
     -- kept is not dropped as a no-show while the room warms up.
     if deadline and deadline > ms then
@@ -371,18 +392,23 @@ local function claim(keys, args)
 end
 
 -- FCALL sluice_4_reseed 3 <room> <slots> <released> <pending_seen>
---       <lost_from> <seq1> <ends_ms1> <seq2> ...
+--       <lost_from> <id> <seq1> <ends_ms1> <seq2> ...
 -- After Redis lost the room, a gateway counts again the slots of the passes
 -- it handed out that are still alive: each slot only ever ends later
 -- (ZADD GT), and a place reseeded as a pass no longer waits to be
 -- collected. pending_seen, the uncollected places it last saw, raises
 -- lost_pending (see tick). lost_from, the `serving` it saw one claim
 -- window before the loss, lowers the room's lost_from (the lowest wins: a
--- gateway started since pushes a higher one). -> the slots added or moved
--- later
+-- gateway started since pushes a higher one). Gateway <id> counts once
+-- in reseeded_n (see reseed_hold). -> the slots added or moved later
 local function reseed(keys, args)
   local ms = now_ms()
-  local pending_seen, lost_from = tonumber(args[1]), tonumber(args[2])
+  local pending_seen, lost_from, id = tonumber(args[1]), tonumber(args[2]), args[3]
+  local h = redis.call('HMGET', keys[1], 'born_ms', 'rs_born', 'rs:' .. id)
+  if h[1] and h[1] == h[2] and h[3] ~= h[1] then
+    redis.call('HSET', keys[1], 'rs:' .. id, h[1])
+    redis.call('HINCRBY', keys[1], 'reseeded_n', 1)
+  end
   if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
     redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
   end
@@ -391,7 +417,7 @@ local function reseed(keys, args)
     redis.call('HSET', keys[1], 'lost_from', string.format('%d', lost_from))
   end
   local changed = 0
-  for i = 3, #args - 1, 2 do
+  for i = 4, #args - 1, 2 do
     local ends = tonumber(args[i + 1])
     if ends and ends > ms then
       changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])

@@ -44,6 +44,10 @@ pub struct TickArgs {
     /// gateway has seen (unix µs): a store restarted empty does not let
     /// the release run ahead of its pace.
     pub hw_tat_us: u64,
+    /// The gateways alive by this gateway's heartbeat (itself included):
+    /// after a loss the slots stay held until that many have re-seeded
+    /// (bounded; 0 counts none).
+    pub members_live: u32,
     /// This gateway's stock says the room is sold out.
     pub sold_out_seen: bool,
     /// `Some((min_per_second, max_per_second))` for an adaptive room: the
@@ -154,6 +158,7 @@ pub trait RoomStore: Send + Sync + 'static {
         room: &str,
         pending_seen: u64,
         lost_from: u64,
+        id: &str,
         passes: &[(u64, u64)],
     ) -> Result<u64, StoreError>;
 
