@@ -411,9 +411,33 @@ pub fn uncollected_when_lost(
     pending.saturating_sub(since)
 }
 
+/// The store's clock less this machine's (ms), from one call sent at
+/// local `sent_ms`, answered at local `received_ms` with the store's
+/// `store_ms`: the store read its clock halfway, give or take half the
+/// round trip.
+pub fn clock_offset_ms(store_ms: u64, sent_ms: u64, received_ms: u64) -> i64 {
+    let local_mid = sent_ms / 2 + received_ms / 2 + (sent_ms % 2 + received_ms % 2) / 2;
+    store_ms as i64 - local_mid as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clock_offset_is_the_store_less_the_middle_of_the_round_trip() {
+        assert_eq!(clock_offset_ms(10_050, 10_000, 10_100), 0);
+        assert_eq!(
+            clock_offset_ms(12_050, 10_000, 10_100),
+            2_000,
+            "store ahead"
+        );
+        assert_eq!(
+            clock_offset_ms(9_050, 10_000, 10_100),
+            -1_000,
+            "store behind"
+        );
+    }
 
     #[test]
     fn a_place_collected_here_after_the_last_read_is_no_longer_uncollected() {

@@ -395,6 +395,13 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
         })
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
+    // Redis's clock against this gateway's (the same machine here: well
+    // under a second apart), for the SluiceFleetClockSkew alert.
+    let offset = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_fleet_clock_offset_seconds"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(offset.is_some_and(|o| o.abs() < 1.0), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -208,7 +208,7 @@ async fn the_state_stops_joins_and_release_and_the_functions_come_back() {
         .is_some_and(|r| r.starts_with("+OK")));
     let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
     assert_eq!(tick.numbers.serving, 2);
-    let fleet = store.heartbeat("gw-1", "sa-east-1").await.unwrap();
+    let fleet = store.heartbeat("gw-1", "sa-east-1").await.unwrap().members;
     assert_eq!(fleet.len(), 1);
     assert_eq!(
         (fleet[0].id.as_str(), fleet[0].region.as_str()),

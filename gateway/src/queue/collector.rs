@@ -11,7 +11,7 @@ use sluice_admission::stats::WAIT_BUCKETS_S;
 use super::{now_ms, Rooms};
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
-const FAMILIES: [Family; 12] = [
+const FAMILIES: [Family; 13] = [
     Family::new(
         "sluice_queue_joins_total",
         "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
@@ -71,6 +71,11 @@ const FAMILIES: [Family; 12] = [
         "sluice_queue_polls_too_early_total",
         "Status polls refused (429) for coming sooner than their last answer told them; on a fleet, by this gateway.",
         MetricType::COUNTER,
+    ),
+    Family::new(
+        "sluice_fleet_clock_offset_seconds",
+        "With [cluster] redis_url: Redis's clock less this gateway's, as the last heartbeat measured it (passes end by Redis's clock and are checked by this one).",
+        MetricType::GAUGE,
     ),
 ];
 
@@ -154,6 +159,9 @@ impl Collector for RoomCollector {
             metrics[9].push(sample(&r, MetricType::GAUGE, s.no_show_share));
             metrics[10].push(sample(&r, MetricType::GAUGE, s.uncollected as f64));
             metrics[11].push(sample(&r, MetricType::COUNTER, s.too_early_total as f64));
+        }
+        if let Some(offset_ms) = self.rooms.fleet_clock_offset_ms() {
+            metrics[12].push(sample(&[], MetricType::GAUGE, offset_ms as f64 / 1000.0));
         }
         assemble(&FAMILIES, metrics)
     }

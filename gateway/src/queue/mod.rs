@@ -518,6 +518,12 @@ impl Rooms {
         self.fleet.as_ref().map(|f| f.members())
     }
 
+    /// With `[cluster] redis_url`, once measured: the store's clock less
+    /// this machine's (ms).
+    pub fn fleet_clock_offset_ms(&self) -> Option<i64> {
+        self.fleet.as_ref()?.clock_offset_ms()
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
         self.rooms.load().get(name).cloned()
     }

@@ -37,7 +37,7 @@ pub mod store;
 pub use http::check_config;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::now_ms;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
-pub use store::{ClaimArgs, Member, RoomStore, StoreError, StoredDecision, TickArgs};
+pub use store::{ClaimArgs, Heartbeat, Member, RoomStore, StoreError, StoredDecision, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).
@@ -114,6 +114,10 @@ pub struct Fleet {
     id: String,
     /// The fleet as the last heartbeat listed it.
     members: ArcSwap<Vec<Member>>,
+    /// The store's clock less this machine's, in ms, as the last heartbeat
+    /// measured it (`i64::MIN`: not yet). Passes end by the store's clock
+    /// and are checked by this one: this is how late or early that is.
+    clock_offset_ms: AtomicI64,
 }
 
 impl Fleet {
@@ -136,6 +140,7 @@ impl Fleet {
             store: Arc::new(store),
             id: id.clone(),
             members: ArcSwap::from_pointee(Vec::new()),
+            clock_offset_ms: AtomicI64::new(i64::MIN),
         });
         rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
         Ok(fleet)
@@ -152,6 +157,11 @@ impl Fleet {
             .filter(|m| m.last_seen_s <= MEMBER_LIVE_S)
             .count();
         live.max(1) as u32
+    }
+
+    /// The store's clock less this machine's (ms), once measured.
+    pub fn clock_offset_ms(&self) -> Option<i64> {
+        Some(self.clock_offset_ms.load(Ordering::Relaxed)).filter(|&o| o != i64::MIN)
     }
 
     pub fn members(&self) -> Vec<Member> {
@@ -858,8 +868,11 @@ async fn heartbeat_loop(fleet: Weak<Fleet>, id: String, region: String) {
     loop {
         every.tick().await;
         let Some(fleet) = fleet.upgrade() else { return };
-        if let Ok(members) = fleet.store.heartbeat(&id, &region).await {
-            fleet.members.store(Arc::new(members));
+        let sent_ms = now_ms();
+        if let Ok(beat) = fleet.store.heartbeat(&id, &region).await {
+            let offset = decide::clock_offset_ms(beat.store_now_ms, sent_ms, now_ms());
+            fleet.clock_offset_ms.store(offset, Ordering::Relaxed);
+            fleet.members.store(Arc::new(beat.members));
         }
     }
 }

@@ -23,7 +23,7 @@ use sluice_admission::fleet_rate;
 use tokio::sync::Mutex;
 
 use super::store::{
-    AdaptReply, ClaimArgs, Member, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
+    AdaptReply, ClaimArgs, Heartbeat, Member, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
 };
 
 /// The Functions library.
@@ -424,7 +424,7 @@ impl RoomStore for RedisStore {
         Ok(written == 1)
     }
 
-    async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError> {
+    async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
                 "sluice_4_heartbeat",
@@ -438,7 +438,8 @@ impl RoomStore for RedisStore {
         if rest.len() % 3 != 0 {
             return Err(bad());
         }
-        rest.chunks(3)
+        let members = rest
+            .chunks(3)
             .map(|m| {
                 let seen: u64 = m[2].parse().map_err(|_| bad())?;
                 Ok(Member {
@@ -447,6 +448,10 @@ impl RoomStore for RedisStore {
                     last_seen_s: now.saturating_sub(seen) / 1000,
                 })
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Heartbeat {
+            store_now_ms: now,
+            members,
+        })
     }
 }

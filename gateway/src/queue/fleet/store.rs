@@ -111,6 +111,14 @@ pub struct Tick {
     pub born_ms: u64,
 }
 
+/// What a heartbeat answers: the store's clock and the fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    /// The store's clock when it answered (unix ms).
+    pub store_now_ms: u64,
+    pub members: Vec<Member>,
+}
+
 /// A gateway of the fleet as the store last heard from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -203,5 +211,5 @@ pub trait RoomStore: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
 
     /// Marks gateway `id` (in `region`) alive and lists the fleet.
-    async fn heartbeat(&self, id: &str, region: &str) -> Result<Vec<Member>, StoreError>;
+    async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError>;
 }
