@@ -343,8 +343,8 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
 /// A number from a raw Redis answer (`$n\r\nvalue\r\n`, `:n\r\n`).
 fn number_in(raw: &str) -> f64 {
     raw.lines()
-        .filter_map(|l| l.trim_start_matches(':').trim().parse::<f64>().ok())
-        .last()
+        .rev()
+        .find_map(|l| l.trim_start_matches(':').trim().parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no number in {raw:?}"))
 }
 
