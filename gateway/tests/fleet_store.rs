@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use sluice_admission::fleet::ClaimReply;
 use sluice_gateway::queue::fleet::redis::RedisStore;
-use sluice_gateway::queue::fleet::{ClaimArgs, RoomStore, TickArgs};
+use sluice_gateway::queue::fleet::{ClaimArgs, Reseed, RoomStore, TickArgs};
 
 fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArgs {
     TickArgs {
@@ -28,6 +28,18 @@ fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArg
         share_milli: 0,
         pass_ttl_ms: 60_000,
         adaptive: None,
+    }
+}
+
+/// A gateway's re-seed, its numbers read at store time 0.
+fn seed<'a>(id: &'a str, pending_seen: u64, lost_from: u64, passes: &'a [(u64, u64)]) -> Reseed<'a> {
+    Reseed {
+        id,
+        pending_seen,
+        lost_from,
+        read_at_ms: 0,
+        passes,
+        spent: &[],
     }
 }
 
@@ -289,7 +301,7 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
     // pushed later by another does not shorten it.
     assert_eq!(
         store
-            .reseed("r", 1, 1, "a", &[(0, expires_at_ms)])
+            .reseed("r", &seed("a", 1, 1, &[(0, expires_at_ms)]))
             .await
             .unwrap(),
         1
@@ -298,7 +310,7 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
         store
             // A higher lost_from (a gateway started since) does not
             // narrow the places taken back: place 1 is collected below.
-            .reseed("r", 0, 2, "b", &[(0, expires_at_ms - 1_000)])
+            .reseed("r", &seed("b", 0, 2, &[(0, expires_at_ms - 1_000)]))
             .await
             .unwrap(),
         0
@@ -378,7 +390,7 @@ async fn a_failover_that_kept_released_places_counts_each_once_and_the_warm_up_k
         ..a
     };
     store.tick("r", &lost).await.unwrap();
-    store.reseed("r", 3, 0, "a", &[]).await.unwrap();
+    store.reseed("r", &seed("a", 3, 0, &[])).await.unwrap();
     let tick = store.tick("r", &lost).await.unwrap();
     assert_eq!(
         tick.numbers.pending, 3,
@@ -432,7 +444,7 @@ async fn after_a_loss_slots_wait_for_every_live_gateways_reseed_but_not_for_ever
         store.tick(room, &lost).await.unwrap();
         // Gateway a re-seeds (it holds no pass); b, which holds the pass of
         // place 0, is slow.
-        store.reseed(room, 0, 0, "a", &[]).await.unwrap();
+        store.reseed(room, &seed("a", 0, 0, &[])).await.unwrap();
     }
     // Past the 2 s warm-up nothing is released into the slot: b has not
     // counted its pass yet (a time-only warm-up released place 1 at 2 s).
@@ -444,7 +456,7 @@ async fn after_a_loss_slots_wait_for_every_live_gateways_reseed_but_not_for_ever
     // b re-seeds its pass: it holds the one slot, so nothing more is
     // released, now because the slot is taken.
     store
-        .reseed("r", 0, 0, "b", &[(0, u64::MAX / 2)])
+        .reseed("r", &seed("b", 0, 0, &[(0, u64::MAX / 2)]))
         .await
         .unwrap();
     let t = store.tick("r", &lost).await.unwrap();
@@ -465,4 +477,102 @@ async fn after_a_loss_slots_wait_for_every_live_gateways_reseed_but_not_for_ever
         "{:?}",
         lost_at.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_pause_survives_redis_restarted_empty() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 2).await;
+    let a = args(1000, 100, 10, 60_000);
+    store.set_state("r", true, false, false).await.unwrap();
+    assert!(store.tick("r", &a).await.unwrap().numbers.paused);
+    assert!(redis
+        .command(&["FLUSHALL"])
+        .is_some_and(|r| r.starts_with("+OK")));
+    // The first tick after the loss makes the room anew (open, version 0);
+    // the gateway that sees the version go back writes its config's pause
+    // "only if new": the room has no state anybody set, so it takes it.
+    let lost = TickArgs {
+        hw_next: 2,
+        ..a
+    };
+    assert!(!store.tick("r", &lost).await.unwrap().numbers.paused);
+    store.set_state("r", true, false, true).await.unwrap();
+    assert!(
+        store.tick("r", &lost).await.unwrap().numbers.paused,
+        "the kill switch holds across the loss"
+    );
+    // Once set, a starting gateway's "only if new" changes nothing.
+    store.set_state("r", false, false, true).await.unwrap();
+    assert!(store.tick("r", &lost).await.unwrap().numbers.paused);
+}
+
+#[tokio::test]
+async fn after_a_loss_a_pass_given_back_is_not_collected_again_and_only_fresh_reads_count() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    join_after_warm_up(&store, "r", 4).await;
+    let a = args(1000, 100, 2, 60_000);
+    let c = claim_args(&a);
+    assert_eq!(store.tick("r", &a).await.unwrap().numbers.serving, 2);
+    assert!(matches!(
+        store.claim("r", 0, &c).await.unwrap(),
+        ClaimReply::Admitted { .. }
+    ));
+    // Pass 0's checkouts are done: its slot is given back.
+    assert!(store.give_back("r", 0, a.pass_ttl_ms).await.unwrap());
+    assert!(redis
+        .command(&["FLUSHALL"])
+        .is_some_and(|r| r.starts_with("+OK")));
+    let lost = TickArgs {
+        hw_next: 4,
+        hw_serving: 2,
+        members_live: 1,
+        ..a
+    };
+    store.tick("r", &lost).await.unwrap();
+    // The gateway read its numbers at store time 50,000: place 1 was
+    // uncollected; it knows place 0 is spent.
+    let fresh = Reseed {
+        read_at_ms: 50_000,
+        spent: &[0],
+        ..seed("a", 1, 0, &[])
+    };
+    store.reseed("r", &fresh).await.unwrap();
+    // A gateway cut off long before the loss speaks for nobody.
+    let stale = Reseed {
+        read_at_ms: 1_000,
+        ..seed("b", 40, 0, &[])
+    };
+    store.reseed("r", &stale).await.unwrap();
+    assert_eq!(
+        store.tick("r", &lost).await.unwrap().numbers.pending,
+        1,
+        "the stale read's 40 uncollected are not counted"
+    );
+    // After the warm-up: the given-back place stays spent, place 1 (lost
+    // uncollected) still collects its pass.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let one = loop {
+        match store.claim("r", 1, &c).await.unwrap() {
+            ClaimReply::Full if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            reply => break reply,
+        }
+    };
+    assert!(matches!(one, ClaimReply::Admitted { .. }), "{one:?}");
+    assert_eq!(
+        store.claim("r", 0, &c).await.unwrap(),
+        ClaimReply::Gone,
+        "a pass given back before the loss is not handed out again"
+    );
+    // A fresher read replaces the older ones.
+    let fresher = Reseed {
+        read_at_ms: 60_000,
+        ..seed("c", 0, 2, &[])
+    };
+    store.reseed("r", &fresher).await.unwrap();
+    assert_eq!(store.tick("r", &lost).await.unwrap().numbers.pending, 0);
 }

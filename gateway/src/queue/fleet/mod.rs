@@ -57,7 +57,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::now_ms;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
-pub use store::{ClaimArgs, Heartbeat, Member, RoomStore, StoreError, StoredDecision, TickArgs};
+pub use store::{ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, TickArgs};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).
@@ -86,6 +86,9 @@ const CLAIMS_REMEMBERED_MAX: usize = 131_072;
 /// A gateway whose heartbeat (every second) was heard this recently counts
 /// as alive: after a loss the slots wait for its re-seed.
 const MEMBER_LIVE_S: u64 = 3;
+/// How long a heartbeat's count of live gateways stands (see
+/// [`Fleet::members_live`]).
+const MEMBERS_RECENT: Duration = Duration::from_secs(10);
 /// Claims of one room in flight to the store at once, at most; beyond, a
 /// poll is answered "at the front, ask again" without a store call, so a
 /// flood of polls cannot queue without bound in front of Redis.
@@ -118,6 +121,9 @@ pub struct Fleet {
     /// measured it (`i64::MIN`: not yet). Passes end by the store's clock
     /// and are checked by this one: this is how late or early that is.
     clock_offset_ms: AtomicI64,
+    /// Live gateways counted by each heartbeat of the last
+    /// [`MEMBERS_RECENT`]: `(local unix ms, count)`.
+    live_counts: Mutex<VecDeque<(u64, u32)>>,
 }
 
 impl Fleet {
@@ -141,6 +147,7 @@ impl Fleet {
             id: id.clone(),
             members: ArcSwap::from_pointee(Vec::new()),
             clock_offset_ms: AtomicI64::new(i64::MIN),
+            live_counts: Mutex::new(VecDeque::new()),
         });
         rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
         Ok(fleet)
@@ -150,13 +157,26 @@ impl Fleet {
     /// its first heartbeat landed.
     /// The gateways heard from within [`MEMBER_LIVE_S`] (this one at
     /// least).
+    /// The most counted over the last [`MEMBERS_RECENT`]: a store
+    /// restarted empty lists only the gateways heard since, so the count
+    /// from before the loss still stands for a while.
     pub fn members_live(&self) -> u32 {
-        let members = self.members.load();
+        let recent = self.live_counts.lock().unwrap_or_else(|p| p.into_inner());
+        recent.iter().map(|&(_, n)| n).max().unwrap_or(0).max(1)
+    }
+
+    /// Notes a heartbeat's list: how many of it are alive.
+    fn count_live(&self, members: &[Member], now_ms: u64) {
         let live = members
             .iter()
             .filter(|m| m.last_seen_s <= MEMBER_LIVE_S)
-            .count();
-        live.max(1) as u32
+            .count() as u32;
+        let mut recent = self.live_counts.lock().unwrap_or_else(|p| p.into_inner());
+        recent.push_back((now_ms, live));
+        let horizon = now_ms.saturating_sub(MEMBERS_RECENT.as_millis() as u64);
+        while recent.front().is_some_and(|&(at, _)| at < horizon) {
+            recent.pop_front();
+        }
     }
 
     /// The store's clock less this machine's (ms), once measured.
@@ -600,6 +620,14 @@ impl SharedRoom {
             .rt
             .spawn(async move { store.claim(&name, seq, &args).await });
         match tokio::time::timeout(ANSWER_WAIT_MAX, call).await {
+            // A store that lost the room and has not had this gateway's
+            // numbers yet says a released place is still in line: it is at
+            // the front, not `seq` places back.
+            Ok(Ok(Ok(ClaimReply::Waiting { serving })))
+                if seq < self.hw_serving.load(Ordering::Relaxed) && serving <= seq =>
+            {
+                Ok(ClaimReply::Full)
+            }
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("claim task: {e}"))),
             Err(_) => Err(StoreError::Unavailable("timed out".into())),
@@ -701,6 +729,29 @@ impl SharedRoom {
         passes
     }
 
+    /// The places from `from` on that this gateway knows are spent: passes
+    /// it gave back, and places whose window ended before collection.
+    fn spent_since(&self, from: u64) -> Vec<u64> {
+        let mut spent: Vec<u64> = self
+            .given_back()
+            .keys()
+            .copied()
+            .filter(|&seq| seq >= from)
+            .collect();
+        {
+            let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            spent.extend(
+                claims
+                    .iter()
+                    .filter(|&(&seq, reply)| seq >= from && *reply == ClaimReply::Gone)
+                    .map(|(&seq, _)| seq),
+            );
+        }
+        spent.sort_unstable();
+        spent.dedup();
+        spent
+    }
+
     /// The store (re)made the room at `born_ms`: if that is news, the
     /// passes out from here take their slots again, and the released
     /// places uncollected in `before` (the numbers read before the store
@@ -734,15 +785,20 @@ impl SharedRoom {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .at(from_ms);
-        // A gateway started less than a claim window before the loss takes
-        // no place back (u64::MAX: the room keeps the lowest pushed), but
-        // its passes still hold their slots, and it counts as re-seeded.
-        let lost_from = lost_from.unwrap_or(u64::MAX);
-        let changed = self
-            .fleet
-            .store
-            .reseed(&self.name, pending_seen, lost_from, &self.fleet.id, &passes)
-            .await?;
+        // Without a `serving` that old (not seen here yet) it takes no place
+        // back (its highest `serving`: an empty range), but its passes
+        // still hold their slots, and it counts as re-seeded.
+        let lost_from = lost_from.unwrap_or_else(|| self.hw_serving.load(Ordering::Relaxed));
+        let spent = self.spent_since(lost_from);
+        let seed = Reseed {
+            id: &self.fleet.id,
+            pending_seen,
+            lost_from,
+            read_at_ms: before_store_ms,
+            passes: &passes,
+            spent: &spent,
+        };
+        let changed = self.fleet.store.reseed(&self.name, &seed).await?;
         tracing::warn!(
             room = self.name,
             passes = passes.len(),
@@ -872,6 +928,7 @@ async fn heartbeat_loop(fleet: Weak<Fleet>, id: String, region: String) {
         if let Ok(beat) = fleet.store.heartbeat(&id, &region).await {
             let offset = decide::clock_offset_ms(beat.store_now_ms, sent_ms, now_ms());
             fleet.clock_offset_ms.store(offset, Ordering::Relaxed);
+            fleet.count_live(&beat.members, now_ms());
             fleet.members.store(Arc::new(beat.members));
         }
     }

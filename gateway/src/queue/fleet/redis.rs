@@ -23,7 +23,7 @@ use sluice_admission::fleet_rate;
 use tokio::sync::Mutex;
 
 use super::store::{
-    AdaptReply, ClaimArgs, Heartbeat, Member, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
+    AdaptReply, ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
 };
 
 /// The Functions library.
@@ -164,6 +164,13 @@ pub fn keys(room: &str) -> [String; 3] {
     ]
 }
 
+/// [`keys`] and the places re-seeded as spent after a loss (never taken
+/// back; the set lives until the take-back window ends).
+pub fn keys_with_spent(room: &str) -> [String; 4] {
+    let [line, slots, released] = keys(room);
+    [line, slots, released, format!("sluice2:{{{room}}}:spent")]
+}
+
 /// The adaptive room's stream of checkouts and its leader's lease.
 pub fn adaptive_keys(room: &str) -> [String; 2] {
     [
@@ -276,37 +283,31 @@ impl RoomStore for RedisStore {
         })
     }
 
-    async fn reseed(
-        &self,
-        room: &str,
-        pending_seen: u64,
-        lost_from: u64,
-        id: &str,
-        passes: &[(u64, u64)],
-    ) -> Result<u64, StoreError> {
+    async fn reseed(&self, room: &str, seed: &Reseed<'_>) -> Result<u64, StoreError> {
+        let passes: Vec<&[(u64, u64)]> = seed.passes.chunks(RESEED_BATCH_MAX).collect();
+        let spent: Vec<&[u64]> = seed.spent.chunks(2 * RESEED_BATCH_MAX).collect();
+        // One call even with nothing to bring back: it carries the numbers
+        // and counts this gateway as re-seeded (with its last call).
+        let calls = passes.len().max(spent.len()).max(1);
         let mut changed = 0;
-        // One call even without passes: it carries `pending_seen`.
-        let chunks = passes.chunks(RESEED_BATCH_MAX);
-        let chunks: Vec<&[(u64, u64)]> = if passes.is_empty() {
-            vec![&[]]
-        } else {
-            chunks.collect()
-        };
-        for chunk in chunks {
-            let args: Vec<String> = [
-                pending_seen.to_string(),
-                lost_from.to_string(),
-                id.to_owned(),
-            ]
-            .into_iter()
-            .chain(
-                chunk
+        for i in 0..calls {
+            let these = passes.get(i).copied().unwrap_or(&[]);
+            let mut args = vec![
+                seed.pending_seen.to_string(),
+                seed.lost_from.to_string(),
+                seed.id.to_owned(),
+                u8::from(i + 1 == calls).to_string(),
+                seed.read_at_ms.to_string(),
+                these.len().to_string(),
+            ];
+            args.extend(
+                these
                     .iter()
                     .flat_map(|&(seq, ends)| [seq.to_string(), ends.to_string()]),
-            )
-            .collect();
+            );
+            args.extend(spent.get(i).into_iter().flat_map(|c| c.iter().map(u64::to_string)));
             let n: u64 = self
-                .fcall_str("sluice_4_reseed", &keys(room), &args)
+                .fcall_str("sluice_4_reseed", &keys_with_spent(room), &args)
                 .await?;
             changed += n;
         }
@@ -317,7 +318,7 @@ impl RoomStore for RedisStore {
         let r: Vec<u64> = self
             .fcall(
                 "sluice_4_claim",
-                &keys(room),
+                &keys_with_spent(room),
                 &[
                     seq,
                     a.pass_ttl_ms,

@@ -217,9 +217,12 @@ local function tick(keys, args)
     -- Released places Redis still holds (a failover to a replica that
     -- was behind keeps some) are in the gateways' counts too: lost_kept
     -- takes them off, so none is counted twice.
+    -- Only those still within their window (the purge below drops the
+    -- rest). The take-back lasts the longest hold plus one claim window.
     redis.call('HSET', keys[1], 'lost_below', string.format('%d', r.serving),
-      'lost_until_ms', string.format('%d', ms + WARM_UP_MS + claim_window_ms), 'lost_pending', 0,
-      'lost_kept', redis.call('ZCARD', keys[3]))
+      'lost_until_ms', string.format('%d', ms + WARM_UP_MAX_MS + claim_window_ms),
+      'lost_pending', 0, 'lost_read_ms', -1,
+      'lost_kept', redis.call('ZCOUNT', keys[3], '(' .. string.format('%d', ms), '+inf'))
     redis.call('HDEL', keys[1], 'lost_from')
   end
   if tonumber(args[7]) == 1 and r.sold_out == 0 then
@@ -331,7 +334,7 @@ local function decide(keys, args)
   return 1
 end
 
--- FCALL sluice_4_claim 3 <room> <slots> <released> <seq> <pass_ttl_ms>
+-- FCALL sluice_4_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free, and ends at now + pass_ttl; later claims get the same end. With no
@@ -366,10 +369,13 @@ local function claim(keys, args)
     return {3, 0}
   end
   -- Only a place whose claim window was open at the loss: an older one
-  -- (a no-show, a pass that ended or was given back) stays gone.
+  -- (a no-show, a pass that ended or was given back) stays gone, and so
+  -- does one a gateway re-seeded as spent (its pass given back, or its
+  -- window over).
   local lost_from = tonumber(v[5])
   if not deadline and lost_from and tonumber(seq) >= lost_from
-      and tonumber(seq) < num(v[3]) and ms < num(v[4]) then
+      and tonumber(seq) < num(v[3]) and ms < num(v[4])
+      and redis.call('SISMEMBER', keys[4], seq) == 0 then
     deadline = num(v[4])
     redis.call('ZADD', keys[3], deadline, 'u' .. seq)
     -- Counted in the released set from now on, no longer as lost.
@@ -391,33 +397,60 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_4_reseed 3 <room> <slots> <released> <pending_seen>
---       <lost_from> <id> <seq1> <ends_ms1> <seq2> ...
--- After Redis lost the room, a gateway counts again the slots of the passes
--- it handed out that are still alive: each slot only ever ends later
--- (ZADD GT), and a place reseeded as a pass no longer waits to be
--- collected. pending_seen, the uncollected places it last saw, raises
--- lost_pending (see tick). lost_from, the `serving` it saw one claim
--- window before the loss, lowers the room's lost_from (the lowest wins: a
--- gateway started since pushes a higher one). Gateway <id> counts once
--- in reseeded_n (see reseed_hold). -> the slots added or moved later
+-- FCALL sluice_4_reseed 4 <room> <slots> <released> <spent> <pending_seen>
+--       <lost_from> <id> <last 0/1> <read_ms> <n> <seq1> <ends_ms1> ...
+--       <seq_n> <ends_ms_n> <spent_seq1> <spent_seq2> ...
+-- After Redis lost the room, a gateway counts again the slots of the n
+-- passes it handed out that are still alive: each slot only ever ends
+-- later (ZADD GT), and a place reseeded as a pass no longer waits to be
+-- collected. The places it knows to be spent (passes given back, windows
+-- over) are never taken back (the spent set, until lost_until_ms).
+-- pending_seen (the uncollected places it last saw) and lost_from (the
+-- `serving` it saw one claim window before) were read at store time
+-- read_ms: only the freshest reads count (within FRESH_READ_MS of the
+-- freshest pushed; a fresher one replaces older ones), the highest pending
+-- and the lowest lost_from among them, so a gateway cut off for minutes
+-- does not speak for the room. Gateway <id> counts in reseeded_n (see
+-- reseed_hold) with its last call (<last> = 1), when all its passes are
+-- in. -> the slots added or moved later
+local FRESH_READ_MS = 2000
 local function reseed(keys, args)
   local ms = now_ms()
   local pending_seen, lost_from, id = tonumber(args[1]), tonumber(args[2]), args[3]
-  local h = redis.call('HMGET', keys[1], 'born_ms', 'rs_born', 'rs:' .. id)
-  if h[1] and h[1] == h[2] and h[3] ~= h[1] then
+  local last, read_ms, n = tonumber(args[4]), tonumber(args[5]), tonumber(args[6])
+  local h = redis.call('HMGET', keys[1], 'born_ms', 'rs_born', 'rs:' .. id, 'lost_read_ms',
+    'lost_until_ms')
+  local this_loss = h[1] and h[1] == h[2]
+  if this_loss and last == 1 and h[3] ~= h[1] then
     redis.call('HSET', keys[1], 'rs:' .. id, h[1])
     redis.call('HINCRBY', keys[1], 'reseeded_n', 1)
   end
-  if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
-    redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
-  end
-  local known = tonumber(redis.call('HGET', keys[1], 'lost_from'))
-  if not known or lost_from < known then
-    redis.call('HSET', keys[1], 'lost_from', string.format('%d', lost_from))
+  if this_loss then
+    local known_read = num(h[4])
+    local known = tonumber(redis.call('HGET', keys[1], 'lost_from'))
+    -- (A lost_from beyond any seq, or a read staler than the freshest, is
+    -- left out.)
+    local from_ok = lost_from < 9007199254740992
+    if known_read < 0 or read_ms > known_read + FRESH_READ_MS then
+      redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen),
+        'lost_read_ms', string.format('%d', read_ms))
+      if from_ok then
+        redis.call('HSET', keys[1], 'lost_from', string.format('%d', lost_from))
+      end
+    elseif read_ms + FRESH_READ_MS >= known_read then
+      if pending_seen > num(redis.call('HGET', keys[1], 'lost_pending')) then
+        redis.call('HSET', keys[1], 'lost_pending', string.format('%d', pending_seen))
+      end
+      if from_ok and (not known or lost_from < known) then
+        redis.call('HSET', keys[1], 'lost_from', string.format('%d', lost_from))
+      end
+      if read_ms > known_read then
+        redis.call('HSET', keys[1], 'lost_read_ms', string.format('%d', read_ms))
+      end
+    end
   end
   local changed = 0
-  for i = 4, #args - 1, 2 do
+  for i = 7, 6 + 2 * n - 1, 2 do
     local ends = tonumber(args[i + 1])
     if ends and ends > ms then
       changed = changed + redis.call('ZADD', keys[2], 'GT', 'CH', ends, 'c' .. args[i])
@@ -425,6 +458,17 @@ local function reseed(keys, args)
           and num(redis.call('HGET', keys[1], 'lost_kept')) > 0 then
         redis.call('HINCRBY', keys[1], 'lost_kept', -1)
       end
+    end
+  end
+  if #args > 6 + 2 * n then
+    for i = 7 + 2 * n, #args do
+      redis.call('SADD', keys[4], args[i])
+    end
+    local until_ms = num(h[5])
+    if until_ms > ms then
+      redis.call('PEXPIREAT', keys[4], string.format('%d', until_ms))
+    else
+      redis.call('PEXPIRE', keys[4], WARM_UP_MAX_MS)
     end
   end
   return changed
@@ -449,9 +493,14 @@ end
 -- -> the new version
 local function set_state(keys, args)
   local paused, sold_out = tonumber(args[1]), tonumber(args[2])
-  if tonumber(args[3]) == 1 and redis.call('HEXISTS', keys[1], 'version') == 1 then
+  -- A room hash a tick made anew after a loss has a version (0) but no
+  -- state anyone set: state_set (or a version above 0, from a gateway
+  -- before sluice_4) says one was.
+  if tonumber(args[3]) == 1 and (redis.call('HEXISTS', keys[1], 'state_set') == 1
+      or num(redis.call('HGET', keys[1], 'version')) > 0) then
     return num(redis.call('HGET', keys[1], 'version'))
   end
+  redis.call('HSET', keys[1], 'state_set', 1)
   local v = redis.call('HMGET', keys[1], 'paused', 'sold_out')
   if num(v[1]) ~= paused or num(v[2]) ~= sold_out then
     redis.call('HSET', keys[1], 'paused', paused, 'sold_out', sold_out)

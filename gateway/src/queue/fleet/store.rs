@@ -111,6 +111,27 @@ pub struct Tick {
     pub born_ms: u64,
 }
 
+/// What a gateway brings back to a room the store lost
+/// ([`RoomStore::reseed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reseed<'a> {
+    /// This gateway's id: it counts once as re-seeded.
+    pub id: &'a str,
+    /// Released places uncollected in its last numbers before the loss.
+    pub pending_seen: u64,
+    /// The `serving` it saw one claim window before those numbers: places
+    /// from here on may still be collected.
+    pub lost_from: u64,
+    /// The store's clock when it read those numbers (only the freshest
+    /// reads of the fleet count).
+    pub read_at_ms: u64,
+    /// Its passes still alive: `(seq, ends at unix ms)`.
+    pub passes: &'a [(u64, u64)],
+    /// Places it knows are spent (passes given back, windows over): never
+    /// taken back.
+    pub spent: &'a [u64],
+}
+
 /// What a heartbeat answers: the store's clock and the fleet.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Heartbeat {
@@ -153,22 +174,17 @@ pub trait RoomStore: Send + Sync + 'static {
         -> Result<ClaimReply, StoreError>;
 
     /// After the store lost the room: the passes this gateway handed out
-    /// that are still alive, `(seq, ends at unix ms)`, take their slots
-    /// again (a slot only ever ends later; bounded calls of
-    /// [`super::redis::RESEED_BATCH_MAX`]), and the released places it last
-    /// saw uncollected (`pending_seen`) count as pending until their
-    /// holders' claim window after the loss is over. `lost_from` is the
-    /// `serving` it saw one claim window before the loss: only places from
-    /// there up may still be collected (the store keeps the lowest pushed).
+    /// that are still alive take their slots again (a slot only ever ends
+    /// later; bounded calls of [`super::redis::RESEED_BATCH_MAX`]; the
+    /// gateway counts as re-seeded with the last), the places it knows
+    /// spent are never taken back, and the released places it last saw
+    /// uncollected (`pending_seen`) count as pending until their holders'
+    /// claim window after the loss is over. `lost_from` is the `serving` it
+    /// saw one claim window before the loss: only places from there up may
+    /// still be collected. Of the fleet's reseeds only the freshest reads
+    /// count (the highest pending, the lowest `lost_from` among them).
     /// Returns the slots it changed.
-    async fn reseed(
-        &self,
-        room: &str,
-        pending_seen: u64,
-        lost_from: u64,
-        id: &str,
-        passes: &[(u64, u64)],
-    ) -> Result<u64, StoreError>;
+    async fn reseed(&self, room: &str, seed: &Reseed<'_>) -> Result<u64, StoreError>;
 
     /// Frees the slot of pass `seq` (of a room whose passes live
     /// `pass_ttl_ms`); `true` if it held one.
