@@ -57,7 +57,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::now_ms;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
-pub use store::{ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, TickArgs};
+pub use store::{
+    ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, TickArgs,
+};
 
 /// How often each gateway runs the release tick and refreshes the shared
 /// numbers: polls answer from numbers at most this old (plus one call).

@@ -23,7 +23,8 @@ use sluice_admission::fleet_rate;
 use tokio::sync::Mutex;
 
 use super::store::{
-    AdaptReply, ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
+    AdaptReply, ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, Tick,
+    TickArgs,
 };
 
 /// The Functions library.
@@ -305,7 +306,12 @@ impl RoomStore for RedisStore {
                     .iter()
                     .flat_map(|&(seq, ends)| [seq.to_string(), ends.to_string()]),
             );
-            args.extend(spent.get(i).into_iter().flat_map(|c| c.iter().map(u64::to_string)));
+            args.extend(
+                spent
+                    .get(i)
+                    .into_iter()
+                    .flat_map(|c| c.iter().map(u64::to_string)),
+            );
             let n: u64 = self
                 .fcall_str("sluice_4_reseed", &keys_with_spent(room), &args)
                 .await?;
