@@ -20,7 +20,7 @@ use rand::Rng;
 use crate::no_show::{self, SHARE_MAX_MILLI};
 pub use crate::no_show::{claim_window_ms, CLAIM_SLACK};
 use crate::pace::gcra;
-use crate::poll::poll_after_s;
+use crate::poll::paced_poll_after_s;
 use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
 use crate::ticket_id::TicketId;
 use crate::wait_estimate::{estimated_wait_s, SlotOutlook};
@@ -150,10 +150,21 @@ pub fn poll(
     let in_line = ticket.seq.saturating_sub(numbers.serving);
     let ahead = in_line + numbers.pending;
     let estimated_wait_s = estimate_s(in_line, &numbers, policy);
-    let poll = poll_after_s(
+    // Paced at the front as the embedded room's line (crate::poll): while
+    // the line moves at the rate (open, fresh numbers, and the slots free
+    // now would take this place too).
+    let free = no_show::releasable(
+        u64::from(policy.max_active.get()),
+        numbers.held,
+        numbers.pending,
+        numbers.share_milli,
+    );
+    let releasing = state == RoomState::Open && fresh && in_line < free;
+    let poll = paced_poll_after_s(
         estimated_wait_s,
         policy.poll_min.as_secs() as u8,
         policy.poll_max.as_secs() as u8,
+        releasing,
         rng,
     );
     let wait = Wait {

@@ -385,6 +385,28 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
     let r = run(&s, &opts).await.expect("the run is made");
     let sum = &r.summary;
     println!("{}", serde_json::to_string_pretty(&sum.phases).unwrap());
+    // Per second: places released (the room's count, sampled every
+    // 500 ms) and checkouts acknowledged, to see whether checkouts come at
+    // the release's pace or in rounds.
+    let seconds = r.samples.last().map_or(0, |x| x.t_s as usize) + 1;
+    let mut released = vec![0u64; seconds];
+    let mut last = 0;
+    for x in &r.samples {
+        let t = (x.t_s as usize).min(seconds - 1);
+        released[t] += x.admitted_total.saturating_sub(last);
+        last = last.max(x.admitted_total);
+    }
+    let mut acked = vec![0u32; seconds];
+    for o in &r.orders {
+        acked[(o.acked_at_s as usize).min(seconds - 1)] += 1;
+    }
+    let per_second: Vec<String> = (0..seconds)
+        .map(|t| format!("{t}:{}/{}", released[t], acked[t]))
+        .collect();
+    println!(
+        "second: released/checkouts acknowledged: {}",
+        per_second.join(" ")
+    );
     let bar = sum
         .books
         .iter()
