@@ -462,6 +462,33 @@ mod tests {
     }
 
     #[test]
+    fn the_front_of_a_moving_line_is_told_its_turn_as_in_the_embedded_room() {
+        let mut p = policy();
+        p.poll_min = Duration::from_secs(10);
+        let now = 1_000_100;
+        let told = |n: &LineNumbers, seq: u64| match poll(
+            &ticket(seq),
+            Some(n),
+            &p,
+            now,
+            &mut StdRng::seed_from_u64(seq),
+        ) {
+            PollDecision::Answer(Status::Waiting(w) | Status::Paused(w)) => {
+                (w.estimated_wait_s, w.poll_after_s)
+            }
+            other => panic!("{other:?}"),
+        };
+        // 2 ahead at 10/s with 3 slots free: its turn, 1 s.
+        let n = numbers(5, 20);
+        assert_eq!(told(&n, 7), (1, 1));
+        // Paused, or no slot free for it: poll_min, as before.
+        let paused = LineNumbers { paused: true, ..n };
+        assert_eq!(told(&paused, 7).1, 10);
+        let held = LineNumbers { held: 3, ..n };
+        assert_eq!(told(&held, 7).1, 10);
+    }
+
+    #[test]
     fn stale_or_missing_numbers_pause_everyone_and_let_nobody_in() {
         let mut rng = StdRng::seed_from_u64(1);
         let n = numbers(5, 20);

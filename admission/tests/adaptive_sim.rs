@@ -17,7 +17,15 @@
 //! (`poll_min_s` = 10 s here, as in that scenario) reach checkout in one
 //! round, spread over 2 s, and between rounds nothing arrives. What the
 //! backend serves then trails the release rate by up to a poll interval
-//! and is zero between rounds.
+//! and is zero between rounds. That was the line before its front was
+//! paced (`sluice_admission::poll`); the rounds plant stays as a harder
+//! case for the law.
+//!
+//! The line's plant (`BIG_LINE`, `SMALL_LINE`) is the real one: shoppers
+//! join a `WaitingRoom`, poll when it tells them (plus 0-300 ms of their
+//! own), collect their pass at that poll and start checkout 0-2 s later;
+//! the rate the law decides is set on the room every second, the room's
+//! free slots are the law's, and a checkout that ends gives its pass back.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -220,7 +228,7 @@ impl Line {
                 .push(Reverse((now + poll_delay_ms(w.poll_after_s, rng), i)));
             self.joined += 1;
         }
-        let released = self.room.release_once(at, 10_000).released as u32;
+        let released = self.room.release_once(at, 10_000).released;
         while let Some(&Reverse((due, i))) = self.polls.peek() {
             if due > now {
                 break;
