@@ -105,9 +105,14 @@ echo $! > "$work/bare.pid"
 for v in "" $variants; do
   for s in S1 S2 SJ SE; do eval "up http://127.0.0.1:\$PORT_$s$v/item.json"; done
   # The status ticket waits: the first joiner holds the room's only active
-  # slot for the whole run, the second is polled.
+  # slot for the whole run (it collects its pass, or it would be a no-show
+  # and the second let in), the second is polled.
   eval "g=http://127.0.0.1:\$PORT_S1$v"
-  curl -sf -X POST "$g/queue/drop/join" >/dev/null
+  first=$(curl -sf -X POST "$g/queue/drop/join" | json ticket)
+  for _ in $(seq 100); do
+    curl -sf -H "Authorization: Bearer $first" "$g/queue/drop/status" | grep -q '"admitted"' && break
+    sleep 0.1
+  done
   eval "ticket$v=\$(curl -sf -X POST \"\$g/queue/drop/join\" | json ticket)"
   eval "g=http://127.0.0.1:\$PORT_SE$v"
   eval "pass$v=\$(bench_pass \"\$g\" shop)"
