@@ -20,7 +20,7 @@ use rand::Rng;
 use crate::no_show::{self, SHARE_MAX_MILLI};
 pub use crate::no_show::{claim_window_ms, CLAIM_SLACK};
 use crate::pace::gcra;
-use crate::poll::poll_after_s;
+use crate::poll::paced_poll_after_s;
 use crate::room::{Admitted, JoinError, RoomState, Status, Wait, Watermark};
 use crate::ticket_id::TicketId;
 use crate::wait_estimate::{estimated_wait_s, SlotOutlook};
@@ -150,10 +150,21 @@ pub fn poll(
     let in_line = ticket.seq.saturating_sub(numbers.serving);
     let ahead = in_line + numbers.pending;
     let estimated_wait_s = estimate_s(in_line, &numbers, policy);
-    let poll = poll_after_s(
+    // Paced at the front as the embedded room's line (crate::poll): while
+    // the line moves at the rate (open, fresh numbers, and the slots free
+    // now would take this place too).
+    let free = no_show::releasable(
+        u64::from(policy.max_active.get()),
+        numbers.held,
+        numbers.pending,
+        numbers.share_milli,
+    );
+    let releasing = state == RoomState::Open && fresh && in_line < free;
+    let poll = paced_poll_after_s(
         estimated_wait_s,
         policy.poll_min.as_secs() as u8,
         policy.poll_max.as_secs() as u8,
+        releasing,
         rng,
     );
     let wait = Wait {
@@ -448,6 +459,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_front_of_a_moving_line_is_told_its_turn_as_in_the_embedded_room() {
+        let mut p = policy();
+        p.poll_min = Duration::from_secs(10);
+        let now = 1_000_100;
+        let told = |n: &LineNumbers, seq: u64| match poll(
+            &ticket(seq),
+            Some(n),
+            &p,
+            now,
+            &mut StdRng::seed_from_u64(seq),
+        ) {
+            PollDecision::Answer(Status::Waiting(w) | Status::Paused(w)) => {
+                (w.estimated_wait_s, w.poll_after_s)
+            }
+            other => panic!("{other:?}"),
+        };
+        // 2 ahead at 10/s with 3 slots free: its turn, 1 s.
+        let n = numbers(5, 20);
+        assert_eq!(told(&n, 7), (1, 1));
+        // Paused, or no slot free for it: poll_min, as before.
+        let paused = LineNumbers { paused: true, ..n };
+        assert_eq!(told(&paused, 7).1, 10);
+        let held = LineNumbers { held: 3, ..n };
+        assert_eq!(told(&held, 7).1, 10);
     }
 
     #[test]

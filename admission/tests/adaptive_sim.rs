@@ -17,15 +17,28 @@
 //! (`poll_min_s` = 10 s here, as in that scenario) reach checkout in one
 //! round, spread over 2 s, and between rounds nothing arrives. What the
 //! backend serves then trails the release rate by up to a poll interval
-//! and is zero between rounds.
+//! and is zero between rounds. That was the line before its front was
+//! paced (`sluice_admission::poll`); the rounds plant stays as a harder
+//! case for the law.
+//!
+//! The line's plant (`BIG_LINE`, `SMALL_LINE`) is the real one: shoppers
+//! join a `WaitingRoom`, poll when it tells them (plus 0-300 ms of their
+//! own), collect their pass at that poll and start checkout 0-2 s later;
+//! the rate the law decides is set on the room every second, the room's
+//! free slots are the law's, and a checkout that ends gives its pass back.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_admission::adaptive::{
     step, Bounds, CheckoutWindow, Decision, InFlight, Measurements, Outcome, Phase,
 };
+use sluice_admission::{InMemoryStock, PassOrders, Policy, Status, TicketId, WaitingRoom};
 
 const TICK_MS: u64 = 10;
 const SERVICE_MEAN_MS: f64 = 100.0;
@@ -53,6 +66,12 @@ struct Run {
     seconds: Vec<Second>,
     /// (ended at, latency, failed) of every checkout.
     checkouts: Vec<(u64, u64, bool)>,
+    /// Per simulated second: places released, and checkouts that reached
+    /// the backend.
+    released: Vec<u32>,
+    arrived: Vec<u32>,
+    /// Polls answered (the line's plant only).
+    polls: u64,
 }
 
 /// A backend and the line in front of it.
@@ -64,6 +83,19 @@ struct Plant {
     /// Poll rounds this far apart (0: a shopper starts checkout 0-2 s
     /// after its release, whenever that is).
     round_ms: u64,
+    /// Instead of rounds, the real line: shoppers join a
+    /// `sluice_admission::WaitingRoom` and poll when it tells them.
+    line: Option<LineCfg>,
+}
+
+/// The real line in front of the backend.
+#[derive(Debug, Clone, Copy)]
+struct LineCfg {
+    /// This many join, evenly over `over_ms`, from the start.
+    shoppers: u32,
+    over_ms: u64,
+    poll_min_s: u64,
+    poll_max_s: u64,
 }
 
 /// The backend: 100, then 30, then 100 checkouts a second.
@@ -72,6 +104,20 @@ const BIG: Plant = Plant {
     workers: [10, 3, 10],
     service_ms: [SERVICE_MEAN_MS; 3],
     round_ms: NO_LAG_MS,
+    line: None,
+};
+
+/// The backend behind the real line, as `backend-degrades` sets
+/// it (`poll_min_s` = 10, `poll_max_s` = 20): 40,000 shoppers join in the
+/// first 40 s, so the line lasts the whole run.
+const BIG_LINE: Plant = Plant {
+    line: Some(LineCfg {
+        shoppers: 40_000,
+        over_ms: 40_000,
+        poll_min_s: 10,
+        poll_max_s: 20,
+    }),
+    ..BIG
 };
 
 /// `backend-degrades`' short test, as traced: one provider worker at
@@ -87,6 +133,20 @@ const SMALL: Plant = Plant {
     workers: [1; 3],
     service_ms: [50.0, 160.0, 50.0],
     round_ms: POLL_ROUND_MS,
+    line: None,
+};
+
+/// The same backend and bounds behind the real line (10-20 s polls), with
+/// enough shoppers (6,000 in 20 s) for the line to last the run.
+const SMALL_LINE: Plant = Plant {
+    round_ms: NO_LAG_MS,
+    line: Some(LineCfg {
+        shoppers: 6_000,
+        over_ms: 20_000,
+        poll_min_s: 10,
+        poll_max_s: 20,
+    }),
+    ..SMALL
 };
 
 impl Plant {
@@ -101,53 +161,170 @@ const NO_LAG_MS: u64 = 0;
 /// apart, and start checkout 0-2 s after the round.
 const POLL_ROUND_MS: u64 = 10_000;
 
+/// The shoppers in line and the room they wait in.
+struct Line {
+    room: WaitingRoom,
+    cfg: LineCfg,
+    /// (seq, ticket id) of each shopper, by index.
+    tickets: Vec<(u64, TicketId)>,
+    /// Polls due: (at, shopper).
+    polls: BinaryHeap<Reverse<(u64, usize)>>,
+    joined: u32,
+    answered: u64,
+}
+
+/// 2026-01-01T00:00:00Z: the line's clock is unix ms.
+const T0_MS: u64 = 1_767_225_600_000;
+
+impl Line {
+    fn new(cfg: LineCfg, bounds: &Bounds, seed: u64) -> Self {
+        let start = NonZeroU32::new(bounds.start_per_second().round() as u32).unwrap();
+        let policy = Policy {
+            release_per_second: start,
+            burst: start,
+            max_active: NonZeroU32::new(MAX_ACTIVE).unwrap(),
+            queue_capacity: NonZeroU32::new(cfg.shoppers).unwrap(),
+            pass_ttl: Duration::from_secs(120),
+            ticket_ttl: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(3 * cfg.poll_max_s),
+            poll_min: Duration::from_secs(cfg.poll_min_s),
+            poll_max: Duration::from_secs(cfg.poll_max_s),
+            opens_at_ms: None,
+            max_orders_per_pass: NonZeroU32::new(1).unwrap(),
+        };
+        let room = WaitingRoom::new(
+            "drop",
+            policy,
+            Arc::new(InMemoryStock::new()),
+            StdRng::seed_from_u64(seed ^ 0x11e),
+            T0_MS,
+        )
+        .unwrap();
+        Self {
+            room,
+            cfg,
+            tickets: Vec::new(),
+            polls: BinaryHeap::new(),
+            joined: 0,
+            answered: 0,
+        }
+    }
+
+    /// One tick at `now` (ms from the start): joins due, the release
+    /// pass, and the polls due; a shopper whose poll shows its pass starts
+    /// checkout 0-2 s later (pushed on `thinking` with its index).
+    fn tick(&mut self, now: u64, rng: &mut StdRng, thinking: &mut Vec<(u64, usize)>) -> u32 {
+        let at = T0_MS + now;
+        let due = (u64::from(self.cfg.shoppers) * now / self.cfg.over_ms)
+            .min(u64::from(self.cfg.shoppers)) as u32;
+        while self.joined < due {
+            let joined = self.room.join(at).expect("room for everyone");
+            let Status::Waiting(w) = joined.status else {
+                panic!("join answered {:?}", joined.status)
+            };
+            let i = self.tickets.len();
+            self.tickets.push((joined.seq, joined.ticket_id));
+            self.polls
+                .push(Reverse((now + poll_delay_ms(w.poll_after_s, rng), i)));
+            self.joined += 1;
+        }
+        let released = self.room.release_once(at, 10_000).released;
+        while let Some(&Reverse((due, i))) = self.polls.peek() {
+            if due > now {
+                break;
+            }
+            self.polls.pop();
+            self.answered += 1;
+            let (seq, id) = self.tickets[i];
+            match self.room.status(seq, &id, at) {
+                Ok(Status::Waiting(w)) | Ok(Status::Paused(w)) => {
+                    self.polls
+                        .push(Reverse((now + poll_delay_ms(w.poll_after_s, rng), i)));
+                }
+                Ok(Status::Admitted(_)) => thinking.push((now + rng.random_range(0..2000), i)),
+                other => panic!("poll answered {other:?}"),
+            }
+        }
+        released
+    }
+
+    /// Shopper `i`'s checkout ended: its pass gives its slot back.
+    fn done(&mut self, i: usize) {
+        let orders = PassOrders {
+            started: 1,
+            open: 0,
+        };
+        assert!(self.room.give_back_if_spent(self.tickets[i].0, orders));
+    }
+}
+
+/// When a shopper told `poll_after_s` polls again: then, plus the
+/// harness's 0-250 ms of its own (the load test's shopper adds its index
+/// mod 250 ms) and 0-50 ms of network.
+fn poll_delay_ms(poll_after_s: u32, rng: &mut StdRng) -> u64 {
+    u64::from(poll_after_s) * 1000 + rng.random_range(0..300)
+}
+
 fn simulate(seed: u64, plant: &Plant) -> Run {
     let lag_ms = plant.round_ms;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut window = CheckoutWindow::new();
     let mut decision = Decision::start(&plant.bounds, 0);
+    let mut line = plant.line.map(|cfg| Line::new(cfg, &plant.bounds, seed));
     let mut tokens = 0.0f64;
     let mut active = 0u32;
-    // Shoppers admitted, by when they start their checkout.
-    let mut thinking: Vec<u64> = Vec::new();
-    let mut queued: VecDeque<u64> = VecDeque::new();
-    // (started at, done at, failed)
-    let mut serving: Vec<(u64, u64, bool)> = Vec::new();
+    // Shoppers admitted, by when they start their checkout (and who:
+    // their index in the line, or usize::MAX).
+    let mut thinking: Vec<(u64, usize)> = Vec::new();
+    let mut queued: VecDeque<(u64, usize)> = VecDeque::new();
+    // (started at, done at, failed, who)
+    let mut serving: Vec<(u64, u64, bool, usize)> = Vec::new();
+    let end = 3 * PHASE_MS;
     let mut run = Run {
         seconds: Vec::new(),
         checkouts: Vec::new(),
+        released: vec![0; (end / 1000) as usize + 1],
+        arrived: vec![0; (end / 1000) as usize + 1],
+        polls: 0,
     };
-    let end = 3 * PHASE_MS;
     let mut now = 0u64;
     // Checkouts at the backend (queued or being served), as the gateway
     // counts its own: from the backend's events, not its capacity.
     let mut in_flight = InFlight::new(0);
+    let mut ended: Vec<usize> = Vec::new();
     while now < end {
         now += TICK_MS;
-        // Release at the rate in force, as the room's bucket does.
-        tokens = (tokens + decision.per_second() as f64 * TICK_MS as f64 / 1000.0).min(1.0e3);
-        while tokens >= 1.0 && active < MAX_ACTIVE {
-            tokens -= 1.0;
-            active += 1;
-            // The next poll round after the release (none: at once).
-            let round = if lag_ms == 0 {
-                now
-            } else {
-                now.next_multiple_of(lag_ms)
-            };
-            thinking.push(round + rng.random_range(0..2000));
+        let second = (now / 1000) as usize;
+        if let Some(line) = line.as_mut() {
+            run.released[second] += line.tick(now, &mut rng, &mut thinking);
+        } else {
+            // Release at the rate in force, as the room's bucket does.
+            tokens = (tokens + decision.per_second() as f64 * TICK_MS as f64 / 1000.0).min(1.0e3);
+            while tokens >= 1.0 && active < MAX_ACTIVE {
+                tokens -= 1.0;
+                active += 1;
+                run.released[second] += 1;
+                // The next poll round after the release (none: at once).
+                let round = if lag_ms == 0 {
+                    now
+                } else {
+                    now.next_multiple_of(lag_ms)
+                };
+                thinking.push((round + rng.random_range(0..2000), usize::MAX));
+            }
         }
-        thinking.retain(|&at| {
+        thinking.retain(|&(at, who)| {
             if at <= now {
                 in_flight.start(now);
-                queued.push_back(at);
+                queued.push_back((at, who));
+                run.arrived[second] += 1;
                 false
             } else {
                 true
             }
         });
         // Checkouts that ended.
-        serving.retain(|&(arrived, done, failed)| {
+        serving.retain(|&(arrived, done, failed, who)| {
             if done <= now {
                 let outcome = if failed {
                     Outcome::Failed
@@ -157,37 +334,51 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
                 window.record(now, (now - arrived) as u32, outcome);
                 run.checkouts.push((now, now - arrived, failed));
                 in_flight.end(now);
-                active -= 1;
+                ended.push(who);
                 false
             } else {
                 true
             }
         });
-        while queued.front().is_some_and(|&a| now - a > TIMEOUT_MS) {
-            let arrived = queued.pop_front().unwrap();
+        while queued.front().is_some_and(|&(a, _)| now - a > TIMEOUT_MS) {
+            let (arrived, who) = queued.pop_front().unwrap();
             window.record(now, (now - arrived) as u32, Outcome::Failed);
             run.checkouts.push((now, now - arrived, true));
             in_flight.end(now);
-            active -= 1;
+            ended.push(who);
+        }
+        for who in ended.drain(..) {
+            match line.as_mut() {
+                Some(line) => line.done(who),
+                None => active -= 1,
+            }
         }
         while serving.len() < plant.workers[Plant::phase(now)] {
-            let Some(arrived) = queued.pop_front() else {
+            let Some((arrived, who)) = queued.pop_front() else {
                 break;
             };
             let u: f64 = rng.random_range(f64::EPSILON..1.0);
             let service = (-u.ln() * plant.service_ms[Plant::phase(now)]) as u64;
             // Declined cards are served like any other checkout.
             let failed = rng.random_bool(0.003);
-            serving.push((arrived, now + service, failed));
+            serving.push((arrived, now + service, failed, who));
         }
         if now.is_multiple_of(1000) {
             let span = in_flight.take(now);
+            let free = match line.as_ref() {
+                Some(line) => line.room.free_slots(),
+                None => MAX_ACTIVE - active,
+            };
             let m = Measurements {
                 in_flight: Some(span.average),
                 started_per_second: span.started_per_second,
-                ..window.measure(now, MAX_ACTIVE - active)
+                ..window.measure(now, free)
             };
             decision = step(&plant.bounds, &decision, &m, now);
+            if let Some(line) = line.as_mut() {
+                line.room
+                    .set_release_per_second(NonZeroU32::new(decision.per_second()).unwrap());
+            }
             run.seconds.push(Second {
                 at_ms: now,
                 rate: decision.rate,
@@ -195,6 +386,7 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
             });
         }
     }
+    run.polls = line.map_or(0, |l| l.answered);
     run
 }
 
@@ -276,6 +468,12 @@ fn the_rate_follows_the_backend_down_and_up_when_shoppers_check_out_in_poll_roun
 }
 
 fn trace(run: &Run) {
+    if std::env::var_os("SIM_TRACE_SECONDS").is_some() {
+        for (t, (r, a)) in run.released.iter().zip(&run.arrived).enumerate() {
+            eprint!("{t}:{r}/{a} ");
+        }
+        eprintln!("\n(second: released/reached checkout), {} polls", run.polls);
+    }
     for s in run.seconds.iter().step_by(3) {
         eprint!(
             "{}:{:.0}{} ",
@@ -391,6 +589,95 @@ fn holds_after_settling(plant: &Plant) {
             assert!(
                 latency as f64 <= 1.5 * f64::from(BOUNDS.target_p99_ms),
                 "seed {seed}: phase {phase} p99 {latency} ms after settling"
+            );
+        }
+    }
+}
+
+/// Behind the real line (shoppers poll the room when it tells them and
+/// collect their pass at that poll, `poll_min_s` = 10 as in
+/// `backend-degrades`): checkouts reach the backend at the pace they were
+/// released, not in rounds of a poll interval (the front's poll pacing,
+/// `sluice_admission::poll`); and the rate still stays in its bounds and
+/// follows the capacity down and back up. Without the pacing a whole
+/// `poll_min_s` of releases comes back in one round: seconds with no
+/// checkout at all between rounds of several times the rate.
+#[test]
+fn behind_the_line_checkouts_come_at_the_release_pace_and_the_rate_follows() {
+    for seed in [1, 2, 3] {
+        let run = simulate(seed, &BIG_LINE);
+        if std::env::var_os("SIM_TRACE").is_some() {
+            trace(&run);
+        }
+        check_bounds(seed, &BIG_LINE.bounds, &run);
+        for phase in 0..3u64 {
+            let (from, to) = (
+                ((phase * PHASE_MS + SETTLE_MS) / 1000) as usize,
+                ((phase + 1) * PHASE_MS / 1000) as usize,
+            );
+            let mean = run.released[from..to].iter().sum::<u32>() as f64 / (to - from) as f64;
+            let most = *run.arrived[from..to].iter().max().unwrap();
+            let none = run.arrived[from..to].iter().filter(|&&a| a == 0).count();
+            eprintln!(
+                "line seed {seed} phase {phase}: released {mean:.1}/s, checkouts per second at most {most} ({:.2}×), {none} seconds without one, {} polls",
+                f64::from(most) / mean,
+                run.polls
+            );
+            assert!(
+                f64::from(most) <= 2.0 * mean && none == 0,
+                "seed {seed}: phase {phase}: {mean:.1} released a second, up to {most} checkouts in one, {none} seconds without any"
+            );
+        }
+        let low = mean_rate(&run, PHASE_MS + SETTLE_MS, 2 * PHASE_MS);
+        assert!(low <= 30.0, "seed {seed}: {low:.1}/s released against 30/s");
+        let back = run
+            .seconds
+            .iter()
+            .filter(|s| (2 * PHASE_MS..2 * PHASE_MS + SETTLE_MS).contains(&s.at_ms))
+            .map(|s| s.rate)
+            .fold(0.0, f64::max);
+        assert!(
+            back >= 60.0,
+            "seed {seed}: at most {back:.1}/s in the 30 s after recovery"
+        );
+    }
+}
+
+/// The full bar behind the line, reported, not asserted (see
+/// docs/waiting-room.md: the law's CRUISE takes the line's noise for
+/// underload on some seeds): `SIM_REPORT=1 … -- --ignored --nocapture`.
+#[test]
+#[ignore = "reports the bar behind the line; not met on every seed"]
+fn behind_the_line_after_settling_report() {
+    holds_after_settling(&BIG_LINE);
+}
+
+/// `backend-degrades`' plant behind the line, reported.
+#[test]
+#[ignore = "a report"]
+fn report_small_line() {
+    for seed in [1, 2, 3, 42, 2026] {
+        let run = simulate(seed, &SMALL_LINE);
+        if std::env::var_os("SIM_TRACE").is_some() {
+            trace(&run);
+        }
+        for phase in 0..3u64 {
+            let (start, end) = (phase * PHASE_MS, (phase + 1) * PHASE_MS);
+            let settled = start + SETTLE_MS;
+            let steady = mean_rate(&run, settled, end);
+            let swing = run
+                .seconds
+                .iter()
+                .filter(|s| (settled..end).contains(&s.at_ms))
+                .map(|s| (s.rate - steady).abs() / steady)
+                .fold(0.0, f64::max);
+            let after = settled_checkouts(&run, settled, end);
+            let failed = after.iter().filter(|c| c.2).count() as f64 / after.len().max(1) as f64;
+            eprintln!(
+                "small line seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} %, p99 {} ms, failed {:.3}",
+                swing * 100.0,
+                p99(after.iter().map(|c| c.1).collect()),
+                failed
             );
         }
     }

@@ -52,9 +52,14 @@ fn joins_get_increasing_places_and_honest_positions() {
 #[test]
 fn polling_sooner_than_told_is_refused_with_retry_after() {
     let mut r = room(policy());
+    // 30 ahead at 10/s: 3 s from its turn, more than poll_min (at the
+    // front a moving line tells the turn itself, see the next test).
+    for _ in 0..30 {
+        join(&mut r, T0_MS);
+    }
     let j = join(&mut r, T0_MS);
     let told = u64::from(wait_of(j.status).poll_after_s);
-    assert_eq!(told, 2, "the front polls at poll_min");
+    assert_eq!(told, 2, "near the front, poll_min");
     // Within the one-second slack is fine; earlier is not.
     match r.status(j.seq, &j.ticket_id, T0_MS) {
         Err(PollError::TooEarly { retry_after_s }) => assert_eq!(retry_after_s, told),
@@ -64,6 +69,60 @@ fn polling_sooner_than_told_is_refused_with_retry_after() {
         .status(j.seq, &j.ticket_id, T0_MS + (told - 1) * 1000)
         .is_ok());
     assert_eq!(r.stats(T0_MS).too_early_total, 1);
+}
+
+/// Poll pacing at the front (`sluice_admission::poll`): in the last
+/// `poll_min` before its turn a ticket is told its turn, so it comes back
+/// about when it is released; paused, or with the slots bound, the front
+/// is told `poll_min` as before.
+#[test]
+fn the_front_of_a_moving_line_is_told_its_turn_and_a_stopped_one_poll_min() {
+    let mut p = policy();
+    p.poll_min = Duration::from_secs(10);
+    p.poll_max = Duration::from_secs(20);
+    p.idle_timeout = Duration::from_secs(60);
+    p.max_active = nz(100);
+    let mut r = room(p.clone());
+    // 10/s: the k-th joiner (k ahead) is ceil(k / 10) s from its turn.
+    let told: Vec<(u64, u32)> = (0..120)
+        .map(|_| {
+            let w = wait_of(join(&mut r, T0_MS).status);
+            (w.estimated_wait_s, w.poll_after_s)
+        })
+        .collect();
+    for &(wait, poll) in &told {
+        if wait < 10 {
+            assert_eq!(u64::from(poll), wait.max(1), "{told:?}");
+        } else {
+            assert!(poll >= 10, "{told:?}");
+        }
+    }
+    assert!(told.iter().any(|&(_, p)| p < 10) && told.iter().any(|&(_, p)| p >= 10));
+    // Paused: the front is told poll_min.
+    let mut paused = room(p.clone());
+    let front = join(&mut paused, T0_MS);
+    assert_eq!(wait_of(front.status).poll_after_s, 1);
+    paused.set_paused(true);
+    let w = wait_of(
+        paused
+            .status(front.seq, &front.ticket_id, T0_MS + 1_000)
+            .unwrap(),
+    );
+    assert_eq!(w.poll_after_s, 10, "paused: poll_min");
+    // Slots bound (max_active 1, held by a 5 s pass): the front is 5 s
+    // from its turn by the estimate, but told poll_min.
+    p.max_active = nz(1);
+    p.pass_ttl = Duration::from_secs(5);
+    let mut full = room(p);
+    let first = join(&mut full, T0_MS);
+    full.release_once(T0_MS + 1, 10);
+    assert!(matches!(
+        full.status(first.seq, &first.ticket_id, T0_MS + 1_000),
+        Ok(Status::Admitted(_))
+    ));
+    let second = wait_of(join(&mut full, T0_MS + 1_000).status);
+    assert!(second.estimated_wait_s < 10, "{second:?}");
+    assert_eq!(second.poll_after_s, 10, "no slot free: poll_min");
 }
 
 #[test]

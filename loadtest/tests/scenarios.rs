@@ -351,18 +351,21 @@ async fn webhook_chaos_applies_each_event_once() {
     );
 }
 
-/// `backend-degrades` at test size: 600 people in 10 s; the provider goes
+/// `backend-degrades` at test size: 1,100 people in 10 s (enough for the
+/// line to last into the recovery: paced at the front, released shoppers
+/// come in at once instead of a poll interval later); the provider goes
 /// from 25 to 80 ms a call (one worker) at 25 s and back at 50 s. The rate
 /// must follow it down, inside its bounds, with the books clean. The
 /// issue's full bar (back up within 30 s, ±15 % once settled, p99 within
 /// 1.5 × the target) is the scenario's `adaptive release followed the
 /// backend` check; the controller does not meet it yet (issue 12), so here
-/// it is printed, not asserted, and so is the recovery (not reliable yet).
+/// it is printed, not asserted; the recovery (above 1.5 × the degraded
+/// rate) is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn backend_degrades_the_rate_follows_the_provider_down() {
-    let mut s = scenario("backend-degrades").with_shoppers(600);
+    let mut s = scenario("backend-degrades").with_shoppers(1_100);
     s.arrivals = Arrivals::Spike {
-        shoppers: 600,
+        shoppers: 1_100,
         over_s: 10.0,
     };
     s.limits.max_duration_s = 80;
@@ -385,6 +388,43 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
     let r = run(&s, &opts).await.expect("the run is made");
     let sum = &r.summary;
     println!("{}", serde_json::to_string_pretty(&sum.phases).unwrap());
+    // Per second: places released (the room's count, sampled every
+    // 500 ms) and checkouts acknowledged, to see whether checkouts come at
+    // the release's pace or in rounds.
+    let seconds = r.samples.last().map_or(0, |x| x.t_s as usize) + 1;
+    let mut released = vec![0u64; seconds];
+    let mut last = 0;
+    for x in &r.samples {
+        let t = (x.t_s as usize).min(seconds - 1);
+        released[t] += x.admitted_total.saturating_sub(last);
+        last = last.max(x.admitted_total);
+    }
+    let mut acked = vec![0u32; seconds];
+    for o in &r.orders {
+        acked[(o.acked_at_s as usize).min(seconds - 1)] += 1;
+    }
+    let per_second: Vec<String> = (0..seconds)
+        .map(|t| format!("{t}:{}/{}", released[t], acked[t]))
+        .collect();
+    println!(
+        "second: released/checkouts acknowledged: {}",
+        per_second.join(" ")
+    );
+    let reasons: Vec<String> = r
+        .samples
+        .iter()
+        .step_by(4)
+        .map(|x| {
+            format!(
+                "{:.0}s {}/s {} {} w{} a{}",
+                x.t_s, x.release_per_second, x.release_reason, x.release_phase, x.waiting, x.active
+            )
+        })
+        .collect();
+    println!(
+        "rate, reason, phase, waiting, active every 2 s: {}",
+        reasons.join(", ")
+    );
     let bar = sum
         .books
         .iter()
@@ -419,12 +459,10 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
         "followed down: {healthy:?} then {degraded:?}"
     );
     // Back up after the recovery. Shoppers learn of their pass at their next
-    // poll (10 s here) and those released one after the other poll
-    // together, so checkouts come in rounds; the law takes what the
-    // backend serves through a round as a floor of its capacity
-    // (admission/src/adaptive/law.rs, OUTSERVED). The p99 and swing of
-    // the scenario's own bar are out of reach of a rate alone with such
-    // rounds (docs/waiting-room.md), so they are not asserted here.
+    // poll, paced at the front to come back at their turn (the per-second
+    // line above shows checkouts at the release's pace, not in rounds);
+    // the law's own swing and p99 on this plant still miss the bar
+    // (docs/waiting-room.md), so they are printed, not asserted here.
     println!(
         "recovered: {recovered:?} ({:.1}× the degraded rate)",
         recovered.rate_mean / degraded.rate_mean
@@ -432,21 +470,6 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
     assert!(
         recovered.rate_mean > 1.5 * degraded.rate_mean,
         "came back up: {degraded:?} then {recovered:?}"
-    );
-    let reasons: Vec<String> = r
-        .samples
-        .iter()
-        .step_by(4)
-        .map(|x| {
-            format!(
-                "{:.0}s {}/s {} {} w{} a{}",
-                x.t_s, x.release_per_second, x.release_reason, x.release_phase, x.waiting, x.active
-            )
-        })
-        .collect();
-    println!(
-        "rate, reason, phase, waiting, active every 2 s: {}",
-        reasons.join(", ")
     );
 }
 

@@ -28,7 +28,8 @@
 //!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
 //!          at, and the smoothed queue below UNDERLOAD_QUEUE, for
 //!          UNDERLOAD_STEPS in a row → STARTUP (capacity came back)
-//!          the window served > OUTSERVED × the capacity it cruises on,
+//!          the window served > OUTSERVED × the capacity it cruises on
+//!          (from cruise step OUTSERVED_FROM_STEP on),
 //!          OUTSERVED_STEPS in a row → STARTUP with capacity (and the
 //!          highest capacity, if lower) = that served rate (a delivery
 //!          rate is a lower bound of the capacity: shoppers who learn of
@@ -100,6 +101,11 @@ pub const OUTSERVED: f64 = 1.5;
 /// served (a delivery rate is a lower bound of the capacity, BBR's
 /// bottleneck bandwidth), back to STARTUP from there.
 pub const OUTSERVED_STEPS: u32 = 2;
+/// ...counted only from this cruise step on: the served window (3 s) must
+/// first roll past the DRAIN's last backlog, which a paced line serves
+/// at the backend's full pace for a few seconds after the queue count
+/// fell under the cruise threshold.
+pub const OUTSERVED_FROM_STEP: u32 = 5;
 
 /// The controller: the next decision from the last one and the latest
 /// measurements. Pure; the caller runs it every [`super::STEP_MS`].
@@ -238,7 +244,9 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
             // what it serves then is what it can serve, whatever the
             // latency it cruised at was learnt on.
             let cruised_on = previous.capacity.unwrap_or(rate / CRUISE_GAIN);
-            d.outserved_steps = if m.served_per_second > OUTSERVED * cruised_on {
+            d.outserved_steps = if d.cruise_steps >= OUTSERVED_FROM_STEP
+                && m.served_per_second > OUTSERVED * cruised_on
+            {
                 previous.outserved_steps + 1
             } else {
                 0

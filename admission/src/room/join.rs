@@ -2,7 +2,8 @@
 
 use super::{JoinError, Joined, PreQueue, Status, Wait, WaitingRoom};
 use crate::journal::RoomEvent;
-use crate::poll::poll_after_s;
+use crate::no_show::releasable;
+use crate::poll::{paced_poll_after_s, poll_after_s};
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
@@ -83,7 +84,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         let in_line = self.store.live();
         let ahead = in_line + self.uncollected.len() as u64;
         let estimated_wait_s = self.estimate_s(in_line, now_s);
-        let poll = self.poll_for(estimated_wait_s);
+        let poll = self.paced_poll_for(estimated_wait_s, in_line);
         let slot = Slot::waiting(now_s, poll);
         let place = self.store.push(slot)?;
         self.emit(RoomEvent::Joined {
@@ -160,6 +161,20 @@ impl<S: QueueStore> WaitingRoom<S> {
         let min = self.policy.poll_min.as_secs() as u8;
         let max = self.policy.poll_max.as_secs() as u8;
         poll_after_s(wait_s, min, max, &mut self.rng)
+    }
+
+    /// The poll interval for someone in line `wait_s` from their turn with
+    /// `in_line` live places before theirs, paced at the front
+    /// ([`crate::poll`]) while the line moves at the rate: not paused, and
+    /// the slots free now would take them too.
+    pub(super) fn paced_poll_for(&mut self, wait_s: u64, in_line: u64) -> u8 {
+        let min = self.policy.poll_min.as_secs() as u8;
+        let max = self.policy.poll_max.as_secs() as u8;
+        let max_active = u64::from(self.policy.max_active.get());
+        let (held, pending) = (self.active.len() as u64, self.uncollected.len() as u64);
+        let free = releasable(max_active, held, pending, self.share_milli());
+        let releasing = !self.paused && in_line < free;
+        paced_poll_after_s(wait_s, min, max, releasing, &mut self.rng)
     }
 
     /// Before the opening: come back around the opening, never sooner than

@@ -63,7 +63,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         let in_line = self.store.live_before(place);
         let ahead = in_line + self.uncollected.len() as u64;
         let estimated_wait_s = self.estimate_s(in_line, now_s);
-        let poll = self.poll_for(estimated_wait_s);
+        let poll = self.paced_poll_for(estimated_wait_s, in_line);
         self.store.set(
             place,
             Slot {
