@@ -48,6 +48,20 @@ fn seed<'a>(
     }
 }
 
+/// Claims place `seq` of room "r" until the answer is no longer `Full`
+/// (the warm-up after a loss), for at most 5 s.
+async fn claim_past_the_warm_up(store: &RedisStore, seq: u64, c: &ClaimArgs) -> ClaimReply {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.claim("r", seq, c).await.unwrap() {
+            ClaimReply::Full if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            reply => return reply,
+        }
+    }
+}
+
 fn claim_args(a: &TickArgs) -> ClaimArgs {
     ClaimArgs {
         pass_ttl_ms: a.pass_ttl_ms,
@@ -331,15 +345,7 @@ async fn after_a_loss_reseeded_slots_only_end_later_and_released_places_keep_the
     // After the warm-up, the place released before the loss is collected
     // (Redis had no record of it), and the two slots are full: nothing
     // more is released.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let reply = loop {
-        match store.claim("r", 1, &c).await.unwrap() {
-            ClaimReply::Full if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            reply => break reply,
-        }
-    };
+    let reply = claim_past_the_warm_up(&store, 1, &c).await;
     assert!(matches!(reply, ClaimReply::Admitted { .. }), "{reply:?}");
     let tick = store.tick("r", &lost).await.unwrap();
     assert_eq!(
@@ -555,15 +561,7 @@ async fn after_a_loss_a_pass_given_back_is_not_collected_again_and_only_fresh_re
     );
     // After the warm-up: the given-back place stays spent, place 1 (lost
     // uncollected) still collects its pass.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let one = loop {
-        match store.claim("r", 1, &c).await.unwrap() {
-            ClaimReply::Full if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            reply => break reply,
-        }
-    };
+    let one = claim_past_the_warm_up(&store, 1, &c).await;
     assert!(matches!(one, ClaimReply::Admitted { .. }), "{one:?}");
     assert_eq!(
         store.claim("r", 0, &c).await.unwrap(),
