@@ -307,9 +307,10 @@ pub fn claimed(ticket: &Presented, reply: ClaimReply, policy: &Policy) -> Status
 }
 
 /// The store's answer to a batch of joins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinReply {
-    /// The first `seq` given; the batch has `first .. first + granted`.
+    /// The first `seq` given; the joins within their client's limit get
+    /// `first .. first + granted`, in batch order.
     pub first: u64,
     pub granted: u32,
     pub serving: u64,
@@ -319,11 +320,38 @@ pub struct JoinReply {
     /// for every gateway to tell it the highest numbers it saw: no places
     /// for a moment.
     pub warming: bool,
+    /// Per join of the batch, in order: 0 when within its client's limit
+    /// (the fleet's per-client join limit), else the wait in ms until its
+    /// client may join again. Shorter than the batch: the rest are 0.
+    pub retry_after_ms: Vec<u64>,
 }
 
-/// The answer to the `i`-th join of a batch (0-based): its `seq`, or why
-/// it got none.
-pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinError> {
+/// The answer to each join of a batch, in order: its `seq`, or why it got
+/// none. The joins over their client's limit take no place; the others
+/// take the granted places in order.
+pub fn join_answers(reply: &JoinReply, n: usize, policy: &Policy) -> Vec<Result<u64, JoinError>> {
+    let mut given = 0u32;
+    (0..n)
+        .map(|i| {
+            let limited_ms = reply.retry_after_ms.get(i).copied().unwrap_or(0);
+            if limited_ms > 0 && !reply.warming {
+                return Err(JoinError::RateLimited {
+                    retry_after_s: limited_ms.div_ceil(1000).max(1),
+                });
+            }
+            let rank = given;
+            let answer = join_seq(reply, rank, policy);
+            if answer.is_ok() {
+                given += 1;
+            }
+            answer
+        })
+        .collect()
+}
+
+/// The answer to the join that takes the `rank`-th granted place (0-based)
+/// of a batch: its `seq`, or why it got none.
+fn join_seq(reply: &JoinReply, rank: u32, policy: &Policy) -> Result<u64, JoinError> {
     if reply.warming {
         return Err(JoinError::StoreUnavailable {
             retry_after_s: STORE_RETRY_AFTER_S,
@@ -336,10 +364,10 @@ pub fn join_seq(reply: &JoinReply, i: u32, policy: &Policy) -> Result<u64, JoinE
     if reply.paused {
         return Err(JoinError::Paused { retry_after_s });
     }
-    if i >= reply.granted {
+    if rank >= reply.granted {
         return Err(JoinError::QueueFull { retry_after_s });
     }
-    Ok(reply.first + u64::from(i))
+    Ok(reply.first + u64::from(rank))
 }
 
 /// The store's room as the pacing decisions see it.
@@ -662,29 +690,39 @@ mod tests {
             paused: false,
             sold_out: false,
             warming: false,
+            retry_after_ms: vec![],
         };
-        assert_eq!(join_seq(&reply, 0, &p), Ok(40));
-        assert_eq!(join_seq(&reply, 1, &p), Ok(41));
-        assert!(matches!(
-            join_seq(&reply, 2, &p),
-            Err(JoinError::QueueFull { .. })
-        ));
+        let answers = join_answers(&reply, 3, &p);
+        assert_eq!(answers[..2], [Ok(40), Ok(41)]);
+        assert!(matches!(answers[2], Err(JoinError::QueueFull { .. })));
         let paused = JoinReply {
             paused: true,
-            ..reply
+            ..reply.clone()
         };
         assert!(matches!(
-            join_seq(&paused, 0, &p),
+            join_answers(&paused, 1, &p)[0],
             Err(JoinError::Paused { .. })
         ));
         let warming = JoinReply {
             warming: true,
-            ..reply
+            retry_after_ms: vec![900],
+            ..reply.clone()
         };
         assert!(matches!(
-            join_seq(&warming, 0, &p),
+            join_answers(&warming, 1, &p)[0],
             Err(JoinError::StoreUnavailable { .. })
         ));
+        // Joins over their client's limit take no place: the next ones
+        // take the granted places in order.
+        let limited = JoinReply {
+            retry_after_ms: vec![0, 1_200, 0, 0],
+            ..reply.clone()
+        };
+        let answers = join_answers(&limited, 4, &p);
+        assert_eq!(answers[0], Ok(40));
+        assert_eq!(answers[1], Err(JoinError::RateLimited { retry_after_s: 2 }));
+        assert_eq!(answers[2], Ok(41));
+        assert!(matches!(answers[3], Err(JoinError::QueueFull { .. })));
         assert_eq!(claim_window_ms(&p), 6_000, "never longer than a pass");
         let long_pass = Policy {
             pass_ttl: Duration::from_secs(600),

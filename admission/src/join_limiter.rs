@@ -14,6 +14,13 @@
 //! many addresses the queue's own bound is what protects the backend, and
 //! refusing everyone new would turn the limiter into the outage; the next
 //! `retain_recent` makes room again as soon as clients go idle.
+//!
+//! A fleet counts the same limit once for all its gateways: the join
+//! batch's Redis Function keeps one GCRA per client ([`fleet_client_join`],
+//! the arithmetic `sluice.lua` mirrors, on Redis's clock), so joins spread
+//! over N gateways get the limit once, not N times. Each gateway still runs
+//! its own limiter first: it refuses only a client over the limit at this
+//! gateway alone, so over the fleet too, and spares Redis a flood.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -43,6 +50,33 @@ impl ClientKey {
                 None => Self((u128::from(v6) >> 64) << 64 | 1),
             },
         }
+    }
+}
+
+impl std::fmt::Display for ClientKey {
+    /// The key as the fleet's store names it: 32 hex digits.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// The fleet's step between two joins of one client, in microseconds,
+/// rounded up (rounding never lets one more through).
+pub fn client_period_us(per_minute: NonZeroU32) -> u64 {
+    60_000_000u64.div_ceil(u64::from(per_minute.get()))
+}
+
+/// One join of a client whose GCRA state is `tat_us` (0: none), at
+/// `now_us`, `burst` at once then one per `period_us`: `Ok(new tat)`, or
+/// `Err(wait in µs)` until it would be allowed (the state unchanged). The
+/// same arithmetic as `client_join` in the gateway's `sluice.lua`.
+pub fn fleet_client_join(tat_us: u64, now_us: u64, period_us: u64, burst: u64) -> Result<u64, u64> {
+    let next = tat_us.max(now_us) + period_us;
+    let over = (next - now_us).saturating_sub(burst * period_us);
+    if over > 0 {
+        Err(over)
+    } else {
+        Ok(next)
     }
 }
 
@@ -188,6 +222,43 @@ mod tests {
             JoinLimiter::with_clock(nz(per_minute), nz(burst), max, clock.clone()),
             clock,
         )
+    }
+
+    #[test]
+    fn the_fleets_arithmetic_gives_the_same_burst_and_rate_as_governor() {
+        let (l, clock) = limiter(6, 3, 100);
+        let period = client_period_us(nz(6));
+        assert_eq!(period, 10_000_000);
+        let mut tat = 0;
+        let mut now = 1_000_000_000_000u64;
+        for step in 0..40 {
+            let fleet = fleet_client_join(tat, now, period, 3);
+            let local = l.check(v4(1));
+            assert_eq!(fleet.is_ok(), local.is_ok(), "step {step}");
+            match (fleet, local) {
+                (Ok(next), _) => tat = next,
+                (Err(wait_us), Err(refused)) => {
+                    assert_eq!(
+                        wait_us.div_ceil(1_000_000),
+                        refused.retry_after_s,
+                        "step {step}"
+                    )
+                }
+                _ => unreachable!(),
+            }
+            // Irregular arrivals: bursts and gaps.
+            let gap_ms = [0, 0, 2_500, 7_000, 0, 11_000, 400][step % 7];
+            clock.advance(Duration::from_millis(gap_ms));
+            now += gap_ms * 1000;
+        }
+    }
+
+    #[test]
+    fn the_fleets_period_rounds_up_and_keys_are_32_hex_digits() {
+        assert_eq!(client_period_us(nz(7)), 8_571_429);
+        assert_eq!(client_period_us(nz(100_000)), 600);
+        assert_eq!(v4(1).to_string(), format!("{:032x}", 0x0a00_0001u32));
+        assert_eq!(v4(1).to_string().len(), 32);
     }
 
     #[test]

@@ -203,6 +203,16 @@ impl Admin {
                     room["sold_out"] = json!(s.sold_out);
                 }
                 if let Some(entry) = self.shared.rooms.get(&r.name) {
+                    if let Some(l) = entry.shared.as_ref().and_then(|s| s.fleet_limits()) {
+                        // The smallest limits the fleet's live gateways'
+                        // configs give: what the room runs at.
+                        room["fleet_limits"] = json!({
+                            "release_per_second": l.rate,
+                            "burst": l.burst,
+                            "max_active": l.max_active,
+                            "queue_capacity": l.queue_capacity,
+                        });
+                    }
                     let fair = entry
                         .line
                         .lock()

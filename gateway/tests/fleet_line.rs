@@ -627,3 +627,66 @@ async fn released_places_waiting_for_their_holder_count_as_ahead() {
         assert_eq!(body["position"], 6, "{body}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_spreading_its_joins_over_the_fleet_gets_its_limit_once() {
+    // 3 joins a minute per client, all usable at once: one client joining
+    // once on each of three gateways has used them all, so its fourth join,
+    // on any gateway, is refused although that gateway saw only one.
+    let redis = Redis::start();
+    let rooms = "[[rooms]]\nname = \"drop\"\nrelease_per_second = 1\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 3\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n";
+    let fleet: Vec<Gateway> = (0..3)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                rest: fleet_config(&redis, rooms),
+                extra_gateway: "trusted_proxies = [\"127.0.0.0/8\"]\n".into(),
+                env: vec![("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into())],
+                ..GatewayOptions::default()
+            })
+        })
+        .collect();
+    let client = client();
+    let join_as = |gw: &Gateway, addr: &str| {
+        client
+            .post(gw.url("/queue/drop/join"))
+            .header("x-forwarded-for", addr)
+            .send()
+    };
+    // The new room's warm-up (2 s of 503) passes with other clients' joins
+    // (each address once, so no gateway's own limit is near).
+    let mut warm = 0u32;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        warm += 1;
+        let addr = format!("10.9.{}.{}", warm / 200, warm % 200);
+        let r = join_as(&fleet[0], &addr).await.unwrap();
+        if r.status().is_success() {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "the warm-up ends");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    for gw in &fleet {
+        let r = join_as(gw, "10.0.0.1").await.unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    let r = join_as(&fleet[0], "10.0.0.1").await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((19..=20).contains(&retry), "one join per 20 s: {retry}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    // Another client is not affected; the refusal is counted.
+    let r = join_as(&fleet[1], "10.0.0.2").await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(
+        fleet[0].metric("sluice_queue_joins_total{result=\"rate_limited\",room=\"drop\"}"),
+        Some(1.0)
+    );
+}

@@ -339,6 +339,7 @@ fn tick_args(rate: u32, adaptive: Option<(u32, u32)>) -> TickArgs {
         release_per_second: rate,
         burst: 1,
         max_active: 10,
+        queue_capacity: 1_000_000,
         claim_window_ms: 60_000,
         hw_next: 0,
         hw_serving: 0,

@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 
 use common::redis::Redis;
 use sluice_admission::fleet::ClaimReply;
+use sluice_admission::join_limiter::ClientKey;
 use sluice_gateway::queue::fleet::redis::RedisStore;
-use sluice_gateway::queue::fleet::{ClaimArgs, Reseed, RoomStore, TickArgs};
+use sluice_gateway::queue::fleet::{ClaimArgs, JoinBatch, Reseed, RoomStore, TickArgs};
 
 fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArgs {
     TickArgs {
         release_per_second: rate,
         burst,
         max_active,
+        queue_capacity: 1_000_000,
         claim_window_ms,
         hw_next: 0,
         hw_serving: 0,
@@ -70,11 +72,29 @@ fn claim_args(a: &TickArgs) -> ClaimArgs {
     }
 }
 
+/// A batch of `n` joins of unknown clients (no per-client limit).
+fn joins(n: usize, capacity: u32) -> (Vec<Option<ClientKey>>, u32) {
+    (vec![None; n], capacity)
+}
+
+fn batch((clients, capacity): &(Vec<Option<ClientKey>>, u32)) -> JoinBatch<'_> {
+    JoinBatch {
+        clients,
+        capacity: *capacity,
+        hw_next: 0,
+        period_us: 600,
+        burst: 100_000,
+    }
+}
+
 /// Joins `n` once the new room's warm-up is over.
 async fn join_after_warm_up(store: &RedisStore, room: &str, n: u32) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let reply = store.join(room, n, 1_000_000, 0).await.unwrap();
+        let reply = store
+            .join(room, &batch(&joins(n as usize, 1_000_000)))
+            .await
+            .unwrap();
         if !reply.warming {
             assert_eq!(reply.granted, n);
             return reply.first;
@@ -225,7 +245,7 @@ async fn the_state_stops_joins_and_release_and_the_functions_come_back() {
     join_after_warm_up(&store, "r", 2).await;
     let v = store.set_state("r", true, false, false).await.unwrap();
     assert_eq!(store.set_state("r", true, false, false).await.unwrap(), v);
-    let reply = store.join("r", 1, 100, 0).await.unwrap();
+    let reply = store.join("r", &batch(&joins(1, 100))).await.unwrap();
     assert!(reply.paused && reply.granted == 0);
     let tick = store.tick("r", &args(100, 100, 10, 60_000)).await.unwrap();
     assert!(tick.numbers.paused);
@@ -281,7 +301,7 @@ async fn a_starting_gateway_adopts_the_fleets_state_and_lost_writes_warm_up_agai
     let tick = store.tick("r", &lost).await.unwrap();
     assert_eq!((tick.numbers.next, tick.numbers.serving), (50, 40));
     assert_eq!(tick.released, 0, "no release while warming up again");
-    let reply = store.join("r", 1, 1_000_000, 0).await.unwrap();
+    let reply = store.join("r", &batch(&joins(1, 1_000_000))).await.unwrap();
     assert!(
         reply.warming && reply.granted == 0,
         "no join while warming up again"
@@ -578,4 +598,159 @@ async fn after_a_loss_a_pass_given_back_is_not_collected_again_and_only_fresh_re
         .command(&["HGET", "sluice2:{r}", "lost_pending"])
         .unwrap();
     assert_eq!(number_in(&lost_pending), 0.0, "{lost_pending:?}");
+}
+
+#[tokio::test]
+async fn a_clients_joins_are_limited_once_for_the_fleet_and_a_refused_join_takes_no_place() {
+    use std::net::{IpAddr, Ipv4Addr};
+    let redis = Redis::start();
+    // Two gateways' stores on one Redis.
+    let (a, b) = (
+        RedisStore::new(&redis.url()).unwrap(),
+        RedisStore::new(&redis.url()).unwrap(),
+    );
+    let first = join_after_warm_up(&a, "r", 1).await + 1;
+    let client = |last: u8| {
+        Some(ClientKey::from_ip(IpAddr::V4(Ipv4Addr::new(
+            10, 0, 0, last,
+        ))))
+    };
+    // 3 joins a minute per client, all 3 usable at once.
+    let limited = |clients: Vec<Option<ClientKey>>| (clients, 1_000_000u32);
+    fn on(clients: &(Vec<Option<ClientKey>>, u32)) -> JoinBatch<'_> {
+        JoinBatch {
+            period_us: 20_000_000,
+            burst: 3,
+            ..batch(clients)
+        }
+    }
+    // Client 1 joins twice on A, in one batch with client 2 and an unknown
+    // client: all within their limits.
+    let batch_a = limited(vec![client(1), client(2), client(1), None]);
+    let reply = a.join("r", &on(&batch_a)).await.unwrap();
+    assert_eq!((reply.first, reply.granted), (first, 4));
+    assert_eq!(reply.retry_after_ms, [0, 0, 0, 0]);
+    // Client 1 then joins twice on B: its third join of the minute passes,
+    // its fourth is refused as if it had come to A, and the refused join
+    // takes no place: the unknown client after it gets the next seq.
+    let batch_b = limited(vec![client(1), client(1), None]);
+    let reply = b.join("r", &on(&batch_b)).await.unwrap();
+    assert_eq!((reply.first, reply.granted), (first + 4, 2));
+    assert_eq!(reply.retry_after_ms[0], 0);
+    let wait_ms = reply.retry_after_ms[1];
+    assert!(
+        (19_000..=20_000).contains(&wait_ms),
+        "the fourth join waits one period: {wait_ms} ms"
+    );
+    assert_eq!(reply.retry_after_ms[2], 0);
+    // Client 2 has 2 joins left, wherever it comes.
+    let batch = limited(vec![client(2), client(2), client(2)]);
+    let reply = b.join("r", &on(&batch)).await.unwrap();
+    assert_eq!(reply.granted, 2);
+    assert_eq!(reply.retry_after_ms[..2], [0, 0]);
+    assert!(reply.retry_after_ms[2] > 0);
+    // Redis keeps a client only while its allowance is not whole: the key
+    // expires within burst x period (60 s).
+    let key = sluice_gateway::queue::fleet::redis::client_key("r", client(1).unwrap());
+    let ttl: u64 = redis
+        .command(&["PTTL", &key])
+        .and_then(|r| r.trim_start_matches(':').trim().parse().ok())
+        .expect("the client's allowance is kept");
+    assert!((40_000..=60_000).contains(&ttl), "PTTL {ttl}");
+}
+
+#[tokio::test]
+async fn gateways_with_different_limits_run_the_room_at_the_smallest_live_ones() {
+    // Gateway A still has the old config (1 slot, 2 per second, burst 1, a
+    // line of 5), gateway B the reloaded one (3 slots, 1,000 per second,
+    // burst 1,000, a line of 1,000,000): while A is alive the room runs at
+    // A's limits whoever ticks, joins or claims.
+    let redis = Redis::start();
+    let a_store = RedisStore::new(&redis.url()).unwrap();
+    let b_store = RedisStore::new(&redis.url()).unwrap();
+    let old = TickArgs {
+        queue_capacity: 5,
+        ..args(2, 1, 1, 60_000)
+    };
+    let new = args(1000, 1000, 3, 60_000);
+    join_after_warm_up(&a_store, "r", 3).await;
+    let limits = a_store.tick("r", &old).await.unwrap().limits;
+    assert_eq!(
+        (
+            limits.rate,
+            limits.burst,
+            limits.max_active,
+            limits.queue_capacity
+        ),
+        (2, 1, 1, 5)
+    );
+    // B ticks with its own config: A's are smaller and alive.
+    let tick = b_store.tick("r", &new).await.unwrap();
+    assert_eq!(
+        (tick.limits.rate, tick.limits.burst, tick.limits.max_active),
+        (2, 1, 1),
+        "the smallest live limits"
+    );
+    assert_eq!(tick.rate_in_force, 2);
+    assert!(
+        tick.numbers.serving <= 1,
+        "burst 1: {}",
+        tick.numbers.serving
+    );
+    // B's join: the line holds 5 (A's capacity), not B's million.
+    let reply = b_store
+        .join("r", &batch(&joins(10, 1_000_000)))
+        .await
+        .unwrap();
+    let waiting = reply.first - reply.serving;
+    assert_eq!(
+        u64::from(reply.granted),
+        5 - waiting,
+        "{waiting} waiting in a line of 5"
+    );
+    // B's claims: one slot (A's max_active), not three.
+    let c = claim_args(&new);
+    assert!(matches!(
+        claim_past_the_warm_up(&b_store, 0, &c).await,
+        ClaimReply::Admitted { .. }
+    ));
+    // For a second (two places' worth at 2/s) the one slot holds place 1
+    // back, whoever ticks: with B's 3 slots it would go at once.
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(1) {
+        // A stays alive: it ticks too.
+        a_store.tick("r", &old).await.unwrap();
+        let tick = b_store.tick("r", &new).await.unwrap();
+        assert_eq!(
+            (tick.numbers.serving, tick.numbers.held),
+            (1, 1),
+            "one slot, held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A is gone (its config no longer heard): within the 3 s of liveness
+    // the room runs at B's limits, and place 1 takes a second slot.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let tick = loop {
+        let tick = b_store.tick("r", &new).await.unwrap();
+        if tick.limits.max_active == 3 {
+            break tick;
+        }
+        assert!(Instant::now() < deadline, "A's limits stop counting");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (
+            tick.limits.rate,
+            tick.limits.burst,
+            tick.limits.queue_capacity
+        ),
+        (1000, 1000, 1_000_000)
+    );
+    assert!(tick.numbers.serving > 1, "the next places go");
+    assert!(matches!(
+        b_store.claim("r", 1, &c).await.unwrap(),
+        ClaimReply::Admitted { .. }
+    ));
 }

@@ -123,6 +123,11 @@ pub enum JoinError {
     /// `503 store_unavailable`: the join could not be kept.
     #[error("the room's store is unavailable")]
     StoreUnavailable { retry_after_s: u64 },
+    /// `429 rate_limited`: the client joined more than its limit (the
+    /// fleet's, counted in the store; a single gateway refuses before the
+    /// room sees the join).
+    #[error("too many joins from this client")]
+    RateLimited { retry_after_s: u64 },
 }
 
 /// Why a poll was not answered with a status.

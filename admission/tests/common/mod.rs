@@ -216,6 +216,9 @@ pub fn simulate(cfg: &SimConfig) -> SimLog {
                 Err(e @ JoinError::StoreUnavailable { .. }) => {
                     panic!("a room without a sink refused a join: {e}")
                 }
+                Err(e @ JoinError::RateLimited { .. }) => {
+                    panic!("the room counts no client's joins: {e}")
+                }
             }
         }
         let outcome = room.release_once(now, cfg.release_limit);

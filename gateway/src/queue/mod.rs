@@ -131,6 +131,12 @@ impl TokenTtls {
 }
 
 impl RoomEntry {
+    /// A join refused by the per-client limit
+    /// (`sluice_queue_joins_total{result="rate_limited"}`).
+    pub(crate) fn count_rate_limited_join(&self) {
+        self.rate_limited_joins.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The adaptive rate in force (for a fleet room, the fleet's one).
     pub fn adaptive_view(&self) -> Option<adaptive::AdaptiveView> {
         match &self.shared {
@@ -436,10 +442,14 @@ impl Rooms {
                     let mut adaptive = adaptive::AdaptiveRelease::default();
                     // A new room runs at its configured (start) rate.
                     let _ = adaptive.configure(room, now_ms);
-                    let shared = self
-                        .fleet
-                        .as_ref()
-                        .map(|f| f.room(&room.name, policy.clone(), self.stock.clone()));
+                    let shared = self.fleet.as_ref().map(|f| {
+                        f.room(
+                            &room.name,
+                            policy.clone(),
+                            room.joins_per_minute_per_client,
+                            self.stock.clone(),
+                        )
+                    });
                     Arc::new(RoomEntry {
                         limiter: ArcSwap::from_pointee(RoomLimiter::new(
                             room.joins_per_minute_per_client,
@@ -494,6 +504,7 @@ impl Rooms {
                     let start = room.config.release_per_second.get();
                     shared.set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
                     shared.set_policy(line.policy().clone());
+                    shared.set_joins_per_minute(room.joins_per_minute);
                     shared.want_paused(plan.paused);
                 }
             }
@@ -909,7 +920,19 @@ pub(crate) fn join_refused(e: JoinError) -> LocalResponse {
             )
             .retry_after(retry_after_s as u32),
         ),
+        JoinError::RateLimited { retry_after_s } => too_many_joins(retry_after_s),
     }
+}
+
+/// `429 rate_limited` for a client over the per-client join limit.
+fn too_many_joins(retry_after_s: u64) -> LocalResponse {
+    LocalResponse::error(
+        &ApiError::new(
+            ErrorCode::RateLimited,
+            "Too many joins from your address; try again shortly.",
+        )
+        .retry_after(retry_after_s as u32),
+    )
 }
 
 /// The per-client join limit: `Some(429)` when `client` is over it.
@@ -919,14 +942,8 @@ pub(crate) fn limit_join(entry: &RoomEntry, client: Option<IpAddr>) -> Option<Lo
     let JoinRateLimited {
         retry_after_s: retry,
     } = checked.err()?;
-    entry.rate_limited_joins.fetch_add(1, Ordering::Relaxed);
-    Some(LocalResponse::error(
-        &ApiError::new(
-            ErrorCode::RateLimited,
-            "Too many joins from your address; try again shortly.",
-        )
-        .retry_after(retry as u32),
-    ))
+    entry.count_rate_limited_join();
+    Some(too_many_joins(retry))
 }
 
 pub(crate) fn too_early(retry_after_s: u64) -> LocalResponse {

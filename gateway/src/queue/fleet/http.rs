@@ -7,8 +7,9 @@ use std::net::IpAddr;
 
 use http::HeaderMap;
 use sluice_admission::fleet::{self as decide, PollDecision, Presented};
+use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::tokens::Claims;
-use sluice_admission::{Joined, Status, TicketId, Wait};
+use sluice_admission::{JoinError, Joined, Status, TicketId, Wait};
 use sluice_policies::Config;
 
 use super::SharedRoom;
@@ -141,12 +142,19 @@ impl Rooms {
                 }
             }
         }
+        // This gateway's own limit first (a client over it here is over it
+        // for the fleet too), then the fleet's, counted in the store.
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
-        let seq = match shared.join().await {
+        let seq = match shared.join(client.map(ClientKey::from_ip)).await {
             Ok(seq) => seq,
-            Err(e) => return join_refused(e),
+            Err(e) => {
+                if matches!(e, JoinError::RateLimited { .. }) {
+                    entry.count_rate_limited_join();
+                }
+                return join_refused(e);
+            }
         };
         let mut id = [0u8; 16];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);

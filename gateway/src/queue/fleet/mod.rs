@@ -36,12 +36,11 @@ pub mod store;
 
 pub use http::check_config;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-
-use std::collections::VecDeque;
 
 use arc_swap::ArcSwap;
 use sluice_admission::adaptive::{self, Bounds, CheckoutWindow, Outcome};
@@ -49,6 +48,7 @@ use sluice_admission::fleet::{
     self as decide, ClaimReply, LineNumbers, Presented, STORE_RETRY_AFTER_S,
 };
 use sluice_admission::fleet_rate::{self, Sample};
+use sluice_admission::join_limiter::{client_period_us, ClientKey};
 use sluice_admission::no_show::NoShowMeter;
 use sluice_admission::stats::JoinCounts;
 use sluice_admission::{JoinError, Policy, StockAuthority};
@@ -58,7 +58,8 @@ use super::now_ms;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
 pub use store::{
-    ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, TickArgs,
+    ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore, StoreError,
+    StoredDecision, TickArgs,
 };
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -133,7 +134,7 @@ impl Fleet {
     /// tasks do, and keep trying while Redis is away.
     /// `id` and `region` name this gateway in the fleet's list.
     pub fn redis(url: &str, id: String, region: String) -> Result<Arc<Self>, String> {
-        let store = redis::RedisStore::new(url)?;
+        let store = redis::RedisStore::for_gateway(url, id.clone())?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("sluice-fleet")
@@ -195,6 +196,7 @@ impl Fleet {
         self: &Arc<Self>,
         name: &str,
         policy: Policy,
+        joins_per_minute: NonZeroU32,
         stock: Arc<dyn StockAuthority>,
     ) -> Arc<SharedRoom> {
         let (joins, waiting) = mpsc::channel(JOINS_WAITING_MAX);
@@ -210,6 +212,8 @@ impl Fleet {
             born_seen: AtomicU64::new(0),
             numbers_store_ms: AtomicU64::new(0),
             joins,
+            joins_per_minute: AtomicU32::new(joins_per_minute.get()),
+            limits: Mutex::new(None),
             state_wanted: AtomicU8::new(STATE_NONE),
             config_paused: Mutex::new(None),
             claims: Mutex::new(HashMap::new()),
@@ -260,8 +264,12 @@ impl Default for FleetAdaptive {
     }
 }
 
-/// A join waiting for its `seq`.
-type JoinWaiter = oneshot::Sender<Result<u64, JoinError>>;
+/// A join waiting for its `seq`, and its client (for the fleet's
+/// per-client limit).
+struct JoinWaiter {
+    client: Option<ClientKey>,
+    answer: oneshot::Sender<Result<u64, JoinError>>,
+}
 
 /// One room of the shared line, as this gateway holds it.
 pub struct SharedRoom {
@@ -285,6 +293,11 @@ pub struct SharedRoom {
     /// gateway collected since then are still pending in them.
     numbers_store_ms: AtomicU64,
     joins: mpsc::Sender<JoinWaiter>,
+    /// The limits the fleet ran the room at on the last tick.
+    limits: Mutex<Option<FleetLimits>>,
+    /// `joins_per_minute_per_client` in force: the fleet's per-client join
+    /// limit, counted in the store, all of it usable at once.
+    joins_per_minute: AtomicU32,
     /// The pause the config wants written to the store, until it is.
     state_wanted: AtomicU8,
     /// This gateway's config's kill switch as last applied (`None`: not
@@ -350,6 +363,55 @@ impl SharedRoom {
 
     /// A reloaded policy. For an adaptive room, the rate in force stays
     /// the fleet's (the configured one is its start).
+    /// The limits the fleet ran the room at on the last tick
+    /// (`/admin/state` `fleet_limits`); `None` before the first.
+    pub fn fleet_limits(&self) -> Option<FleetLimits> {
+        *self.limits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the fleet's limits from a tick; says so in the log when they
+    /// start or stop being tighter than this gateway's config (another
+    /// gateway's config gives less: a reload rolling over the fleet, or
+    /// files that differ).
+    fn saw_limits(&self, args: &TickArgs, fleet: FleetLimits) {
+        let mine = FleetLimits {
+            rate: args
+                .adaptive
+                .map_or(args.release_per_second, |(lo, hi)| hi.max(lo)),
+            burst: args.burst,
+            max_active: args.max_active,
+            queue_capacity: args.queue_capacity,
+        };
+        let before = self
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(fleet);
+        let tighter = |l: &FleetLimits| *l != mine;
+        match (before.as_ref().is_some_and(tighter), tighter(&fleet)) {
+            (false, true) => tracing::warn!(
+                room = self.name.as_str(),
+                rate = fleet.rate,
+                burst = fleet.burst,
+                max_active = fleet.max_active,
+                queue_capacity = fleet.queue_capacity,
+                "another gateway's config gives this room smaller limits: the fleet runs at the \
+                 smallest live ones until every gateway has the same config"
+            ),
+            (true, false) => tracing::info!(
+                room = self.name.as_str(),
+                "the fleet runs this room at this gateway's limits again"
+            ),
+            _ => {}
+        }
+    }
+
+    /// A reloaded `joins_per_minute_per_client`.
+    pub fn set_joins_per_minute(&self, per_minute: NonZeroU32) {
+        self.joins_per_minute
+            .store(per_minute.get(), Ordering::Relaxed);
+    }
+
     pub fn set_policy(&self, mut policy: Policy) {
         if let Some(view) = self.adaptive_view() {
             if let Some(rate) = std::num::NonZeroU32::new(view.in_force) {
@@ -541,9 +603,10 @@ impl SharedRoom {
         *self.joins_counted.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new place at the end of the shared line.
-    pub async fn join(&self) -> Result<u64, JoinError> {
-        let answer = self.join_uncounted().await;
+    /// A new place at the end of the shared line for `client`, within the
+    /// fleet's per-client join limit.
+    pub async fn join(&self, client: Option<ClientKey>) -> Result<u64, JoinError> {
+        let answer = self.join_uncounted(client).await;
         let mut counts = self.joins_counted.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Ok(_) => counts.queued += 1,
@@ -551,16 +614,22 @@ impl SharedRoom {
             Err(JoinError::Paused { .. }) => counts.paused += 1,
             Err(JoinError::SoldOut) => counts.sold_out += 1,
             Err(JoinError::StoreUnavailable { .. }) => counts.store_unavailable += 1,
+            // Counted by the caller with the gateway's own refusals.
+            Err(JoinError::RateLimited { .. }) => {}
         }
         answer
     }
 
-    async fn join_uncounted(&self) -> Result<u64, JoinError> {
+    async fn join_uncounted(&self, client: Option<ClientKey>) -> Result<u64, JoinError> {
         let unavailable = JoinError::StoreUnavailable {
             retry_after_s: STORE_RETRY_AFTER_S,
         };
         let (tx, rx) = oneshot::channel();
-        if self.joins.try_send(tx).is_err() {
+        if self
+            .joins
+            .try_send(JoinWaiter { client, answer: tx })
+            .is_err()
+        {
             return Err(unavailable);
         }
         match tokio::time::timeout(JOIN_WAIT_MAX, rx).await {
@@ -851,6 +920,7 @@ impl SharedRoom {
             release_per_second: policy.release_per_second.get(),
             burst: policy.burst.get(),
             max_active: policy.max_active.get(),
+            queue_capacity: policy.queue_capacity.get(),
             claim_window_ms: decide::claim_window_ms(&policy),
             hw_next: self.hw_next.load(Ordering::Relaxed),
             hw_serving: self.hw_serving.load(Ordering::Relaxed),
@@ -868,6 +938,7 @@ impl SharedRoom {
         }
         match store.tick(&self.name, &args).await {
             Ok(tick) => {
+                self.saw_limits(&args, tick.limits);
                 let version = tick.numbers.version;
                 if version < self.version_seen.swap(version, Ordering::Relaxed) {
                     self.store_lost_state();
@@ -967,31 +1038,36 @@ async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWai
         let Some(room) = room.upgrade() else { return };
         let policy = room.policy.load_full();
         // Joiners who gave up meanwhile get no place.
-        batch.retain(|waiter| !waiter.is_closed());
+        batch.retain(|waiter| !waiter.answer.is_closed());
         if batch.is_empty() {
             continue;
         }
-        let n = batch.len() as u32;
-        let hw_next = room.hw_next.load(Ordering::Relaxed);
+        let clients: Vec<Option<ClientKey>> = batch.iter().map(|w| w.client).collect();
+        let per_minute = room.joins_per_minute.load(Ordering::Relaxed).max(1);
+        let join = JoinBatch {
+            clients: &clients,
+            capacity: policy.queue_capacity.get(),
+            hw_next: room.hw_next.load(Ordering::Relaxed),
+            period_us: client_period_us(NonZeroU32::new(per_minute).expect("at least 1")),
+            burst: per_minute,
+        };
         // A store warming up gives no places and says so at once
-        // (`join_seq`): the joiners hear `503` now, not after the warm-up.
-        let reply = room
-            .fleet
-            .store
-            .join(&room.name, n, policy.queue_capacity.get(), hw_next)
-            .await;
+        // (`join_answers`): the joiners hear `503` now, not after the
+        // warm-up.
+        let reply = room.fleet.store.join(&room.name, &join).await;
         match reply {
             Ok(reply) => {
                 room.saw(reply.first + u64::from(reply.granted), reply.serving);
                 room.answered(Ok(()));
-                for (i, waiter) in batch.drain(..).enumerate() {
-                    let _ = waiter.send(decide::join_seq(&reply, i as u32, &policy));
+                let answers = decide::join_answers(&reply, batch.len(), &policy);
+                for (waiter, answer) in batch.drain(..).zip(answers) {
+                    let _ = waiter.answer.send(answer);
                 }
             }
             Err(e) => {
                 room.answered(Err(&e));
                 for waiter in batch.drain(..) {
-                    let _ = waiter.send(Err(JoinError::StoreUnavailable {
+                    let _ = waiter.answer.send(Err(JoinError::StoreUnavailable {
                         retry_after_s: STORE_RETRY_AFTER_S,
                     }));
                 }

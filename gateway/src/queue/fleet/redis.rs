@@ -5,13 +5,16 @@
 //!
 //! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots`,
 //! `sluice2:{R}:released` and, for an adaptive room,
-//! `sluice2:{R}:checkouts` and `sluice2:{R}:leader`: one hash tag, so
-//! Redis Cluster keeps each room on one slot.
+//! `sluice2:{R}:checkouts` and `sluice2:{R}:leader`, after a loss
+//! `sluice2:{R}:spent`, and one `sluice2:{R}:jl:<client>` per client whose
+//! join allowance is not whole again: one hash tag, so Redis Cluster keeps
+//! each room on one slot.
 //!
 //! One multiplexed connection ([`ConnectionManager`], which reconnects by
 //! itself), explicit connect and response timeouts, and every call bounded
 //! by [`CALL_TIMEOUT`] so nothing waits on a Redis that went away.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,11 +23,12 @@ use redis::{Cmd, RedisError};
 use sluice_admission::adaptive::Decision;
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
 use sluice_admission::fleet_rate;
+use sluice_admission::join_limiter::ClientKey;
 use tokio::sync::Mutex;
 
 use super::store::{
-    AdaptReply, ClaimArgs, Heartbeat, Member, Reseed, RoomStore, StoreError, StoredDecision, Tick,
-    TickArgs,
+    AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore,
+    StoreError, StoredDecision, Tick, TickArgs,
 };
 
 /// The Functions library.
@@ -36,22 +40,34 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// One call including reconnecting and reloading the Functions, at most.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Passes re-counted in one `sluice_4_reseed` call, at most.
+/// Passes re-counted in one `sluice_5_reseed` call, at most.
 pub const RESEED_BATCH_MAX: usize = 512;
 
 pub struct RedisStore {
     client: redis::Client,
     conn: Mutex<Option<ConnectionManager>>,
+    /// The gateway this store speaks for: its ticks publish the limits its
+    /// config gives each room under this id.
+    id: String,
 }
 
 impl RedisStore {
-    /// A store for `url`; connects on first use.
+    /// A store for `url`, for a gateway with a random id; connects on first
+    /// use.
     pub fn new(url: &str) -> Result<Self, String> {
+        let mut id = [0u8; 8];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
+        Self::for_gateway(url, format!("store-{}", hex::encode(id)))
+    }
+
+    /// A store for `url`, for gateway `id` (unique in the fleet).
+    pub fn for_gateway(url: &str, id: String) -> Result<Self, String> {
         let client = redis::Client::open(url)
             .map_err(|e| format!("[cluster] redis_url is not a Redis URL ({:?})", e.kind()))?;
         Ok(Self {
             client,
             conn: Mutex::new(None),
+            id,
         })
     }
 
@@ -165,6 +181,16 @@ pub fn keys(room: &str) -> [String; 3] {
     ]
 }
 
+fn clamp32(v: u64) -> u32 {
+    v.min(u64::from(u32::MAX)) as u32
+}
+
+/// The join allowance of `client` in `room` (the fleet's per-client join
+/// limit), in the room's hash slot.
+pub fn client_key(room: &str, client: ClientKey) -> String {
+    format!("sluice2:{{{room}}}:jl:{client}")
+}
+
 /// [`keys`] and the places re-seeded as spent after a loss (never taken
 /// back; the set lives until the take-back window ends).
 pub fn keys_with_spent(room: &str) -> [String; 4] {
@@ -197,60 +223,77 @@ fn stored_decision(f: &[String]) -> Option<StoredDecision> {
 
 #[async_trait]
 impl RoomStore for RedisStore {
-    async fn join(
-        &self,
-        room: &str,
-        n: u32,
-        capacity: u32,
-        hw_next: u64,
-    ) -> Result<JoinReply, StoreError> {
+    async fn join(&self, room: &str, batch: &JoinBatch<'_>) -> Result<JoinReply, StoreError> {
+        let n = batch.clients.len();
         let [line, _, _] = keys(room);
-        let r: Vec<u64> = self
-            .fcall(
-                "sluice_4_join",
-                &[line],
-                &[u64::from(n), u64::from(capacity), hw_next],
-            )
-            .await?;
-        let [first, granted, serving, paused, sold_out, warming] = r[..] else {
-            return Err(StoreError::Protocol(format!("sluice_4_join gave {r:?}")));
-        };
+        let mut keys = vec![line];
+        let mut args = Vec::with_capacity(5 + n);
+        args.extend([
+            n.to_string(),
+            batch.capacity.to_string(),
+            batch.hw_next.to_string(),
+            batch.period_us.to_string(),
+            batch.burst.to_string(),
+        ]);
+        // Each client once in KEYS (all in the room's hash slot); each join
+        // names its client's index there.
+        let mut index: HashMap<ClientKey, usize> = HashMap::new();
+        for client in batch.clients {
+            let k = client.map_or(0, |c| {
+                *index.entry(c).or_insert_with(|| {
+                    keys.push(client_key(room, c));
+                    keys.len() - 1
+                })
+            });
+            args.push(k.to_string());
+        }
+        let r: Vec<u64> = self.fcall_str("sluice_5_join", &keys, &args).await?;
+        let (&[first, granted, serving, paused, sold_out, warming], limited) = r
+            .split_first_chunk::<6>()
+            .ok_or_else(|| StoreError::Protocol(format!("sluice_5_join gave {r:?}")))?;
+        if limited.len() != n {
+            return Err(StoreError::Protocol(format!(
+                "sluice_5_join answered {} joins of {n}",
+                limited.len()
+            )));
+        }
         Ok(JoinReply {
             first,
-            granted: granted.min(u64::from(n)) as u32,
+            granted: granted.min(n as u64) as u32,
             serving,
             paused: paused != 0,
             sold_out: sold_out != 0,
             warming: warming != 0,
+            retry_after_ms: limited.to_vec(),
         })
     }
 
     async fn tick(&self, room: &str, a: &TickArgs) -> Result<Tick, StoreError> {
         let (adaptive, lo, hi) = a.adaptive.map_or((0, 0, 0), |(lo, hi)| (1, lo, hi));
-        let r: Vec<String> = self
-            .fcall(
-                "sluice_4_tick",
-                &keys(room),
-                &[
-                    u64::from(a.release_per_second),
-                    u64::from(a.burst),
-                    u64::from(a.max_active),
-                    a.claim_window_ms,
-                    a.hw_next,
-                    a.hw_serving,
-                    flag(a.sold_out_seen),
-                    u64::from(a.share_milli),
-                    a.pass_ttl_ms,
-                    adaptive,
-                    u64::from(lo),
-                    u64::from(hi),
-                    a.hw_tat_us,
-                    u64::from(a.members_live),
-                ],
-            )
-            .await?;
-        let bad = || StoreError::Protocol(format!("sluice_4_tick gave {r:?}"));
-        if r.len() != 20 {
+        let [line, slots, released] = keys(room);
+        let keys = [line, slots, released, format!("sluice2:{{{room}}}:limits")];
+        let numbers = [
+            u64::from(a.release_per_second),
+            u64::from(a.burst),
+            u64::from(a.max_active),
+            a.claim_window_ms,
+            a.hw_next,
+            a.hw_serving,
+            flag(a.sold_out_seen),
+            u64::from(a.share_milli),
+            a.pass_ttl_ms,
+            adaptive,
+            u64::from(lo),
+            u64::from(hi),
+            a.hw_tat_us,
+            u64::from(a.members_live),
+        ];
+        let mut args: Vec<String> = numbers.iter().map(u64::to_string).collect();
+        args.push(self.id.clone());
+        args.push(a.queue_capacity.to_string());
+        let r: Vec<String> = self.fcall_str("sluice_5_tick", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_5_tick gave {r:?}"));
+        if r.len() != 24 {
             return Err(bad());
         }
         let numeric = |v: &String| v.parse::<u64>().map_err(|_| bad());
@@ -281,6 +324,12 @@ impl RoomStore for RedisStore {
             adaptive: stored_decision(&r[13..18]),
             tat_us: numeric(&r[18])?,
             born_ms: numeric(&r[19])?,
+            limits: FleetLimits {
+                rate: clamp32(numeric(&r[20])?),
+                burst: clamp32(numeric(&r[21])?),
+                max_active: clamp32(numeric(&r[22])?),
+                queue_capacity: clamp32(numeric(&r[23])?),
+            },
         })
     }
 
@@ -313,7 +362,7 @@ impl RoomStore for RedisStore {
                     .flat_map(|c| c.iter().map(u64::to_string)),
             );
             let n: u64 = self
-                .fcall_str("sluice_4_reseed", &keys_with_spent(room), &args)
+                .fcall_str("sluice_5_reseed", &keys_with_spent(room), &args)
                 .await?;
             changed += n;
         }
@@ -323,7 +372,7 @@ impl RoomStore for RedisStore {
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_4_claim",
+                "sluice_5_claim",
                 &keys_with_spent(room),
                 &[
                     seq,
@@ -338,14 +387,14 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_4_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_5_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_4_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_5_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -359,7 +408,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_4_set_state",
+            "sluice_5_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -378,7 +427,7 @@ impl RoomStore for RedisStore {
         let [checkouts, leader] = adaptive_keys(room);
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_4_adapt",
+                "sluice_5_adapt",
                 &[line, checkouts, leader],
                 &[
                     id.to_string(),
@@ -388,7 +437,7 @@ impl RoomStore for RedisStore {
                 ],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_4_adapt gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_5_adapt gave {} items", r.len()));
         if r.len() < 8 || !r.len().is_multiple_of(2) {
             return Err(bad());
         }
@@ -416,7 +465,7 @@ impl RoomStore for RedisStore {
         let [rate, reason, at, state] = fleet_rate::encode_decision(next);
         let written: u64 = self
             .fcall_str(
-                "sluice_4_decide",
+                "sluice_5_decide",
                 &[line, leader],
                 &[
                     id.to_string(),
@@ -434,12 +483,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_4_heartbeat",
+                "sluice_5_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_4_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_5_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

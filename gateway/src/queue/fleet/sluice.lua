@@ -1,9 +1,9 @@
-#!lua name=sluice_4
+#!lua name=sluice_5
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_4`): a change of a
+The library and every function carry a version (`sluice_5`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,9 +12,10 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's; sluice_3 and sluice_4 only added keys, fields
-and arguments (the fleet's adaptive rate; the re-seeding of slots and the
-lost_* fields after Redis lost a room), which the older versions ignore, so
+share keys with sluice_1's; sluice_3, sluice_4 and sluice_5 only added
+keys, fields and arguments (the fleet's adaptive rate; the re-seeding of
+slots and the lost_* fields after Redis lost a room; the fleet's per-client
+join limit and its published limits), which the older versions ignore, so
 all share the "sluice2" keys and a rolling upgrade keeps the line):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
@@ -41,18 +42,33 @@ all share the "sluice2" keys and a rolling upgrade keeps the line):
                              score = unix ms at which its slot is free again
   sluice2:{R}:released ZSET  released places not collected yet: "u<seq>";
                              score = unix ms at which its claim window ends
+  sluice2:{R}:spent    SET   after Redis lost the room: the places the gateways
+                             re-seeded as spent (a pass given back, a place
+                             answered gone), never taken back; expires with
+                             the take-back window
   sluice2:{R}:checkouts STREAM each adaptive gateway's checkouts of the
                              last second, one entry a batch ("b"), trimmed
                              to HORIZON_MS, gone 2 x HORIZON_MS after the
                              last
   sluice2:{R}:leader   STRING the gateway that steps the adaptive rate,
                              expiring (PX) unless it steps again
+  sluice2:{R}:limits   HASH  gateway id -> "<unix ms> <rate> <burst>
+                             <max_active> <queue_capacity>" its config gives
+                             the room, renewed by each of its ticks (the room
+                             runs at the smallest live ones: fleet_limits);
+                             the room hash keeps lim_max_active and
+                             lim_capacity
+  sluice2:{R}:jl:<client> STRING a client's join allowance (GCRA: its
+                             theoretical arrival time, unix us), expiring
+                             (PX) when the allowance is whole again (at most
+                             60 s after the client's last join)
 
 And one key for the fleet itself (its own slot in Redis Cluster):
   sluice:fleet      HASH  gateway id -> "<unix ms last seen> <region>"
 
 Nothing is kept per waiting shopper: a place is its seq, and the ticket
-(signed by the gateway) carries it.
+(signed by the gateway) carries it. The one record per client, its join
+allowance, lives only while it is not whole again.
 ]]
 
 local function now_ms()
@@ -119,24 +135,117 @@ local function load(key, hw_next, hw_serving, hw_tat_us, ms)
   return r
 end
 
--- FCALL sluice_4_join 1 <room> <n> <capacity> <hw_next>
--- Gives up to n consecutive seqs (fewer when the line would pass capacity).
--- -> {first, granted, serving, paused, sold_out, warming}
+-- The limits of a room as the gateways' configs give them: each tick
+-- publishes its caller's (rate, or for an adaptive room its max_per_second;
+-- burst; max_active; queue_capacity) in the hash sluice2:{R}:limits under
+-- the caller's id, and the room runs at the smallest of those published
+-- within LIMITS_LIVE_MS: while a reload rolls over the fleet (or when the
+-- files differ) no gateway's limit is passed, and a raised limit is in
+-- force once every live gateway has it. The smallest max_active and
+-- queue_capacity are kept in the room hash (lim_max_active, lim_capacity)
+-- for claim and join. Entries not renewed for LIMITS_KEEP_MS are removed.
+local LIMITS_LIVE_MS = 3000
+local LIMITS_KEEP_MS = 60000
+
+local function fleet_limits(key, id, ms, mine)
+  redis.call('HSET', key, id, string.format('%d %d %d %d %d', ms, mine[1], mine[2], mine[3], mine[4]))
+  redis.call('PEXPIRE', key, LIMITS_KEEP_MS)
+  local lim = {mine[1], mine[2], mine[3], mine[4]}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = {}
+    for v in string.gmatch(all[i + 1], '%d+') do f[#f + 1] = tonumber(v) end
+    if #f ~= 5 or ms - f[1] > LIMITS_KEEP_MS then
+      redis.call('HDEL', key, all[i])
+    elseif ms - f[1] <= LIMITS_LIVE_MS then
+      for j = 1, 4 do lim[j] = math.min(lim[j], f[j + 1]) end
+    end
+  end
+  return lim
+end
+
+-- A room hash field read as a limit, or `fallback` when there is none.
+local function limit_or(key, field, fallback)
+  local v = tonumber(redis.call('HGET', key, field))
+  if v and v > 0 then return math.min(v, fallback) end
+  return fallback
+end
+
+-- The per-client join limit of the fleet: a GCRA per client (`sluice_admission::
+-- fleet::client_join`, the same integer arithmetic): a client may join
+-- `burst` times at once, then once per `period_us`. State: the key
+-- sluice2:{R}:jl:<client> holds the client's theoretical arrival time (unix
+-- us) and expires when the allowance is whole again, so Redis keeps a client
+-- for at most burst x period (60 s) after its last join.
+-- -> new TAT (0 when refused), retry after (us, 0 when allowed)
+local function client_join(tat_us, now, period_us, burst)
+  local next_tat = math.max(tat_us, now) + period_us
+  local over = next_tat - now - burst * period_us
+  if over > 0 then
+    return 0, over
+  end
+  return next_tat, 0
+end
+
+-- FCALL sluice_5_join 1+k <room> <client keys 1..k>
+--       <n> <capacity> <hw_next> <period_us> <burst> <client index 1..n>
+-- Gives up to n consecutive seqs (fewer when the line would pass capacity,
+-- the smallest the live gateways' configs give: lim_capacity) to the joins
+-- within their client's limit, in batch order. Join i's
+-- client is KEYS[1 + index_i] (index 0: no client known, no limit). A join
+-- over its client's limit takes nothing and is answered its wait; while the
+-- room warms up nothing is counted.
+-- -> {first, granted, serving, paused, sold_out, warming,
+--     retry_after_ms_1 .. retry_after_ms_n (0: within the limit)}
 local function join(keys, args)
-  local n, capacity, hw_next = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
+  local n, hw_next = tonumber(args[1]), tonumber(args[3])
+  local capacity = limit_or(keys[1], 'lim_capacity', tonumber(args[2]))
+  local period_us, burst = tonumber(args[4]), tonumber(args[5])
   local ms = now_ms()
   local r = load(keys[1], hw_next, 0, 0, ms)
   local granted = 0
   local warming = 0
+  local limited = {}
+  local allowed = n
   if ms - r.born_ms < WARM_UP_MS then
     warming = 1
-  elseif r.paused == 0 and r.sold_out == 0 then
-    local room_left = capacity - (r.next - r.serving)
-    granted = math.max(0, math.min(n, room_left))
+    for i = 1, n do limited[i] = 0 end
+  else
+    local now = now_us()
+    local tats = {}
+    allowed = 0
+    for i = 1, n do
+      local k = tonumber(args[5 + i])
+      limited[i] = 0
+      if k == 0 then
+        allowed = allowed + 1
+      else
+        local key = keys[1 + k]
+        if tats[key] == nil then tats[key] = num(redis.call('GET', key)) end
+        local tat, wait_us = client_join(tats[key], now, period_us, burst)
+        if tat == 0 then
+          limited[i] = math.max(1, math.ceil(wait_us / 1000))
+        else
+          tats[key] = tat
+          allowed = allowed + 1
+        end
+      end
+    end
+    for key, tat in pairs(tats) do
+      if tat > now then
+        redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
+      end
+    end
+    if r.paused == 0 and r.sold_out == 0 then
+      local room_left = capacity - (r.next - r.serving)
+      granted = math.max(0, math.min(allowed, room_left))
+    end
   end
   local first = r.next
   redis.call('HSET', keys[1], 'next', r.next + granted, 'serving', r.serving, 'born_ms', r.born_ms)
-  return {first, granted, r.serving, r.paused, r.sold_out, warming}
+  local out = {first, granted, r.serving, r.paused, r.sold_out, warming}
+  for i = 1, n do out[6 + i] = limited[i] end
+  return out
 end
 
 -- The running mean of how long a pass held its slot (weight 1/32 for the
@@ -172,10 +281,12 @@ local function stored_decision(key)
   return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or ''}
 end
 
--- FCALL sluice_4_tick 3 <room> <slots> <released> <rate> <burst> <max_active>
---       <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen> <share_milli>
---       <pass_ttl_ms> <adaptive 0/1> <min_per_second> <max_per_second>
---       <hw_tat_us> <members_live>
+-- FCALL sluice_5_tick 4 <room> <slots> <released> <limits> <rate> <burst>
+--       <max_active> <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen>
+--       <share_milli> <pass_ttl_ms> <adaptive 0/1> <min_per_second>
+--       <max_per_second> <hw_tat_us> <members_live> <id> <capacity>
+-- The rate, burst and max_active are the smallest the live gateways'
+-- configs give (fleet_limits).
 -- With adaptive = 1 the release runs at the room's stored decision
 -- (ad_rate rounded, inside [min, max], at least 1: the same arithmetic as
 -- sluice_admission::fleet_rate::rate_in_force), <rate> only until one is
@@ -194,22 +305,29 @@ end
 -- from the gateways' reseeds; until one lands, nothing is taken back.
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
 --     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
---     ad_state, ad_by, tat_us, born_ms} (the ad_ fields "" when none)
+--     ad_state, ad_by, tat_us, born_ms, lim_rate, lim_burst, lim_max_active,
+--     lim_capacity} (the ad_ fields "" when none)
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
-  if tonumber(args[10]) == 1 then
+  local adaptive = tonumber(args[10]) == 1
+  local lo, hi = tonumber(args[11]), tonumber(args[12])
+  local us = now_us()
+  local ms = math.floor(us / 1000)
+  local cap = rate
+  if adaptive then cap = math.max(hi, lo) end
+  local lim = fleet_limits(keys[4], args[15], ms, {cap, burst, max_active, tonumber(args[16])})
+  burst, max_active = lim[2], lim[3]
+  if adaptive then
     local stored = tonumber(redis.call('HGET', keys[1], 'ad_rate'))
     if stored then
-      local lo, hi = tonumber(args[11]), tonumber(args[12])
       rate = math.max(1, math.min(math.max(hi, lo), math.max(lo, math.floor(stored + 0.5))))
     end
   elseif redis.call('HEXISTS', keys[1], 'ad_rate') == 1 then
     redis.call('HDEL', keys[1], unpack(AD_FIELDS))
   end
+  rate = math.max(1, math.min(rate, lim[1]))
   local claim_window_ms = tonumber(args[4])
   local share_milli, ttl = tonumber(args[8]), tonumber(args[9])
-  local us = now_us()
-  local ms = math.floor(us / 1000)
   local r = load(keys[1], tonumber(args[5]), tonumber(args[6]), tonumber(args[13]), ms)
   -- Every gateway sees born_ms change and reseeds, so lost_pending starts
   -- again from what they push.
@@ -266,11 +384,13 @@ local function tick(keys, args)
   end
   redis.call('HSET', keys[1], 'next', r.next, 'serving', r.serving,
     'tat_us', string.format('%d', r.tat_us), 'paused', r.paused, 'sold_out', r.sold_out,
-    'version', r.version, 'born_ms', string.format('%d', r.born_ms))
+    'version', r.version, 'born_ms', string.format('%d', r.born_ms),
+    'lim_max_active', lim[3], 'lim_capacity', lim[4])
   local v = redis.call('HMGET', keys[1], 'shows', 'no_shows', 'hold_ms')
   local d = stored_decision(keys[1])
   return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
-    num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5], r.tat_us, r.born_ms}
+    num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5], r.tat_us, r.born_ms,
+    lim[1], lim[2], lim[3], lim[4]}
 end
 
 -- Checkouts older than this are of no use to any window (the adaptive
@@ -279,7 +399,7 @@ local HORIZON_MS = 30000
 -- Batches one read returns at most (the reader asks again from the last).
 local READ_MAX = 1000
 
--- FCALL sluice_4_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
+-- FCALL sluice_5_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
 --       <batch>
 -- Once a second from every gateway of an adaptive room: appends <batch>
 -- (its checkouts since its last call, "" none; dated by the entry's id,
@@ -319,7 +439,7 @@ local function adapt(keys, args)
   return out
 end
 
--- FCALL sluice_4_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
+-- FCALL sluice_5_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
 --       <state> <previous_at_ms>
 -- The leader's step: written only while <id> holds the lease and the
 -- decision stored is still the one it stepped from (its ad_at_ms, "" for
@@ -334,10 +454,11 @@ local function decide(keys, args)
   return 1
 end
 
--- FCALL sluice_4_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
+-- FCALL sluice_5_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
--- free, and ends at now + pass_ttl; later claims get the same end. With no
+-- free (of the smallest max_active the live gateways' configs give:
+-- lim_max_active), and ends at now + pass_ttl; later claims get the same end. With no
 -- slot free the place stays released (its claim window starts again: its
 -- holder is here) and the holder asks again. While the room warms up, no
 -- new slot is taken: the gateways are still counting the slots of the
@@ -347,7 +468,8 @@ end
 --    | {3, 0} released, no slot free yet
 local function claim(keys, args)
   local seq, ttl = args[1], tonumber(args[2])
-  local max_active, claim_window_ms = tonumber(args[3]), tonumber(args[4])
+  local max_active = limit_or(keys[1], 'lim_max_active', tonumber(args[3]))
+  local claim_window_ms = tonumber(args[4])
   local v = redis.call('HMGET', keys[1], 'serving', 'born_ms', 'lost_below', 'lost_until_ms',
     'lost_from')
   local serving = num(v[1])
@@ -397,7 +519,7 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_4_reseed 4 <room> <slots> <released> <spent> <pending_seen>
+-- FCALL sluice_5_reseed 4 <room> <slots> <released> <spent> <pending_seen>
 --       <lost_from> <id> <last 0/1> <read_ms> <n> <seq1> <ends_ms1> ...
 --       <seq_n> <ends_ms_n> <spent_seq1> <spent_seq2> ...
 -- After Redis lost the room, a gateway counts again the slots of the n
@@ -474,7 +596,7 @@ local function reseed(keys, args)
   return changed
 end
 
--- FCALL sluice_4_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_5_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -486,7 +608,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_4_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_5_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -495,7 +617,7 @@ local function set_state(keys, args)
   local paused, sold_out = tonumber(args[1]), tonumber(args[2])
   -- A room hash a tick made anew after a loss has a version (0) but no
   -- state anyone set: state_set (or a version above 0, from a gateway
-  -- before sluice_4) says one was.
+  -- before sluice_5) says one was.
   if tonumber(args[3]) == 1 and (redis.call('HEXISTS', keys[1], 'state_set') == 1
       or num(redis.call('HGET', keys[1], 'version')) > 0) then
     return num(redis.call('HGET', keys[1], 'version'))
@@ -512,7 +634,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_4_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_5_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -534,12 +656,12 @@ local function heartbeat(keys, args)
   return out
 end
 
-redis.register_function('sluice_4_heartbeat', heartbeat)
-redis.register_function('sluice_4_join', join)
-redis.register_function('sluice_4_tick', tick)
-redis.register_function('sluice_4_claim', claim)
-redis.register_function('sluice_4_reseed', reseed)
-redis.register_function('sluice_4_give_back', give_back)
-redis.register_function('sluice_4_set_state', set_state)
-redis.register_function('sluice_4_adapt', adapt)
-redis.register_function('sluice_4_decide', decide)
+redis.register_function('sluice_5_heartbeat', heartbeat)
+redis.register_function('sluice_5_join', join)
+redis.register_function('sluice_5_tick', tick)
+redis.register_function('sluice_5_claim', claim)
+redis.register_function('sluice_5_reseed', reseed)
+redis.register_function('sluice_5_give_back', give_back)
+redis.register_function('sluice_5_set_state', set_state)
+redis.register_function('sluice_5_adapt', adapt)
+redis.register_function('sluice_5_decide', decide)

@@ -8,6 +8,7 @@
 use async_trait::async_trait;
 use sluice_admission::adaptive::Decision;
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
+use sluice_admission::join_limiter::ClientKey;
 use thiserror::Error;
 
 /// Why the store did not answer.
@@ -29,6 +30,9 @@ pub struct TickArgs {
     pub release_per_second: u32,
     pub burst: u32,
     pub max_active: u32,
+    /// The room's `queue_capacity`: published with the rest, the smallest
+    /// live one bounds the joins.
+    pub queue_capacity: u32,
     /// How long a released place waits for its holder (a no-show after).
     pub claim_window_ms: u64,
     /// The no-show share this gateway measured, in thousandths: the
@@ -97,6 +101,9 @@ pub struct Tick {
     pub numbers: LineNumbers,
     /// Places released by this tick.
     pub released: u32,
+    /// The smallest limits the live gateways' configs give the room: the
+    /// tick ran at these.
+    pub limits: FleetLimits,
     /// The store's clock (unix ms).
     pub store_now_ms: u64,
     /// The whole rate the release ran at.
@@ -109,6 +116,17 @@ pub struct Tick {
     /// the room and is warming up, and this gateway re-counts its passes
     /// ([`RoomStore::reseed`]).
     pub born_ms: u64,
+}
+
+/// A room's limits as the fleet runs it: the smallest the configs of the
+/// gateways heard within 3 s give (`rate` is an adaptive gateway's
+/// `max_per_second`), so a reload rolling over the fleet passes no one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FleetLimits {
+    pub rate: u32,
+    pub burst: u32,
+    pub max_active: u32,
+    pub queue_capacity: u32,
 }
 
 /// What a gateway brings back to a room the store lost
@@ -149,18 +167,27 @@ pub struct Member {
     pub last_seen_s: u64,
 }
 
+/// A batch of joins, as the store takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct JoinBatch<'a> {
+    /// The client of each join (`None`: not known, no limit).
+    pub clients: &'a [Option<ClientKey>],
+    pub capacity: u32,
+    pub hw_next: u64,
+    /// The fleet's per-client join limit: a client may join `burst` times
+    /// at once, then once per `period_us`
+    /// ([`sluice_admission::join_limiter::fleet_client_join`]).
+    pub period_us: u64,
+    pub burst: u32,
+}
+
 /// One room's shared state, changed only in whole transitions.
 #[async_trait]
 pub trait RoomStore: Send + Sync + 'static {
-    /// Up to `n` new places at the end of the line (fewer past
-    /// `capacity`), never below `hw_next`.
-    async fn join(
-        &self,
-        room: &str,
-        n: u32,
-        capacity: u32,
-        hw_next: u64,
-    ) -> Result<JoinReply, StoreError>;
+    /// New places at the end of the line for the joins of `batch` within
+    /// their client's limit (fewer past `capacity`), never below
+    /// `hw_next`.
+    async fn join(&self, room: &str, batch: &JoinBatch<'_>) -> Result<JoinReply, StoreError>;
 
     /// Frees ended slots, releases the next places as the rate and the
     /// free slots allow (idempotent in time: calling it more often
