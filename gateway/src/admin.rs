@@ -120,9 +120,10 @@ impl ServeHttp for Admin {
                 } else {
                     StatusCode::SERVICE_UNAVAILABLE
                 };
+                let degraded = readiness::degraded(self.shared.rooms.fleet_store_health().as_ref());
                 json_response(
                     status,
-                    &json!({"ready": reasons.is_empty(), "reasons": reasons}),
+                    &json!({"ready": reasons.is_empty(), "reasons": reasons, "degraded": degraded}),
                 )
             }
             "/admin/state" => json_response(StatusCode::OK, &self.state().await),

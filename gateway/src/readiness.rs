@@ -44,6 +44,29 @@ pub fn reasons(shutting_down: bool, store: &Probe, provider: Option<&Probe>) -> 
     out
 }
 
+/// What is wrong but does not make the instance unready: with
+/// `[cluster] redis_url`, a room store this gateway cannot reach. Redis is
+/// shared by the fleet, so when it is down every gateway would fail
+/// readiness at once and a balancer (or a Kubernetes Service) would take
+/// them all out, stopping the passes already issued, the catalog and the
+/// checkouts that still work; `/readyz` says it instead, and
+/// `sluice_fleet_store_up` with the alert `SluiceRoomStoreUnreachable`
+/// tells the operator, who takes a gateway cut off alone out by hand.
+pub fn degraded(store: Option<&crate::queue::fleet::StoreHealth>) -> Vec<String> {
+    use crate::queue::fleet::StoreHealth;
+    match store {
+        Some(StoreHealth::Unreachable { for_ms, error }) => {
+            let why = error.as_deref().unwrap_or("no answer yet");
+            vec![format!(
+                "room store (Redis) unreachable for {} s: {why}; joins answer 503 \
+                 store_unavailable and waiting shoppers see paused, passes keep working",
+                for_ms / 1000
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The probes, with their last outcome.
 #[derive(Default)]
 pub struct Readiness {

@@ -690,3 +690,44 @@ async fn a_client_spreading_its_joins_over_the_fleet_gets_its_limit_once() {
         Some(1.0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_cannot_reach_redis_says_so_without_leaving_the_balancer() {
+    let mut redis = Redis::start();
+    let fleet = start_fleet(&redis, 1, None, &fleet_rooms());
+    let gw = &fleet[0];
+    let client = client();
+    let readyz = || async {
+        let r = client.get(gw.admin_url("/readyz")).send().await.unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    let store_up = "sluice_fleet_store_up";
+    let up = || async {
+        eventually_await(Duration::from_secs(5), || async {
+            readyz().await.1["degraded"] == serde_json::json!([])
+                && gw.metric(store_up) == Some(1.0)
+        })
+        .await
+    };
+    assert!(up().await.is_some(), "{:?}", readyz().await);
+
+    // Redis away: still ready (Redis is the fleet's, shared), but degraded
+    // and counted, within the 3 s of heartbeats plus a scrape.
+    redis.stop();
+    let seen = eventually_await(Duration::from_secs(8), || async {
+        let (status, body) = readyz().await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["degraded"][0]
+            .as_str()
+            .is_some_and(|d| d.starts_with("room store (Redis) unreachable"))
+    })
+    .await;
+    assert!(seen.is_some(), "{:?}", readyz().await);
+    assert_eq!(gw.metric(store_up), Some(0.0));
+    let (_, body) = readyz().await;
+    assert_eq!(body["ready"], true, "{body}");
+
+    // Back: up again.
+    redis.restart();
+    assert!(up().await.is_some(), "{:?}", readyz().await);
+}

@@ -341,7 +341,7 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_region_and_n
     assert!(from_rules.len() >= 15, "{from_rules:?}");
     assert!(from_dashboard.len() >= 20, "{from_dashboard:?}");
     // Exported only with `[cluster] redis_url`: fleet_line.rs checks it.
-    const FLEET_ONLY: [&str; 1] = ["sluice_fleet_clock_offset_seconds"];
+    const FLEET_ONLY: [&str; 2] = ["sluice_fleet_clock_offset_seconds", "sluice_fleet_store_up"];
     for name in from_rules.iter().chain(&from_dashboard) {
         if FLEET_ONLY.contains(&name.as_str()) {
             continue;

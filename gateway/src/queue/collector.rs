@@ -11,7 +11,7 @@ use sluice_admission::stats::WAIT_BUCKETS_S;
 use super::{now_ms, Rooms};
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
-const FAMILIES: [Family; 13] = [
+const FAMILIES: [Family; 14] = [
     Family::new(
         "sluice_queue_joins_total",
         "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
@@ -75,6 +75,11 @@ const FAMILIES: [Family; 13] = [
     Family::new(
         "sluice_fleet_clock_offset_seconds",
         "With [cluster] redis_url: Redis's clock less this gateway's, as the last heartbeat measured it (passes end by Redis's clock and are checked by this one).",
+        MetricType::GAUGE,
+    ),
+    Family::new(
+        "sluice_fleet_store_up",
+        "With [cluster] redis_url: 1 while this gateway's heartbeat reached the room store (Redis) within the last 3 s, else 0 (joins answer 503 store_unavailable, waiting shoppers see paused).",
         MetricType::GAUGE,
     ),
 ];
@@ -162,6 +167,10 @@ impl Collector for RoomCollector {
         }
         if let Some(offset_ms) = self.rooms.fleet_clock_offset_ms() {
             metrics[12].push(sample(&[], MetricType::GAUGE, offset_ms as f64 / 1000.0));
+        }
+        if let Some(health) = self.rooms.fleet_store_health() {
+            let up = matches!(health, crate::queue::fleet::StoreHealth::Up);
+            metrics[13].push(sample(&[], MetricType::GAUGE, f64::from(u8::from(up))));
         }
         assemble(&FAMILIES, metrics)
     }

@@ -535,6 +535,12 @@ impl Rooms {
         self.fleet.as_ref()?.clock_offset_ms()
     }
 
+    /// With `[cluster] redis_url`: whether this gateway reaches the room
+    /// store.
+    pub fn fleet_store_health(&self) -> Option<fleet::StoreHealth> {
+        self.fleet.as_ref().map(|f| f.store_health())
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<RoomEntry>> {
         self.rooms.load().get(name).cloned()
     }

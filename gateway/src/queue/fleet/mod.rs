@@ -112,6 +112,44 @@ pub const CLAIM_LEFT_MIN: Duration = Duration::from_secs(1);
 /// `"fleet"`).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
+/// The store counts as up while a heartbeat answered within this.
+pub const STORE_UP_WITHIN: Duration = Duration::from_secs(3);
+
+/// The room store as this gateway last reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreHealth {
+    Up,
+    /// No heartbeat answered for `for_ms` (since the gateway started, if
+    /// none ever did); the last error, if any.
+    Unreachable {
+        for_ms: u64,
+        error: Option<String>,
+    },
+}
+
+/// The store's health at `now_ms` from the last answered heartbeat
+/// (`last_ok_ms`, 0: none yet) and when the fleet started.
+pub fn store_health(
+    now_ms: u64,
+    last_ok_ms: u64,
+    started_ms: u64,
+    error: Option<&str>,
+) -> StoreHealth {
+    let since = last_ok_ms.max(started_ms);
+    let for_ms = now_ms.saturating_sub(since);
+    if last_ok_ms > 0 && for_ms <= STORE_UP_WITHIN.as_millis() as u64 {
+        return StoreHealth::Up;
+    }
+    if last_ok_ms == 0 && for_ms <= STORE_UP_WITHIN.as_millis() as u64 {
+        // Starting: the first heartbeat has not had its chance yet.
+        return StoreHealth::Up;
+    }
+    StoreHealth::Unreachable {
+        for_ms,
+        error: error.map(str::to_owned),
+    }
+}
+
 /// The fleet's store and the runtime its tasks run on.
 pub struct Fleet {
     rt: tokio::runtime::Handle,
@@ -127,6 +165,11 @@ pub struct Fleet {
     /// Live gateways counted by each heartbeat of the last
     /// [`MEMBERS_RECENT`]: `(local unix ms, count)`.
     live_counts: Mutex<VecDeque<(u64, u32)>>,
+    /// When the fleet was made, and when a heartbeat last answered (local
+    /// unix ms; 0: never), with the last heartbeat's error.
+    started_ms: u64,
+    heartbeat_ok_ms: AtomicU64,
+    heartbeat_error: Mutex<Option<String>>,
 }
 
 impl Fleet {
@@ -151,9 +194,28 @@ impl Fleet {
             members: ArcSwap::from_pointee(Vec::new()),
             clock_offset_ms: AtomicI64::new(i64::MIN),
             live_counts: Mutex::new(VecDeque::new()),
+            started_ms: now_ms(),
+            heartbeat_ok_ms: AtomicU64::new(0),
+            heartbeat_error: Mutex::new(None),
         });
         rt.spawn(heartbeat_loop(Arc::downgrade(&fleet), id, region));
         Ok(fleet)
+    }
+
+    /// Whether this gateway reaches the room store (`/readyz`'s
+    /// `degraded`, `sluice_fleet_store_up`).
+    pub fn store_health(&self) -> StoreHealth {
+        let error = self
+            .heartbeat_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        store_health(
+            now_ms(),
+            self.heartbeat_ok_ms.load(Ordering::Relaxed),
+            self.started_ms,
+            error.as_deref(),
+        )
     }
 
     /// The gateways the store heard from lately, this one included once
@@ -998,11 +1060,20 @@ async fn heartbeat_loop(fleet: Weak<Fleet>, id: String, region: String) {
         every.tick().await;
         let Some(fleet) = fleet.upgrade() else { return };
         let sent_ms = now_ms();
-        if let Ok(beat) = fleet.store.heartbeat(&id, &region).await {
-            let offset = decide::clock_offset_ms(beat.store_now_ms, sent_ms, now_ms());
-            fleet.clock_offset_ms.store(offset, Ordering::Relaxed);
-            fleet.count_live(&beat.members, now_ms());
-            fleet.members.store(Arc::new(beat.members));
+        match fleet.store.heartbeat(&id, &region).await {
+            Ok(beat) => {
+                let offset = decide::clock_offset_ms(beat.store_now_ms, sent_ms, now_ms());
+                fleet.clock_offset_ms.store(offset, Ordering::Relaxed);
+                fleet.count_live(&beat.members, now_ms());
+                fleet.members.store(Arc::new(beat.members));
+                fleet.heartbeat_ok_ms.store(now_ms(), Ordering::Relaxed);
+            }
+            Err(e) => {
+                *fleet
+                    .heartbeat_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            }
         }
     }
 }
@@ -1073,5 +1144,37 @@ async fn batch_joins(room: Weak<SharedRoom>, mut waiting: mpsc::Receiver<JoinWai
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_is_up_while_a_heartbeat_answered_within_3_s() {
+        let start = 1_000_000;
+        // Starting: up for the first 3 s without an answer, then not.
+        assert_eq!(store_health(start + 2_000, 0, start, None), StoreHealth::Up);
+        assert_eq!(
+            store_health(start + 3_500, 0, start, Some("refused")),
+            StoreHealth::Unreachable {
+                for_ms: 3_500,
+                error: Some("refused".into())
+            }
+        );
+        // Answered at +10 s: up until +13 s, then counted from the answer.
+        let ok = start + 10_000;
+        assert_eq!(
+            store_health(ok + 3_000, ok, start, Some("old")),
+            StoreHealth::Up
+        );
+        assert_eq!(
+            store_health(ok + 7_000, ok, start, None),
+            StoreHealth::Unreachable {
+                for_ms: 7_000,
+                error: None
+            }
+        );
     }
 }
