@@ -96,6 +96,19 @@ async fn ticket(client: &reqwest::Client, gw: &Gateway, room: &str) -> String {
     }
 }
 
+/// A `429 rate_limited` answer's `Retry-After`, in seconds.
+async fn rate_limited(r: reqwest::Response) -> u64 {
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    retry
+}
+
 async fn status(
     client: &reqwest::Client,
     gw: &Gateway,
@@ -566,16 +579,8 @@ async fn an_early_poll_is_refused_and_a_moved_shopper_gets_one_unchecked_poll() 
             .bearer_auth(&t)
             .send()
     };
-    let r = early(&fleet[0]).await.unwrap();
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = rate_limited(early(&fleet[0]).await.unwrap()).await;
     assert!((1..=told).contains(&retry), "{retry} of {told}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"], "rate_limited", "{body}");
     // Rejoining with the ticket is the same early poll.
     let rejoin = client
         .post(fleet[0].url("/queue/early/join"))
@@ -672,16 +677,8 @@ async fn a_client_spreading_its_joins_over_the_fleet_gets_its_limit_once() {
         let r = join_as(gw, "10.0.0.1").await.unwrap();
         assert!(r.status().is_success(), "{}", r.status());
     }
-    let r = join_as(&fleet[0], "10.0.0.1").await.unwrap();
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = rate_limited(join_as(&fleet[0], "10.0.0.1").await.unwrap()).await;
     assert!((19..=20).contains(&retry), "one join per 20 s: {retry}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"], "rate_limited", "{body}");
     // Another client is not affected; the refusal is counted.
     let r = join_as(&fleet[1], "10.0.0.2").await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());

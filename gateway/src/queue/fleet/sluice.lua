@@ -60,8 +60,9 @@ all share the "sluice2" keys and a rolling upgrade keeps the line):
                              lim_capacity
   sluice2:{R}:jl:<client> STRING a client's join allowance (GCRA: its
                              theoretical arrival time, unix us), expiring
-                             (PX) when the allowance is whole again (at most
-                             60 s after the client's last join)
+                             (PX) when the allowance is whole again (one
+                             period per join within the burst, at most
+                             burst x period = 60 s)
 
 And one key for the fleet itself (its own slot in Redis Cluster):
   sluice:fleet      HASH  gateway id -> "<unix ms last seen> <region>"
