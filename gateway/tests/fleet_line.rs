@@ -359,8 +359,12 @@ async fn redis_away_stops_new_places_but_not_passes_and_an_empty_restart_reuses_
             assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
             assert_eq!(body["error"], "store_unavailable", "{body}");
             assert!(retry.is_some_and(|r| r.parse::<u32>().unwrap() >= 1));
+            // Held to the end of the warm-up it would take about 2 s; a
+            // reconnect to the restarted Redis (connect and response
+            // timeouts of 500 ms each) may take part of that on a loaded
+            // machine (1.45 s seen once under a parallel build).
             assert!(
-                took < Duration::from_millis(800),
+                took < Duration::from_millis(1_500),
                 "a refused join took {took:?}"
             );
             refused += 1;
