@@ -15,6 +15,8 @@
 //! store's two pacing decisions, written here so that the seeded simulation
 //! runs what the store's Function runs (`sluice.lua` mirrors them).
 
+use std::num::NonZeroU32;
+
 use rand::Rng;
 
 use crate::no_show::{self, SHARE_MAX_MILLI};
@@ -334,7 +336,9 @@ pub fn join_answers(reply: &JoinReply, n: usize, policy: &Policy) -> Vec<Result<
     (0..n)
         .map(|i| {
             let limited_ms = reply.retry_after_ms.get(i).copied().unwrap_or(0);
-            if limited_ms > 0 && !reply.warming {
+            // Sold out (and a store warming up) is the answer for all: a
+            // client over its limit is not told to come back to nothing.
+            if limited_ms > 0 && !reply.warming && !reply.sold_out {
                 return Err(JoinError::RateLimited {
                     retry_after_s: limited_ms.div_ceil(1000).max(1),
                 });
@@ -368,6 +372,26 @@ fn join_seq(reply: &JoinReply, rank: u32, policy: &Policy) -> Result<u64, JoinEr
         return Err(JoinError::QueueFull { retry_after_s });
     }
     Ok(reply.first + u64::from(rank))
+}
+
+/// The policy a fleet room runs at: this gateway's `config` with the rate
+/// in force and the fleet's smallest burst, `max_active` and
+/// `queue_capacity` (a 0 from the store keeps the config's number).
+pub fn runs_at(
+    config: &Policy,
+    rate: u32,
+    burst: u32,
+    max_active: u32,
+    queue_capacity: u32,
+) -> Policy {
+    let or = |v: u32, keep: NonZeroU32| NonZeroU32::new(v).unwrap_or(keep);
+    Policy {
+        release_per_second: or(rate, config.release_per_second),
+        burst: or(burst, config.burst),
+        max_active: or(max_active, config.max_active),
+        queue_capacity: or(queue_capacity, config.queue_capacity),
+        ..config.clone()
+    }
 }
 
 /// The store's room as the pacing decisions see it.
@@ -681,6 +705,23 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_room_runs_at_the_rate_in_force_and_the_fleets_limits() {
+        let p = policy();
+        let runs = runs_at(&p, 7, 2, 1, 30);
+        assert_eq!(
+            (
+                runs.release_per_second.get(),
+                runs.burst.get(),
+                runs.max_active.get(),
+                runs.queue_capacity.get()
+            ),
+            (7, 2, 1, 30)
+        );
+        assert_eq!((runs.poll_min, runs.pass_ttl), (p.poll_min, p.pass_ttl));
+        assert_eq!(runs_at(&p, 0, 0, 0, 0), p, "nothing from the store");
+    }
+
+    #[test]
     fn a_batch_hands_out_its_seqs_in_order_and_refuses_past_the_grant() {
         let p = policy();
         let reply = JoinReply {
@@ -723,6 +764,13 @@ mod tests {
         assert_eq!(answers[1], Err(JoinError::RateLimited { retry_after_s: 2 }));
         assert_eq!(answers[2], Ok(41));
         assert!(matches!(answers[3], Err(JoinError::QueueFull { .. })));
+        let sold_out = JoinReply {
+            sold_out: true,
+            ..limited.clone()
+        };
+        assert!(join_answers(&sold_out, 4, &p)
+            .iter()
+            .all(|a| *a == Err(JoinError::SoldOut)));
         assert_eq!(claim_window_ms(&p), 6_000, "never longer than a pass");
         let long_pass = Policy {
             pass_ttl: Duration::from_secs(600),

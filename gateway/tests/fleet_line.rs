@@ -683,6 +683,13 @@ async fn a_client_spreading_its_joins_over_the_fleet_gets_its_limit_once() {
     }
     let retry = rate_limited(join_as(&fleet[0], "10.0.0.1").await.unwrap()).await;
     assert!((19..=20).contains(&retry), "one join per 20 s: {retry}");
+    // The room runs at the one config's limits.
+    let state = fleet[2].admin_json("/admin/state");
+    assert_eq!(
+        state["rooms"][0]["fleet_limits"],
+        serde_json::json!({"release_per_second": 1, "burst": 1, "max_active": 1, "queue_capacity": 1000}),
+        "{state}"
+    );
     // Another client is not affected; the refusal is counted.
     let r = join_as(&fleet[1], "10.0.0.2").await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());

@@ -754,3 +754,52 @@ async fn gateways_with_different_limits_run_the_room_at_the_smallest_live_ones()
         ClaimReply::Admitted { .. }
     ));
 }
+
+#[tokio::test]
+async fn the_smallest_live_burst_and_rate_pace_the_release_whoever_ticks() {
+    // A: 2 per second, burst 1; B: 1,000 per second, burst 1,000; slots
+    // for all. B's tick lets one in (A's burst), not 50.
+    let redis = Redis::start();
+    let a_store = RedisStore::new(&redis.url()).unwrap();
+    let b_store = RedisStore::new(&redis.url()).unwrap();
+    let old = args(2, 1, 1000, 60_000);
+    let new = args(1000, 1000, 1000, 60_000);
+    join_after_warm_up(&a_store, "r", 50).await;
+    a_store.tick("r", &old).await.unwrap();
+    let tick = b_store.tick("r", &new).await.unwrap();
+    assert_eq!((tick.limits.rate, tick.limits.burst), (2, 1));
+    assert_eq!(tick.tighter_by.len(), 1, "{:?}", tick.tighter_by);
+    assert!(
+        tick.tighter_by[0].starts_with("store/"),
+        "{:?}",
+        tick.tighter_by
+    );
+    assert!(
+        tick.numbers.serving <= 1,
+        "A's burst of 1, not B's: {}",
+        tick.numbers.serving
+    );
+    // An adaptive gateway publishes its max_per_second as its rate: a
+    // fixed 1,000 elsewhere runs at most at that.
+    let adaptive = TickArgs {
+        adaptive: Some((1, 5)),
+        ..args(3, 1000, 1000, 60_000)
+    };
+    let c_store = RedisStore::new(&redis.url()).unwrap();
+    c_store.tick("r", &adaptive).await.unwrap();
+    let tick = b_store.tick("r", &new).await.unwrap();
+    assert_eq!(tick.limits.rate, 2, "A's 2 is still the smallest");
+    assert_eq!(tick.tighter_by.len(), 2, "{:?}", tick.tighter_by);
+    // A gone, C (adaptive, at most 5 per second) still alive.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        c_store.tick("r", &adaptive).await.unwrap();
+        let tick = b_store.tick("r", &new).await.unwrap();
+        if tick.limits.rate == 5 {
+            assert!(tick.rate_in_force <= 5, "{}", tick.rate_in_force);
+            break;
+        }
+        assert!(Instant::now() < deadline, "A stops counting");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -177,7 +177,7 @@ impl Fleet {
     /// tasks do, and keep trying while Redis is away.
     /// `id` and `region` name this gateway in the fleet's list.
     pub fn redis(url: &str, id: String, region: String) -> Result<Arc<Self>, String> {
-        let store = redis::RedisStore::for_gateway(url, id.clone())?;
+        let store = redis::RedisStore::for_gateway(url, &id)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("sluice-fleet")
@@ -265,6 +265,7 @@ impl Fleet {
         let room = Arc::new(SharedRoom {
             name: name.to_owned(),
             fleet: self.clone(),
+            config: ArcSwap::from_pointee(policy.clone()),
             policy: ArcSwap::from_pointee(policy),
             stock,
             numbers: ArcSwap::from_pointee(LineNumbers::default()),
@@ -337,6 +338,13 @@ struct JoinWaiter {
 pub struct SharedRoom {
     name: String,
     fleet: Arc<Fleet>,
+    /// The room's policy as this gateway's config gives it: what its ticks
+    /// publish.
+    config: ArcSwap<Policy>,
+    /// The policy the room runs at, as the last tick read it: the config's
+    /// with the fleet's rate in force and its smallest limits (see
+    /// [`FleetLimits`]). Estimates, the watermark and the pacing of polls
+    /// use this one.
     policy: ArcSwap<Policy>,
     stock: Arc<dyn StockAuthority>,
     /// The shared numbers, as the last tick read them.
@@ -423,8 +431,6 @@ impl SharedRoom {
         **self.numbers.load()
     }
 
-    /// A reloaded policy. For an adaptive room, the rate in force stays
-    /// the fleet's (the configured one is its start).
     /// The limits the fleet ran the room at on the last tick
     /// (`/admin/state` `fleet_limits`); `None` before the first.
     pub fn fleet_limits(&self) -> Option<FleetLimits> {
@@ -435,7 +441,7 @@ impl SharedRoom {
     /// start or stop being tighter than this gateway's config (another
     /// gateway's config gives less: a reload rolling over the fleet, or
     /// files that differ).
-    fn saw_limits(&self, args: &TickArgs, fleet: FleetLimits) {
+    fn saw_limits(&self, args: &TickArgs, fleet: FleetLimits, tighter_by: &[String]) {
         let mine = FleetLimits {
             rate: args
                 .adaptive
@@ -457,6 +463,7 @@ impl SharedRoom {
                 burst = fleet.burst,
                 max_active = fleet.max_active,
                 queue_capacity = fleet.queue_capacity,
+                by = tighter_by.join(" "),
                 "another gateway's config gives this room smaller limits: the fleet runs at the \
                  smallest live ones until every gateway has the same config"
             ),
@@ -474,7 +481,11 @@ impl SharedRoom {
             .store(per_minute.get(), Ordering::Relaxed);
     }
 
+    /// A reloaded room's policy (the config's); the one it runs at follows
+    /// from the next tick. For an adaptive room, the rate in force stays
+    /// the fleet's (the configured one is its start).
     pub fn set_policy(&self, mut policy: Policy) {
+        self.config.store(Arc::new(policy.clone()));
         if let Some(view) = self.adaptive_view() {
             if let Some(rate) = std::num::NonZeroU32::new(view.in_force) {
                 policy.release_per_second = rate;
@@ -976,7 +987,9 @@ impl SharedRoom {
                 Err(e) => return self.answered(Err(&e)),
             }
         }
-        let policy = self.policy.load_full();
+        // What this gateway's config gives, never the fleet's smallest (which
+        // would then be published back and could never rise again).
+        let policy = self.config.load_full();
         let share_milli = self.share_milli();
         let mut args = TickArgs {
             release_per_second: policy.release_per_second.get(),
@@ -1000,7 +1013,7 @@ impl SharedRoom {
         }
         match store.tick(&self.name, &args).await {
             Ok(tick) => {
-                self.saw_limits(&args, tick.limits);
+                self.saw_limits(&args, tick.limits, &tick.tighter_by);
                 let version = tick.numbers.version;
                 if version < self.version_seen.swap(version, Ordering::Relaxed) {
                     self.store_lost_state();
@@ -1031,16 +1044,18 @@ impl SharedRoom {
                     .swap(tick.store_now_ms, Ordering::Relaxed);
                 if adaptive.is_some() {
                     self.decision.store(Arc::new(tick.adaptive));
-                    // Estimates and the watermark follow the rate in force.
-                    if let Some(rate) = std::num::NonZeroU32::new(tick.rate_in_force) {
-                        if policy.release_per_second != rate {
-                            self.policy.rcu(|p| {
-                                let mut p = Policy::clone(p);
-                                p.release_per_second = rate;
-                                p
-                            });
-                        }
-                    }
+                }
+                // Estimates, the watermark and the pacing of polls follow
+                // the rate in force and the fleet's limits.
+                let runs_at = decide::runs_at(
+                    &policy,
+                    tick.rate_in_force,
+                    tick.limits.burst,
+                    tick.limits.max_active,
+                    tick.limits.queue_capacity,
+                );
+                if *self.policy.load_full() != runs_at {
+                    self.policy.store(Arc::new(runs_at));
                 }
                 let reseeded = self
                     .reseed_if_reborn(tick.born_ms, &before, before_store_ms)

@@ -46,8 +46,9 @@ pub const RESEED_BATCH_MAX: usize = 512;
 pub struct RedisStore {
     client: redis::Client,
     conn: Mutex<Option<ConnectionManager>>,
-    /// The gateway this store speaks for: its ticks publish the limits its
-    /// config gives each room under this id.
+    /// The gateway this store speaks for, `<node id>/<random>` (unique
+    /// even when two gateways share a node id): its ticks publish the
+    /// limits its config gives each room under this id.
     id: String,
 }
 
@@ -55,19 +56,19 @@ impl RedisStore {
     /// A store for `url`, for a gateway with a random id; connects on first
     /// use.
     pub fn new(url: &str) -> Result<Self, String> {
-        let mut id = [0u8; 8];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
-        Self::for_gateway(url, format!("store-{}", hex::encode(id)))
+        Self::for_gateway(url, "store")
     }
 
-    /// A store for `url`, for gateway `id` (unique in the fleet).
-    pub fn for_gateway(url: &str, id: String) -> Result<Self, String> {
+    /// A store for `url`, for the gateway with node id `node_id`.
+    pub fn for_gateway(url: &str, node_id: &str) -> Result<Self, String> {
         let client = redis::Client::open(url)
             .map_err(|e| format!("[cluster] redis_url is not a Redis URL ({:?})", e.kind()))?;
+        let mut nonce = [0u8; 4];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
         Ok(Self {
             client,
             conn: Mutex::new(None),
-            id,
+            id: format!("{node_id}/{}", hex::encode(nonce)),
         })
     }
 
@@ -293,7 +294,7 @@ impl RoomStore for RedisStore {
         args.push(a.queue_capacity.to_string());
         let r: Vec<String> = self.fcall_str("sluice_5_tick", &keys, &args).await?;
         let bad = || StoreError::Protocol(format!("sluice_5_tick gave {r:?}"));
-        if r.len() != 24 {
+        if r.len() != 25 {
             return Err(bad());
         }
         let numeric = |v: &String| v.parse::<u64>().map_err(|_| bad());
@@ -330,6 +331,11 @@ impl RoomStore for RedisStore {
                 max_active: clamp32(numeric(&r[22])?),
                 queue_capacity: clamp32(numeric(&r[23])?),
             },
+            tighter_by: r[24]
+                .split(' ')
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned)
+                .collect(),
         })
     }
 

@@ -148,21 +148,32 @@ end
 local LIMITS_LIVE_MS = 3000
 local LIMITS_KEEP_MS = 60000
 
+-- -> the limits, and the ids of the gateways that give a smaller one than
+--    the caller's (space-separated).
 local function fleet_limits(key, id, ms, mine)
   redis.call('HSET', key, id, string.format('%d %d %d %d %d', ms, mine[1], mine[2], mine[3], mine[4]))
   redis.call('PEXPIRE', key, LIMITS_KEEP_MS)
   local lim = {mine[1], mine[2], mine[3], mine[4]}
+  local tighter = {}
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = {}
     for v in string.gmatch(all[i + 1], '%d+') do f[#f + 1] = tonumber(v) end
-    if #f ~= 5 or ms - f[1] > LIMITS_KEEP_MS then
+    -- A later version may append numbers: the first five are these. An
+    -- entry dated ahead of Redis's clock (a failover to a replica whose
+    -- clock is behind) is not taken as live.
+    if #f < 5 or ms - f[1] > LIMITS_KEEP_MS then
       redis.call('HDEL', key, all[i])
-    elseif ms - f[1] <= LIMITS_LIVE_MS then
-      for j = 1, 4 do lim[j] = math.min(lim[j], f[j + 1]) end
+    elseif ms - f[1] <= LIMITS_LIVE_MS and f[1] - ms <= LIMITS_LIVE_MS then
+      local below = false
+      for j = 1, 4 do
+        if f[j + 1] < mine[j] then below = true end
+        lim[j] = math.min(lim[j], f[j + 1])
+      end
+      if below then tighter[#tighter + 1] = all[i] end
     end
   end
-  return lim
+  return lim, table.concat(tighter, ' ')
 end
 
 -- A room hash field read as a limit, or `fallback` when there is none.
@@ -173,7 +184,7 @@ local function limit_or(key, field, fallback)
 end
 
 -- The per-client join limit of the fleet: a GCRA per client (`sluice_admission::
--- fleet::client_join`, the same integer arithmetic): a client may join
+-- join_limiter::fleet_client_join`, the same integer arithmetic): a client may join
 -- `burst` times at once, then once per `period_us`. State: the key
 -- sluice2:{R}:jl:<client> holds the client's theoretical arrival time (unix
 -- us) and expires when the allowance is whole again, so Redis keeps a client
@@ -307,7 +318,8 @@ end
 -- -> {next, serving, passes, pending, paused, sold_out, version, released,
 --     now_ms, shows, no_shows, hold_ms, rate, ad_rate, ad_reason, ad_at_ms,
 --     ad_state, ad_by, tat_us, born_ms, lim_rate, lim_burst, lim_max_active,
---     lim_capacity} (the ad_ fields "" when none)
+--     lim_capacity, tighter (ids, space-separated)} (the ad_ fields "" when
+--     none)
 local function tick(keys, args)
   local rate, burst, max_active = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
   local adaptive = tonumber(args[10]) == 1
@@ -316,7 +328,7 @@ local function tick(keys, args)
   local ms = math.floor(us / 1000)
   local cap = rate
   if adaptive then cap = math.max(hi, lo) end
-  local lim = fleet_limits(keys[4], args[15], ms, {cap, burst, max_active, tonumber(args[16])})
+  local lim, tighter = fleet_limits(keys[4], args[15], ms, {cap, burst, max_active, tonumber(args[16])})
   burst, max_active = lim[2], lim[3]
   if adaptive then
     local stored = tonumber(redis.call('HGET', keys[1], 'ad_rate'))
@@ -391,7 +403,7 @@ local function tick(keys, args)
   local d = stored_decision(keys[1])
   return {r.next, r.serving, passes, pending, r.paused, r.sold_out, r.version, released, ms,
     num(v[1]), num(v[2]), num(v[3]), rate, d[1], d[2], d[3], d[4], d[5], r.tat_us, r.born_ms,
-    lim[1], lim[2], lim[3], lim[4]}
+    lim[1], lim[2], lim[3], lim[4], tighter}
 end
 
 -- Checkouts older than this are of no use to any window (the adaptive

@@ -104,6 +104,9 @@ pub struct Tick {
     /// The smallest limits the live gateways' configs give the room: the
     /// tick ran at these.
     pub limits: FleetLimits,
+    /// The gateways whose config gives a smaller limit than the caller's
+    /// (their store ids, `<node id>/<random>`).
+    pub tighter_by: Vec<String>,
     /// The store's clock (unix ms).
     pub store_now_ms: u64,
     /// The whole rate the release ran at.
