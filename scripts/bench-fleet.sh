@@ -96,6 +96,8 @@ end
 LUA
 
 fcalls() { R INFO commandstats | awk -F'[=,]' '/^cmdstat_fcall:/ {print $2}'; }
+# Redis's CPU in FCALLs so far, in microseconds.
+fcall_usec() { R INFO commandstats | awk -F'[=,]' '/^cmdstat_fcall:/ {print $4}'; }
 # Redis calls per second the fleet makes on its own (ticks, heartbeats).
 idle_rate() { local a b; a=$(fcalls); sleep 2; b=$(fcalls); awk -v d=$((b - a)) 'BEGIN {printf "%.2f", d / 2}'; }
 # wrk_run URL CONNS [args]: prints "requests non2xx".
@@ -122,7 +124,7 @@ for r in $(seq "$rounds"); do
   read -r reqs bad < <(wrk_run "http://127.0.0.1:$PORT_E/queue/drop/join" "$conns" -s "$work/join.lua")
   echo "E $reqs $bad 0" >>"$work/joins"
   printf 'round %d joins E   %8.0f /s  %s non-2xx\n' "$r" "$(awk -v n="$reqs" -v s="$secs" 'BEGIN {print n / s}')" "$bad"
-  idle=$(idle_rate); a=$(fcalls)
+  idle=$(idle_rate); a=$(fcalls); ua=$(fcall_usec)
   runs=()
   for g in F1 F2 F3; do
     eval "url=http://127.0.0.1:\$PORT_$g"
@@ -130,14 +132,17 @@ for r in $(seq "$rounds"); do
     runs+=($!)
   done
   wait "${runs[@]}"
-  b=$(fcalls)
+  b=$(fcalls); ub=$(fcall_usec)
   reqs=0; bad=0
   for g in F1 F2 F3; do read -r n k <"$work/join.$g"; reqs=$((reqs + n)); bad=$((bad + k)); done
   calls=$(awk -v d=$((b - a)) -v i="$idle" -v s="$secs" 'BEGIN {printf "%d", d - i * s}')
-  echo "F $reqs $bad $calls" >>"$work/joins"
-  printf 'round %d joins 3xF %8.0f /s  %s non-2xx  %.1f joins per Redis call\n' "$r" \
+  # Redis CPU per join: all FCALLs of the round (the background's too, a
+  # few percent) over the joins.
+  upj=$(awk -v u=$((ub - ua)) -v n="$reqs" 'BEGIN {printf "%.2f", u / (n > 0 ? n : 1)}')
+  echo "F $reqs $bad $calls $upj" >>"$work/joins"
+  printf 'round %d joins 3xF %8.0f /s  %s non-2xx  %.1f joins per Redis call  %s us of Redis CPU per join\n' "$r" \
     "$(awk -v n="$reqs" -v s="$secs" 'BEGIN {print n / s}')" "$bad" \
-    "$(awk -v n="$reqs" -v c="$calls" 'BEGIN {print n / (c > 0 ? c : 1)}')"
+    "$(awk -v n="$reqs" -v c="$calls" 'BEGIN {print n / (c > 0 ? c : 1)}')" "$upj"
 done
 
 median() { sort -n | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -147,6 +152,7 @@ je=$(awk -v s="$secs" '$1 == "E" {print $2 / s}' "$work/joins" | median)
 jf=$(awk -v s="$secs" '$1 == "F" {print $2 / s}' "$work/joins" | median)
 jpc=$(awk '$1 == "F" && $4 > 0 {print $2 / $4}' "$work/joins" | median)
 ppc=$(awk '$1 == "F1" {print $4 / $2}' "$work/polls" | median)
+upj=$(awk '$1 == "F" {print $5}' "$work/joins" | median)
 
 lib=$(R FUNCTION LIST | awk '/^library_name$/ {getline; print; exit}')
 join_fn=$(R FUNCTION LIST | grep -o "${lib}_join\b" | head -1 || true)
@@ -158,7 +164,9 @@ slots=$(R MEMORY USAGE "$key:slots" || echo 0); slots=${slots:-0}
 extra=""
 if [ -n "$join_fn" ]; then
   # One more batch of 1,000,000 places, as the join function gives them.
-  if R FCALL "$join_fn" 1 "$key" 1000000 100000000 0 >/dev/null 2>&1; then
+  # (sluice_5_join: n capacity hw_next period_us burst, no client indices:
+  # none limited.)
+  if R FCALL "$join_fn" 1 "$key" 1000000 100000000 0 600 100000 >/dev/null 2>&1; then
     extra=", $(R MEMORY USAGE "$key") B with $(R HGET "$key" next) given"
   fi
 fi
@@ -169,5 +177,5 @@ echo "cores: $(nproc); wrk -t1 -c$conns -d${secs}s; $rounds rounds; load average
 printf 'polls/s  embedded %.0f  redis %.0f  ratio %.2f  (Redis calls per poll %s)\n' "$pe" "$pf" \
   "$(awk -v a="$pf" -v b="$pe" 'BEGIN {print a / b}')" "$ppc"
 awk '$1 == "E" {e += $3; n += $2} $1 == "F1" {f += $3; m += $2} END {printf "  non-2xx share: embedded %.2f, redis %.2f\n", e / n, f / m}' "$work/polls"
-printf 'joins/s  embedded (1 gateway) %.0f  three gateways on one Redis %.0f  (%s joins per Redis call)\n' "$je" "$jf" "$jpc"
+printf 'joins/s  embedded (1 gateway) %.0f  three gateways on one Redis %.0f  (%s joins per Redis call, %s us of Redis CPU per join)\n' "$je" "$jf" "$jpc" "$upj"
 echo "memory: room hash $room B with $given places given$extra; slots $slots B (bounded by max_active); $keys keys in Redis"

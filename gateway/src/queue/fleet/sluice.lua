@@ -227,7 +227,8 @@ local function join(keys, args)
     local tats = {}
     allowed = 0
     for i = 1, n do
-      local k = tonumber(args[5 + i])
+      -- Joins past the indices given have no client (no limit).
+      local k = tonumber(args[5 + i]) or 0
       limited[i] = 0
       if k == 0 then
         allowed = allowed + 1
