@@ -38,8 +38,7 @@ use postgres::{Client, Row, Statement, Transaction};
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 /// The statements one connection prepared, by SQL text.
-#[derive(Default)]
-pub(crate) struct Statements {
+struct Statements {
     by_sql: HashMap<&'static str, Statement>,
     /// Statements prepared, shared by every connection of a back end.
     prepared: Arc<AtomicU64>,
