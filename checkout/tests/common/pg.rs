@@ -29,6 +29,19 @@ impl ThrowawayPg {
         self.0.stop();
     }
 
+    /// The server's log so far.
+    #[allow(dead_code)] // pg_prepared's
+    pub fn log(&self) -> String {
+        self.0.log().expect("the throwaway server's log")
+    }
+
+    /// Runs `sql` with `psql` as the superuser (database `postgres`); its
+    /// output.
+    #[allow(dead_code)] // pg_prepared's
+    pub fn psql(&self, sql: &str) -> String {
+        self.0.psql(sql).expect("psql")
+    }
+
     /// A new, empty database; returns its URL.
     pub fn create_database(&self) -> String {
         self.0.create_database().expect("create a test database")

@@ -143,6 +143,14 @@ impl ThrowawayPostgres {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// The server's log so far (what `log_min_duration_statement` and the
+    /// like wrote), for tests that count what the server was sent.
+    pub fn log(&self) -> Result<String> {
+        Ok(std::fs::read_to_string(
+            self.dir.path().join("postgres.log"),
+        )?)
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }

@@ -14,15 +14,13 @@
 //! - no hold of a `reserved` order still counted past its expiry and the
 //!   grace ([`EXPIRED_HOLD_GRACE_MS`]).
 
+use super::conn::{Conn, Db};
 use super::pg_err;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::EXPIRED_HOLD_GRACE_MS;
 
-pub(super) fn check_books(
-    client: &mut postgres::Client,
-    now_ms: UnixMs,
-) -> Result<Vec<String>, StoreError> {
+pub(super) fn check_books(client: &mut Conn, now_ms: UnixMs) -> Result<Vec<String>, StoreError> {
     let mut violations = partitions(client)?;
     let rows = client
         .query(
@@ -85,7 +83,7 @@ pub(super) fn check_books(
 /// What does not add up: a partition whose reserved or committed units
 /// differ from its holds (the schema's CHECKs already keep each partition
 /// conserved and non-negative).
-fn partitions(client: &mut postgres::Client) -> Result<Vec<String>, StoreError> {
+fn partitions(client: &mut Conn) -> Result<Vec<String>, StoreError> {
     let rows = client
         .query(
             "SELECT p.sku, p.part, p.reserved, p.committed,

@@ -34,9 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use postgres::Transaction;
-
 use super::checkout::{self, Begun, Claim, Claimed};
+use super::conn::{Db, Tx};
 use super::{pg_err, pool_err, stock, write_tx, Pool, Retryable, TX_TRIES_MAX};
 use crate::error::{CheckoutError, StoreError};
 use crate::metrics::Metrics;
@@ -101,7 +100,7 @@ impl Counters {
 }
 
 type Value = Box<dyn Any + Send>;
-type RunFn = Box<dyn FnMut(&mut Transaction<'_>) -> Result<Value, StoreError> + Send>;
+type RunFn = Box<dyn FnMut(&mut Tx<'_>) -> Result<Value, StoreError> + Send>;
 
 enum Job {
     Checkout {
@@ -191,7 +190,7 @@ impl Batcher {
     /// batch committed. `f` may run more than once (a batch run again).
     pub(super) fn run<T: Send + 'static>(
         &self,
-        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (reply, answer) = mpsc::channel();
         self.send(Job::Run {
@@ -369,6 +368,10 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
                 c.batches.fetch_add(1, Ordering::Relaxed);
                 c.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 c.largest.fetch_max(batch.len() as u64, Ordering::Relaxed);
+                // Back to the pool before the callers hear: a caller's
+                // next step then finds it idle, and its statements
+                // prepared, instead of opening another connection.
+                drop(client);
                 return deliver(batch, answers);
             }
             Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => {
@@ -388,7 +391,7 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
 /// Runs the batch's jobs in `tx`: the `Run` jobs, then the checkouts'
 /// three phases. An `Err` is the batch's (rolled back as a whole).
 fn in_batch(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     batch: &mut [Job],
     counters: &Counters,
 ) -> Result<Vec<Answer>, StoreError> {
@@ -538,7 +541,7 @@ fn in_batch(
 /// The batch's `Run` jobs, each in a SAVEPOINT of its own (its put-off
 /// hold moves forgotten with it when it is rolled back).
 fn run_jobs(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     batch: &mut [Job],
     answers: &mut [Option<Answer>],
 ) -> Result<(), StoreError> {

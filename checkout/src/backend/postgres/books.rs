@@ -3,8 +3,7 @@
 //! oldest hold), orders resting too long in one state, and the readiness
 //! probe's write. Each is one short statement or a few on one connection.
 
-use postgres::GenericClient;
-
+use super::conn::{Conn, Db, Tx};
 use super::{order, pg_err};
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
@@ -13,7 +12,7 @@ use crate::state::OrderState;
 use crate::stock::StockLevel;
 
 /// Every SKU's counts (the sums of its partitions), by SKU.
-pub(super) fn levels(client: &mut impl GenericClient) -> Result<Vec<StockLevel>, StoreError> {
+pub(super) fn levels(client: &mut impl Db) -> Result<Vec<StockLevel>, StoreError> {
     let rows = client
         .query(
             "SELECT sku, SUM(share)::bigint, SUM(available)::bigint, SUM(reserved)::bigint,
@@ -34,14 +33,14 @@ pub(super) fn levels(client: &mut impl GenericClient) -> Result<Vec<StockLevel>,
         .collect())
 }
 
-pub(super) fn books(client: &mut postgres::Client) -> Result<Books, StoreError> {
+pub(super) fn books(client: &mut Conn) -> Result<Books, StoreError> {
     Ok(Books {
         inventory: levels(client)?,
         orders: order::counts(client)?,
     })
 }
 
-pub(super) fn gauges(client: &mut postgres::Client, now_ms: UnixMs) -> Result<Gauges, StoreError> {
+pub(super) fn gauges(client: &mut Conn, now_ms: UnixMs) -> Result<Gauges, StoreError> {
     let row = client
         .query_one(
             "SELECT (SELECT COUNT(*) FROM outbox WHERE published_at_ms IS NULL),
@@ -62,7 +61,7 @@ pub(super) fn gauges(client: &mut postgres::Client, now_ms: UnixMs) -> Result<Ga
 /// Orders resting since before `before_ms` in a state they should leave
 /// on their own, per state (every watched state listed).
 pub(super) fn stuck(
-    client: &mut postgres::Client,
+    client: &mut Conn,
     before_ms: UnixMs,
 ) -> Result<Vec<(OrderState, usize)>, StoreError> {
     let watched = [
@@ -91,7 +90,7 @@ pub(super) fn stuck(
 }
 
 /// Rewrites the probe's one row (the caller commits it: a durable write).
-pub(super) fn probe(tx: &mut postgres::Transaction<'_>, now_ms: UnixMs) -> Result<(), StoreError> {
+pub(super) fn probe(tx: &mut Tx<'_>, now_ms: UnixMs) -> Result<(), StoreError> {
     tx.execute(
         "INSERT INTO write_probe (id, at_ms) VALUES (1, $1)
          ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",

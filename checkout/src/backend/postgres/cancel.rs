@@ -13,6 +13,7 @@
 //! (`FOR UPDATE`, as every settlement does first), so it is made on the
 //! state at the commit, never on a read a settlement has since changed.
 
+use super::conn::Db;
 use super::settle::{drive, insert_attempt};
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};

@@ -23,8 +23,7 @@
 //! `authorizing` with its attempt stored, the key stays locked until
 //! [`IDEMPOTENCY_LOCK_STALE_MS`], and a retry replays the order.
 
-use postgres::Transaction;
-
+use super::conn::{Db, Tx};
 use super::{order, pg_err, settle, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
@@ -131,10 +130,7 @@ pub(super) fn checkout(
 }
 
 /// Step 1 alone, in the caller's transaction: claim, take, create.
-pub(super) fn claim_and_create(
-    tx: &mut Transaction<'_>,
-    c: &Claim,
-) -> Result<Begun, CheckoutError> {
+pub(super) fn claim_and_create(tx: &mut Tx<'_>, c: &Claim) -> Result<Begun, CheckoutError> {
     let terms = match claim(tx, c)? {
         Claimed::Replay(order_id) => return Ok(Begun::Replay(order_id)),
         Claimed::Ready(terms) => terms,
@@ -148,7 +144,7 @@ pub(super) fn claim_and_create(
 /// a replay), and the subject's purchase limit (under a per-subject
 /// advisory lock held to the commit). Takes no units; an `Err` leaves
 /// nothing the caller must keep (the caller rolls back to before it).
-pub(super) fn claim(tx: &mut Transaction<'_>, c: &Claim) -> Result<Claimed, CheckoutError> {
+pub(super) fn claim(tx: &mut Tx<'_>, c: &Claim) -> Result<Claimed, CheckoutError> {
     let (subject, key, request, now_ms) = (c.subject.as_str(), &c.key, &c.request, c.now_ms);
     let terms = tx
         .query_opt(
@@ -221,7 +217,7 @@ pub(super) fn claim(tx: &mut Transaction<'_>, c: &Claim) -> Result<Claimed, Chec
 /// checkout — the order moved to `authorizing` with its authorize attempt
 /// stored; sold out, the order is `rejected` and the key completed.
 pub(super) fn create(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     c: &Claim,
     terms: Terms,
     part: Option<i32>,
@@ -285,7 +281,7 @@ pub(super) fn create(
 }
 
 fn complete_key(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     subject: &str,
     key: &IdempotencyKey,
     now_ms: UnixMs,

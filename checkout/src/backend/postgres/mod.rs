@@ -5,6 +5,11 @@
 //! - this file: the pool, opening (migrations at start), one transaction
 //!   per durable wait, error mapping (unreachable → `Unavailable`, which
 //!   the gateway answers `503 store_unavailable`);
+//! - `conn`: the pooled connection and the statements it prepared: each
+//!   SQL text is prepared once per connection, then only bound and
+//!   executed (`Db`, on the connection or a `Tx` on it); a statement gone
+//!   stale (a migration, a session reset) is evicted and its call or
+//!   transaction run again;
 //! - `schema`: numbered migrations recorded in `schema_migrations`;
 //! - `stock`: partitions (seed, the conditional take, hold moves,
 //!   logged rebalances) and the books' sums;
@@ -37,13 +42,15 @@
 //!
 //! Sync on purpose: the gateway already runs the core on a bounded
 //! blocking pool, and the provider seam is sync; the `postgres` crate is
-//! the sync face of `tokio-postgres`, pooled by `r2d2`.
+//! the sync face of `tokio-postgres`, pooled by `r2d2` (whose pooled
+//! connection carries its statement cache, `conn`).
 
 mod audit;
 mod batch;
 mod books;
 mod cancel;
 mod checkout;
+mod conn;
 mod order;
 mod outbox;
 mod payments;
@@ -59,9 +66,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::{NoTls, Transaction};
+use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
+use self::conn::{Conn, Tx};
 use crate::backend::OrderBackend;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
@@ -94,49 +102,13 @@ type Pooled = r2d2::PooledConnection<Manager>;
 /// `is_valid` waits for the server without end, so a pool whose idle
 /// connections were cut off (a partition that still ACKs, a hung
 /// primary) would hang every `get` instead of answering `Unavailable`.
-#[derive(Debug)]
+/// Its connections are [`Conn`]s: a client and the statements it
+/// prepared.
 pub(crate) struct Manager {
     inner: PostgresConnectionManager<NoTls>,
     valid_within: Duration,
-}
-
-/// A pooled client. One that failed its check-out test is dropped on a
-/// thread of its own: the driver's drop waits for the server to close the
-/// session, which a cut-off link never does (the thread ends when the
-/// socket finally fails, `tcp_user_timeout` or the link coming back).
-pub(crate) struct Conn {
-    client: Option<postgres::Client>,
-    cut_off: bool,
-}
-
-impl std::ops::Deref for Conn {
-    type Target = postgres::Client;
-    fn deref(&self) -> &postgres::Client {
-        self.client.as_ref().expect("a client until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Conn {
-    fn deref_mut(&mut self) -> &mut postgres::Client {
-        self.client.as_mut().expect("a client until dropped")
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
-            return;
-        };
-        if !self.cut_off {
-            return drop(client);
-        }
-        let dropped = std::thread::Builder::new()
-            .name("pg-cut-off".into())
-            .spawn(move || drop(client));
-        if let Err(e) = dropped {
-            tracing::warn!("a cut-off PostgreSQL connection is leaked: {e}");
-        }
-    }
+    /// Statements prepared on this back end's connections (every pool's).
+    prepared: Arc<AtomicU64>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -144,14 +116,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
-        Ok(Conn {
-            client: Some(self.inner.connect()?),
-            cut_off: false,
-        })
+        Ok(Conn::new(self.inner.connect()?, self.prepared.clone()))
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
-        let valid = conn.is_valid(self.valid_within);
+        let valid = conn.client().is_valid(self.valid_within);
         if valid.is_err() {
             conn.cut_off = true;
         }
@@ -291,6 +260,8 @@ pub struct PgBackend {
     batch_counters: Arc<batch::Counters>,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: Arc<AtomicU64>,
+    /// Statements prepared on this back end's connections.
+    prepared: Arc<AtomicU64>,
     /// Counters the gateway exports (webhooks, compensations, …).
     metrics: Arc<Metrics>,
     /// This back end's name in outbox leases (one per process).
@@ -347,7 +318,8 @@ pub const ANSWER_CONNECT_WAIT: Duration = Duration::from_secs(10);
 pub const ANSWER_POOL_MAX: u32 = 8;
 
 /// Runs of one transaction, at most, when the server aborts it as a
-/// deadlock victim or a serialisation failure (SQLSTATE 40P01, 40001).
+/// deadlock victim or a serialisation failure (SQLSTATE 40P01, 40001), or
+/// for a cached statement gone stale (see `conn`).
 pub const TX_TRIES_MAX: u32 = 5;
 
 /// Errors after which running the whole transaction again is safe and
@@ -357,8 +329,13 @@ pub(crate) trait Retryable {
 }
 
 impl Retryable for StoreError {
+    /// A deadlock victim or serialisation failure, or a cached statement
+    /// gone stale (`conn` evicted it: the next run prepares it anew).
     fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Postgres(m) if m.starts_with("40P01") || m.starts_with("40001"))
+        matches!(self, StoreError::Postgres(m) if m.starts_with("40P01")
+            || m.starts_with("40001")
+            || m.starts_with("26000")
+            || m.strip_prefix("0A000: ").is_some_and(|m| m.starts_with(conn::STALE_PLAN)))
     }
 }
 
@@ -373,7 +350,7 @@ impl Retryable for CheckoutError {
 pub(crate) fn write_tx<T, E>(
     client: &mut Pooled,
     durable_writes: &AtomicU64,
-    mut f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+    mut f: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
 ) -> Result<T, E>
 where
     E: From<StoreError> + Retryable,
@@ -410,9 +387,11 @@ impl PgBackend {
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
         config.timeouts.apply(&mut pg, config.connect_timeout);
+        let prepared = Arc::new(AtomicU64::new(0));
         let manager = |pg: postgres::Config| Manager {
             inner: PostgresConnectionManager::new(pg, NoTls),
             valid_within: config.timeouts.check_out,
+            prepared: prepared.clone(),
         };
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_max.max(1))
@@ -457,11 +436,12 @@ impl PgBackend {
             batch_counters,
             provider,
             durable_writes,
+            prepared,
             metrics,
             node: format!("node_{}", uuid::Uuid::new_v4().simple()),
         };
         let mut client = backend.pool.get().map_err(pool_err)?;
-        schema::migrate(&mut client)?;
+        schema::migrate(client.client())?;
         Ok(backend)
     }
 
@@ -474,13 +454,14 @@ impl PgBackend {
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
         config.timeouts.apply(&mut pg, config.connect_timeout);
-        let mut client = pg.connect(NoTls).map_err(pg_err)?;
+        let mut client = Conn::new(pg.connect(NoTls).map_err(pg_err)?, Arc::default());
         // The checks scan every hold: an operator's command, not bound by
         // a shopper's statement timeout.
         client
+            .client()
             .batch_execute("SET statement_timeout = 0")
             .map_err(pg_err)?;
-        let version = schema::version(&mut client)?;
+        let version = schema::version(client.client())?;
         if version != SCHEMA_VERSION {
             return Err(StoreError::InvalidArgument(format!(
                 "the PostgreSQL schema is at version {version}, this binary's is {SCHEMA_VERSION}"
@@ -492,7 +473,7 @@ impl PgBackend {
     /// The schema version stored in the database.
     pub fn schema_version(&self) -> Result<i32, StoreError> {
         let mut client = self.pool.get().map_err(pool_err)?;
-        schema::version(&mut client)
+        schema::version(client.client())
     }
 
     /// Runs `f` in one transaction and commits it: one durable wait. An
@@ -500,10 +481,7 @@ impl PgBackend {
     /// deadlock victim or serialisation failure is run again, from the
     /// start, up to [`TX_TRIES_MAX`] times. No provider call may happen
     /// inside `f`: the rows it locks stay locked until the commit.
-    pub(crate) fn write<T, E>(
-        &self,
-        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
-    ) -> Result<T, E>
+    pub(crate) fn write<T, E>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<T, E>) -> Result<T, E>
     where
         E: From<StoreError> + Retryable,
     {
@@ -514,7 +492,7 @@ impl PgBackend {
     fn write_on<T, E>(
         &self,
         mut client: Pooled,
-        f: impl FnMut(&mut Transaction<'_>) -> Result<T, E>,
+        f: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
         E: From<StoreError> + Retryable,
@@ -536,9 +514,15 @@ impl PgBackend {
     /// order to the payments reconciler).
     fn write_answer_batched<T: Send + 'static>(
         &self,
-        f: impl FnMut(&mut Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnMut(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.settles.run(f)
+    }
+
+    /// Statements prepared so far on this back end's connections (each
+    /// SQL text once per connection, and again after going stale).
+    pub fn statements_prepared(&self) -> u64 {
+        self.prepared.load(Ordering::Relaxed)
     }
 
     /// What the batches did so far (this back end's).
@@ -550,7 +534,7 @@ impl PgBackend {
     /// way (see [`Self::write_answer_batched`]).
     pub(crate) fn read_answer<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut client = self.answers.get().map_err(pool_err)?;
         f(&mut client)
@@ -559,7 +543,7 @@ impl PgBackend {
     /// Runs `f` on a pooled connection outside any explicit transaction.
     pub(crate) fn read<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut client = self.pool.get().map_err(pool_err)?;
         f(&mut client)

@@ -3,16 +3,23 @@
 //! state), the payment columns, and the outbox event written in the same
 //! transaction as each change.
 
-use postgres::{GenericClient, Row, Transaction};
+use postgres::Row;
 
+use super::conn::{Conn, Db, Tx};
 use super::pg_err;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::order::Order;
 use crate::state::{transition_allowed, OrderState, PaymentState};
 
-const COLUMNS: &str = "order_id, subject, sku, quantity, payment_method, amount_cents, state,
-    payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms";
+/// The order row's columns, in [`from_row`]'s order (a macro, so each
+/// statement stays one `&'static str`, cached per connection).
+macro_rules! columns {
+    () => {
+        "order_id, subject, sku, quantity, payment_method, amount_cents, state,
+    payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms"
+    };
+}
 
 fn corrupt(detail: String) -> StoreError {
     StoreError::Corrupt {
@@ -44,13 +51,10 @@ fn from_row(row: &Row) -> Result<Order, StoreError> {
     })
 }
 
-pub(super) fn load(
-    client: &mut impl GenericClient,
-    order_id: &str,
-) -> Result<Option<Order>, StoreError> {
+pub(super) fn load(client: &mut impl Db, order_id: &str) -> Result<Option<Order>, StoreError> {
     client
         .query_opt(
-            &format!("SELECT {COLUMNS} FROM orders WHERE order_id = $1"),
+            concat!("SELECT ", columns!(), " FROM orders WHERE order_id = $1"),
             &[&order_id],
         )
         .map_err(pg_err)?
@@ -60,11 +64,15 @@ pub(super) fn load(
 
 /// The order, its row locked until the transaction ends.
 pub(super) fn load_for_update(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
 ) -> Result<Option<Order>, StoreError> {
     tx.query_opt(
-        &format!("SELECT {COLUMNS} FROM orders WHERE order_id = $1 FOR UPDATE"),
+        concat!(
+            "SELECT ",
+            columns!(),
+            " FROM orders WHERE order_id = $1 FOR UPDATE"
+        ),
         &[&order_id],
     )
     .map_err(pg_err)?
@@ -72,16 +80,13 @@ pub(super) fn load_for_update(
     .transpose()
 }
 
-pub(super) fn load_existing(
-    client: &mut impl GenericClient,
-    order_id: &str,
-) -> Result<Order, StoreError> {
+pub(super) fn load_existing(client: &mut impl Db, order_id: &str) -> Result<Order, StoreError> {
     load(client, order_id)?.ok_or_else(|| StoreError::UnknownOrder(order_id.to_owned()))
 }
 
 /// The outbox event of `order`'s change (its state now), in the same
 /// transaction as the change.
-fn event(tx: &mut Transaction<'_>, order: &Order, now_ms: UnixMs) -> Result<(), StoreError> {
+fn event(tx: &mut Tx<'_>, order: &Order, now_ms: UnixMs) -> Result<(), StoreError> {
     let event_id = format!("evt_{}", uuid::Uuid::new_v4().simple());
     let payload = serde_json::to_string(&order.view())
         .map_err(|e| StoreError::InvalidArgument(format!("order not serializable: {e}")))?;
@@ -101,12 +106,14 @@ fn event(tx: &mut Transaction<'_>, order: &Order, now_ms: UnixMs) -> Result<(), 
 }
 
 /// Inserts a new order (`reserved` or `rejected`) and its birth event.
-pub(super) fn insert(tx: &mut Transaction<'_>, order: &Order) -> Result<(), StoreError> {
+pub(super) fn insert(tx: &mut Tx<'_>, order: &Order) -> Result<(), StoreError> {
     let quantity = i32::try_from(order.quantity).unwrap_or(i32::MAX);
     let amount = i64::try_from(order.amount_cents).unwrap_or(i64::MAX);
     tx.execute(
-        &format!(
-            "INSERT INTO orders ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        concat!(
+            "INSERT INTO orders (",
+            columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         ),
         &[
             &order.order_id,
@@ -130,7 +137,7 @@ pub(super) fn insert(tx: &mut Transaction<'_>, order: &Order) -> Result<(), Stor
 /// `from → to` if the table allows it and the order is still `from`;
 /// `IllegalTransition` otherwise (naming the state it is really in).
 pub(super) fn transition(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     from: OrderState,
     to: OrderState,
@@ -141,9 +148,10 @@ pub(super) fn transition(
     }
     let row = tx
         .query_opt(
-            &format!(
+            concat!(
                 "UPDATE orders SET state = $3, updated_at_ms = $4
-                 WHERE order_id = $1 AND state = $2 RETURNING {COLUMNS}"
+                 WHERE order_id = $1 AND state = $2 RETURNING ",
+                columns!()
             ),
             &[&order_id, &from.as_str(), &to.as_str(), &now_ms],
         )
@@ -162,7 +170,7 @@ pub(super) fn transition(
 
 /// Sets the payment's state (and its provider id, once known).
 pub(super) fn set_payment(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     state: PaymentState,
     payment_id: Option<&str>,
@@ -178,10 +186,7 @@ pub(super) fn set_payment(
 }
 
 /// Orders of `subject`: created, and still `reserved` or `authorizing`.
-pub(super) fn subject_orders(
-    tx: &mut impl GenericClient,
-    subject: &str,
-) -> Result<(u32, u32), StoreError> {
+pub(super) fn subject_orders(tx: &mut impl Db, subject: &str) -> Result<(u32, u32), StoreError> {
     let row = tx
         .query_one(
             "SELECT COUNT(*), COUNT(*) FILTER (WHERE state IN ('reserved', 'authorizing'))
@@ -194,7 +199,7 @@ pub(super) fn subject_orders(
 }
 
 /// Orders per state, every state listed.
-pub(super) fn counts(client: &mut postgres::Client) -> Result<Vec<(OrderState, u64)>, StoreError> {
+pub(super) fn counts(client: &mut Conn) -> Result<Vec<(OrderState, u64)>, StoreError> {
     let mut counts: Vec<(OrderState, u64)> =
         OrderState::ALL.iter().map(|state| (*state, 0)).collect();
     let rows = client

@@ -8,6 +8,7 @@
 //! out (at least once: the sink may see them twice; consumers dedupe by
 //! event id). A sink that refuses gives its lease back at once.
 
+use super::conn::Db;
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
 use crate::error::StoreError;

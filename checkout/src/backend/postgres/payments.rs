@@ -18,6 +18,7 @@
 //! leaves each attempt either settled (one transaction) or pending, due
 //! again once its lease runs out.
 
+use super::conn::Db;
 use super::settle::drive;
 use super::tally::Tally;
 use super::webhook::apply_event;

@@ -16,6 +16,7 @@
 //! (which `take` never looks at), or an empty live partition beside a
 //! full one — each SKU leased to one gateway's pass at a time.
 
+use super::conn::Db;
 use super::{order, pg_err, stock, PgBackend};
 use crate::clock::UnixMs;
 use crate::error::StoreError;

@@ -2,6 +2,7 @@
 //! store ([`crate::retention`]), each kind deleting at most `limit` of its
 //! oldest rows per pass through an index on its age, in one transaction.
 
+use super::conn::Db;
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
@@ -18,7 +19,7 @@ pub(super) fn prune_once(
 ) -> Result<PruneOutcome, StoreError> {
     let limit = i64::try_from(limit.clamp(1, PASS_ROWS_MAX)).unwrap_or(1);
     backend.write(|tx| {
-        let mut delete = |sql: &str, retention_ms: i64| -> Result<usize, StoreError> {
+        let mut delete = |sql: &'static str, retention_ms: i64| -> Result<usize, StoreError> {
             let before = now_ms.saturating_sub(retention_ms);
             let n = tx.execute(sql, &[&before, &limit]).map_err(pg_err)?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))

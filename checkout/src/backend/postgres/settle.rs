@@ -23,8 +23,7 @@
 //! changes nothing. [`drive`] sends an attempt and its follow-ups, each
 //! answer settled in one transaction, none open across a provider call.
 
-use postgres::{GenericClient, Transaction};
-
+use super::conn::{Db, Tx};
 use super::tally::Tally;
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
@@ -43,7 +42,7 @@ pub const SEND_TRIES_MAX: u32 = 3;
 /// Stores an attempt before it is sent (nothing if it already is);
 /// returns its key.
 pub(super) fn insert_attempt(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     operation: Operation,
     amount_cents: u64,
@@ -76,11 +75,7 @@ pub(super) fn insert_attempt(
 /// reconciler's next pass (its in-flight bound already run out): for a
 /// follow-up no call is about to send (a provider event stored it), as
 /// the embedded store's `FollowUp::Due`.
-pub(super) fn make_due(
-    tx: &mut Transaction<'_>,
-    key: &str,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
+pub(super) fn make_due(tx: &mut Tx<'_>, key: &str, now_ms: UnixMs) -> Result<(), StoreError> {
     tx.execute(
         "UPDATE payment_attempts SET updated_at_ms = LEAST(updated_at_ms, $2)
          WHERE idempotency_key = $1 AND outcome = 'pending'",
@@ -103,7 +98,7 @@ pub(super) struct StoredAttempt {
 }
 
 pub(super) fn load_attempt(
-    client: &mut impl GenericClient,
+    client: &mut impl Db,
     key: &str,
 ) -> Result<Option<StoredAttempt>, StoreError> {
     let Some(row) = client
@@ -136,7 +131,7 @@ pub(super) fn load_attempt(
 /// Marks the checkout's key done once its order has an outcome, so a retry
 /// replays it at once instead of waiting out the lock.
 pub(super) fn complete_key_of(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<(), StoreError> {
@@ -149,7 +144,7 @@ pub(super) fn complete_key_of(
     Ok(())
 }
 
-fn cancel_requested(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, StoreError> {
+fn cancel_requested(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
     Ok(tx
         .query_opt(
             "SELECT 1 FROM cancel_requests WHERE order_id = $1",
@@ -159,7 +154,7 @@ fn cancel_requested(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, St
         .is_some())
 }
 
-fn hold_is_held(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, StoreError> {
+fn hold_is_held(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
     Ok(tx
         .query_opt(
             "SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'",
@@ -171,7 +166,7 @@ fn hold_is_held(tx: &mut Transaction<'_>, order_id: &str) -> Result<bool, StoreE
 
 /// An order's move, when it is still where this settlement expects it.
 fn advance(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     from: OrderState,
     to: OrderState,
@@ -194,7 +189,7 @@ pub(super) enum Settled {
 /// Applies a definite `answer` to the attempt `key` and everything it
 /// decides, in the caller's transaction.
 pub(super) fn settle(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     tally: &mut Tally,
     key: &str,
     answer: &OperationOutcome,
@@ -244,7 +239,7 @@ pub(super) fn settle(
     let state = order.as_ref().map(|o| o.state);
     let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
     let succeeded = outcome == "succeeded";
-    let follow = |tx: &mut Transaction<'_>, op: Operation| {
+    let follow = |tx: &mut Tx<'_>, op: Operation| {
         let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
         if follow_up == FollowUp::Due {
             make_due(tx, &next, now_ms)?;
@@ -439,10 +434,7 @@ pub(super) fn send(
 }
 
 /// The order's oldest attempt still `pending`, if any.
-fn pending_of(
-    client: &mut impl GenericClient,
-    order_id: &str,
-) -> Result<Option<String>, StoreError> {
+fn pending_of(client: &mut impl Db, order_id: &str) -> Result<Option<String>, StoreError> {
     Ok(client
         .query_opt(
             "SELECT idempotency_key FROM payment_attempts

@@ -16,8 +16,7 @@
 //! Free units move between partitions only by logged moves
 //! (`rebalances`), planned by [`plan_even`], a plain function.
 
-use postgres::{GenericClient, Transaction};
-
+use super::conn::{Db, Tx};
 use super::pg_err;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
@@ -30,7 +29,7 @@ use crate::store::ProductSeed;
 /// every SKU takes its seed's price, TTL and partition count (a changed
 /// count is followed by a logged rebalance). Returns how many were new.
 pub(super) fn seed(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     products: &[ProductSeed],
     now_ms: UnixMs,
 ) -> Result<usize, StoreError> {
@@ -171,7 +170,7 @@ fn plan_moves(
 
 /// Moves `units` free units and their share from `from` to `to`, logged.
 fn move_free(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     (from, to, units): (i32, i32, i64),
     reason: &str,
@@ -212,10 +211,7 @@ fn move_free(
 /// written in a transaction still open keeps on its partition row (the
 /// foreign key), so a batch that wrote its holds first and another
 /// locking the SKU do not wait on each other's holds.
-pub(super) fn lock_all(
-    tx: &mut Transaction<'_>,
-    sku: &str,
-) -> Result<(Vec<i64>, usize), StoreError> {
+pub(super) fn lock_all(tx: &mut Tx<'_>, sku: &str) -> Result<(Vec<i64>, usize), StoreError> {
     let live: i32 = tx
         .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
         .map_err(pg_err)?
@@ -244,7 +240,7 @@ pub(super) fn lock_all(
 /// Evens out `sku`'s free units over its live partitions (retired ones are
 /// emptied), each move logged; returns the units moved.
 pub(super) fn rebalance(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     reason: &str,
     now_ms: UnixMs,
@@ -274,7 +270,7 @@ pub(crate) fn needs_rebalance(available: &[i64], live: usize) -> bool {
 /// The SKUs whose partitions may need a rebalance ([`needs_rebalance`] in
 /// SQL, read without locks), at most `limit`.
 pub(super) fn due_for_rebalance(
-    client: &mut impl GenericClient,
+    client: &mut impl Db,
     limit: i64,
 ) -> Result<Vec<String>, StoreError> {
     let rows = client
@@ -300,7 +296,7 @@ pub(super) fn due_for_rebalance(
 /// partitions' locks, nothing sits badly any more; otherwise the free
 /// units are evened out over the live partitions, each move logged.
 pub(super) fn rebalance_if_due(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
@@ -336,7 +332,7 @@ pub(super) fn rebalance_if_due(
 /// is refused: held and sold units are not the operator's. Returns the
 /// SKU's counts after it.
 pub(super) fn adjust(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     delta: i64,
     reason: &str,
@@ -395,7 +391,7 @@ pub(super) fn adjust(
 /// the SKU does not have them (sold out). See the module map for the order
 /// partitions are tried in.
 pub(super) fn take(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     units: i64,
     order_id: &str,
@@ -409,7 +405,7 @@ pub(super) fn take(
 /// arrival order ([`take`]), so exactly the units left are sold. Never
 /// gathers: a batch's sum is not worth moving units between partitions.
 pub(super) fn take_whole(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     units: i64,
     order_id: &str,
@@ -419,7 +415,7 @@ pub(super) fn take_whole(
 }
 
 fn take_from(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     units: i64,
     order_id: &str,
@@ -513,7 +509,7 @@ fn take_from(
 /// [`try_take`] unless another transaction holds the row (then false at
 /// once, without waiting).
 fn try_take_unlocked(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     sku: &str,
     part: i32,
     units: i64,
@@ -533,12 +529,7 @@ fn try_take_unlocked(
 
 /// The reservation itself: one conditional statement on one partition
 /// (waits for its row lock; takes nothing unless `available >= units`).
-fn try_take(
-    tx: &mut Transaction<'_>,
-    sku: &str,
-    part: i32,
-    units: i64,
-) -> Result<bool, StoreError> {
+fn try_take(tx: &mut Tx<'_>, sku: &str, part: i32, units: i64) -> Result<bool, StoreError> {
     let taken = tx
         .execute(
             "UPDATE stock_partitions SET available = available - $3, reserved = reserved + $3
@@ -603,10 +594,7 @@ pub(super) fn put_off_end() -> Vec<PutOff> {
 
 /// Writes collected hold moves: one conditional UPDATE per partition and
 /// kind of move, the units summed, in (sku, partition) order.
-pub(super) fn apply_put_off(
-    tx: &mut Transaction<'_>,
-    moves: Vec<PutOff>,
-) -> Result<(), StoreError> {
+pub(super) fn apply_put_off(tx: &mut Tx<'_>, moves: Vec<PutOff>) -> Result<(), StoreError> {
     let mut summed: std::collections::BTreeMap<(String, i32, HoldMove), i64> =
         std::collections::BTreeMap::new();
     for m in moves {
@@ -645,7 +633,7 @@ fn hold_move_sql(step: HoldMove) -> &'static str {
 
 /// The most free units one live partition of a SKU has, as of this
 /// statement's snapshot (no lock): what a batch's one summed take can get.
-pub(super) fn largest_free(tx: &mut Transaction<'_>, sku: &str) -> Result<i64, StoreError> {
+pub(super) fn largest_free(tx: &mut Tx<'_>, sku: &str) -> Result<i64, StoreError> {
     Ok(tx
         .query_one(
             "SELECT COALESCE(MAX(available), 0)::bigint FROM stock_partitions s
@@ -660,7 +648,7 @@ pub(super) fn largest_free(tx: &mut Transaction<'_>, sku: &str) -> Result<i64, S
 /// Moves the hold of `order_id` once; false when it was already moved (or
 /// never held): the idempotent no-op.
 pub(super) fn move_hold(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_id: &str,
     step: HoldMove,
     now_ms: UnixMs,
@@ -713,7 +701,7 @@ pub(super) fn move_hold(
 /// statement, then one statement per partition with the units summed, in
 /// (sku, partition) order. Returns how many holds were released.
 pub(super) fn release_holds(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order_ids: &[String],
     now_ms: UnixMs,
 ) -> Result<usize, StoreError> {
@@ -754,7 +742,7 @@ pub(super) fn release_holds(
 }
 
 /// One SKU's counts: the sum of its partitions.
-pub(super) fn level(client: &mut impl GenericClient, sku: &str) -> Result<StockLevel, StoreError> {
+pub(super) fn level(client: &mut impl Db, sku: &str) -> Result<StockLevel, StoreError> {
     let row = client
         .query_one(
             "SELECT COUNT(*), COALESCE(SUM(share), 0)::bigint, COALESCE(SUM(available), 0)::bigint,
@@ -777,10 +765,7 @@ pub(super) fn level(client: &mut impl GenericClient, sku: &str) -> Result<StockL
 }
 
 /// Every partition of `sku`, by number.
-pub(super) fn partitions(
-    client: &mut impl GenericClient,
-    sku: &str,
-) -> Result<Vec<Partition>, StoreError> {
+pub(super) fn partitions(client: &mut impl Db, sku: &str) -> Result<Vec<Partition>, StoreError> {
     let rows = client
         .query(
             "SELECT part, share, available, reserved, committed FROM stock_partitions

@@ -16,8 +16,7 @@
 //! refund of a capture) is stored and due at once, and the event is
 //! `processed` (logged as an error).
 
-use postgres::Transaction;
-
+use super::conn::{Db, Tx};
 use super::settle::{insert_attempt, make_due, settle, FollowUp};
 use super::tally::Tally;
 use super::{order, pg_err};
@@ -32,7 +31,7 @@ use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 
 /// Applies one verified event in the caller's transaction.
 pub(super) fn apply_event(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
@@ -65,7 +64,7 @@ pub(super) fn apply_event(
 }
 
 fn advance(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     tally: &mut Tally,
     event: &WebhookEvent,
     now_ms: UnixMs,
@@ -131,7 +130,7 @@ fn advance(
 /// The order's attempt for `operation`, stored now if it never was (the
 /// provider did it without our asking, or our row was never written).
 fn ensure(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     order: Option<&Order>,
     event: &WebhookEvent,
     operation: Operation,

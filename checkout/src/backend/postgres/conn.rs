@@ -1,0 +1,272 @@
+//! A pooled connection and the statements it prepared: each SQL text is
+//! prepared once per connection (Parse/Describe, one round trip) and from
+//! then on only bound and executed (one round trip), instead of both for
+//! every statement run.
+//!
+//! Every query of this back end goes through [`Db`], implemented by
+//! [`Conn`] (autocommit reads) and [`Tx`] (a transaction or savepoint on
+//! one, which reaches the connection's cache: a `postgres::Transaction`
+//! borrows the client, so `Tx` carries the cache beside it). The SQL is
+//! `&'static str`, so the cache holds at most the statements written in
+//! this back end's source (about eighty): it needs no eviction for size.
+//!
+//! A cached statement can go stale: a migration that changes what a
+//! statement returns makes the server refuse the old plan ("cached plan
+//! must not change result type", 0A000), and a session reset (`DISCARD
+//! ALL`) forgets prepared statements (26000). Either evicts the statement;
+//! outside a transaction the call is retried once, prepared anew; inside
+//! one the server has aborted the transaction, so the error is
+//! [`Retryable`](super::Retryable) and the whole transaction runs again,
+//! as after a deadlock. Preparation itself is not transactional: a
+//! statement prepared in a transaction that rolls back stays valid.
+//!
+//! Why our own and not a crate: `deadpool-postgres` has
+//! `prepare_cached`, but it is async (`tokio-postgres`), and this core is
+//! sync on the gateway's bounded blocking pool on purpose (see `mod.rs`);
+//! `r2d2_postgres` caches nothing, and r2d2's `CustomizeConnection` cannot
+//! hold per-connection state. The cache is a map beside the client in the
+//! pooled connection, which `r2d2` already hands out.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, Row, Statement, Transaction};
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+/// The statements one connection prepared, by SQL text.
+struct Statements {
+    by_sql: HashMap<&'static str, Statement>,
+    /// Statements prepared, shared by every connection of a back end.
+    prepared: Arc<AtomicU64>,
+}
+
+impl Statements {
+    fn new(prepared: Arc<AtomicU64>) -> Self {
+        Self {
+            by_sql: HashMap::new(),
+            prepared,
+        }
+    }
+
+    /// `sql` prepared on this connection, through `prepare` (the client's
+    /// or a transaction's: the statement outlives the transaction).
+    fn get(
+        &mut self,
+        sql: &'static str,
+        prepare: impl FnOnce(&str) -> Result<Statement, postgres::Error>,
+    ) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.by_sql.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = prepare(sql)?;
+        self.prepared.fetch_add(1, Ordering::Relaxed);
+        self.by_sql.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    /// Forgets `sql` when `e` says its prepared statement is stale;
+    /// whether it did.
+    fn evict_if_stale(&mut self, sql: &'static str, e: &postgres::Error) -> bool {
+        let stale = is_stale(e);
+        if stale {
+            self.by_sql.remove(sql);
+        }
+        stale
+    }
+}
+
+/// Whether the server refused a prepared statement as stale: its plan's
+/// result type changed (0A000 with this message), or the session no
+/// longer has it (26000, after `DISCARD ALL` or a pooler's reset).
+fn is_stale(e: &postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|db| {
+        *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
+            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED
+                && db.message().starts_with(STALE_PLAN))
+    })
+}
+
+/// The server's message for a cached plan whose result type changed.
+pub(crate) const STALE_PLAN: &str = "cached plan must not change result type";
+
+/// Queries by SQL text, each statement prepared once per connection
+/// (the driver's methods of the same names, on a cached statement).
+pub(crate) trait Db {
+    fn query(&mut self, sql: &'static str, params: Params<'_>)
+        -> Result<Vec<Row>, postgres::Error>;
+    fn query_one(&mut self, sql: &'static str, params: Params<'_>) -> Result<Row, postgres::Error>;
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>, postgres::Error>;
+    fn execute(&mut self, sql: &'static str, params: Params<'_>) -> Result<u64, postgres::Error>;
+}
+
+/// [`Db`] for a type with a `with(sql, |driver, statement| ..)` that runs
+/// a driver call on `sql`'s cached statement.
+macro_rules! db_through_with {
+    ($ty:ty) => {
+        impl Db for $ty {
+            fn query(
+                &mut self,
+                sql: &'static str,
+                params: Params<'_>,
+            ) -> Result<Vec<Row>, postgres::Error> {
+                self.with(sql, |driver, statement| driver.query(statement, params))
+            }
+
+            fn query_one(
+                &mut self,
+                sql: &'static str,
+                params: Params<'_>,
+            ) -> Result<Row, postgres::Error> {
+                self.with(sql, |driver, statement| driver.query_one(statement, params))
+            }
+
+            fn query_opt(
+                &mut self,
+                sql: &'static str,
+                params: Params<'_>,
+            ) -> Result<Option<Row>, postgres::Error> {
+                self.with(sql, |driver, statement| driver.query_opt(statement, params))
+            }
+
+            fn execute(
+                &mut self,
+                sql: &'static str,
+                params: Params<'_>,
+            ) -> Result<u64, postgres::Error> {
+                self.with(sql, |driver, statement| driver.execute(statement, params))
+            }
+        }
+    };
+}
+
+db_through_with!(Conn);
+db_through_with!(Tx<'_>);
+
+/// A pooled client and its prepared statements. One that failed its
+/// check-out test is dropped on a thread of its own: the driver's drop
+/// waits for the server to close the session, which a cut-off link never
+/// does (the thread ends when the socket finally fails, `tcp_user_timeout`
+/// or the link coming back).
+pub(crate) struct Conn {
+    client: Option<Client>,
+    statements: Statements,
+    pub(super) cut_off: bool,
+}
+
+impl Conn {
+    /// `client` with an empty cache; `prepared` counts what it prepares.
+    pub(super) fn new(client: Client, prepared: Arc<AtomicU64>) -> Self {
+        Self {
+            client: Some(client),
+            statements: Statements::new(prepared),
+            cut_off: false,
+        }
+    }
+
+    /// The driver's client, for what is not a cached query (simple
+    /// queries, migrations, the check-out test).
+    pub(super) fn client(&mut self) -> &mut Client {
+        self.client.as_mut().expect("a client until dropped")
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.as_ref().is_none_or(Client::is_closed)
+    }
+
+    /// A transaction on this connection that prepares through its cache.
+    pub(crate) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+        let client = self.client.as_mut().expect("a client until dropped");
+        Ok(Tx {
+            tx: client.transaction()?,
+            statements: &mut self.statements,
+        })
+    }
+
+    /// Runs `run` with `sql`'s statement; a stale one is evicted and the
+    /// call made once more, prepared anew (autocommit: nothing aborted).
+    fn with<T>(
+        &mut self,
+        sql: &'static str,
+        mut run: impl FnMut(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let client = self.client.as_mut().expect("a client until dropped");
+        let statement = self.statements.get(sql, |sql| client.prepare(sql))?;
+        match run(client, &statement) {
+            Err(e) if self.statements.evict_if_stale(sql, &e) => {
+                let statement = self.statements.get(sql, |sql| client.prepare(sql))?;
+                run(client, &statement)
+            }
+            done => done,
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let statements = std::mem::take(&mut self.statements.by_sql);
+        if !self.cut_off {
+            drop(statements);
+            return drop(client);
+        }
+        let dropped = std::thread::Builder::new()
+            .name("pg-cut-off".into())
+            .spawn(move || {
+                drop(statements);
+                drop(client);
+            });
+        if let Err(e) = dropped {
+            tracing::warn!("a cut-off PostgreSQL connection is leaked: {e}");
+        }
+    }
+}
+
+/// A transaction (or savepoint) on a [`Conn`], preparing through its
+/// cache. Dropped without [`Tx::commit`], it rolls back.
+pub(crate) struct Tx<'a> {
+    tx: Transaction<'a>,
+    statements: &'a mut Statements,
+}
+
+impl Tx<'_> {
+    pub(crate) fn commit(self) -> Result<(), postgres::Error> {
+        self.tx.commit()
+    }
+
+    pub(crate) fn rollback(self) -> Result<(), postgres::Error> {
+        self.tx.rollback()
+    }
+
+    /// A savepoint in this transaction, sharing its cache.
+    pub(crate) fn savepoint(&mut self, name: &str) -> Result<Tx<'_>, postgres::Error> {
+        Ok(Tx {
+            tx: self.tx.savepoint(name)?,
+            statements: &mut *self.statements,
+        })
+    }
+
+    /// Runs `run` with `sql`'s statement. A stale one is evicted and the
+    /// error returned: the server aborted the transaction, which runs
+    /// again from the start (`Retryable`).
+    fn with<T>(
+        &mut self,
+        sql: &'static str,
+        run: impl FnOnce(&mut Transaction<'_>, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let tx = &mut self.tx;
+        let statement = self.statements.get(sql, |sql| tx.prepare(sql))?;
+        run(tx, &statement).inspect_err(|e| {
+            self.statements.evict_if_stale(sql, e);
+        })
+    }
+}

@@ -1,0 +1,233 @@
+//! What the PostgreSQL back end sends per confirmed checkout, counted by
+//! the server itself: a throwaway cluster of its own whose test database
+//! logs every protocol step (`log_min_duration_statement = 0` logs each
+//! extended-protocol `parse`, `bind` and `execute`, and each simple-query
+//! `statement`). The sync driver waits for the answer to each Parse (the
+//! statement's description) and to each Bind/Execute (its rows), and to
+//! each simple query (`BEGIN`, `SAVEPOINT`, `COMMIT`, the pool's check-out
+//! test), so a checkout's serial round trips are `parse + execute +
+//! statement` lines.
+//!
+//! Run with `--nocapture` to see the counts (`docs/benchmarks.md`,
+//! issue 11).
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/pg.rs"]
+mod pg;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::{key, request, PRICE_CENTS, T0_MS, TTL_MS};
+use sluice_checkout::{
+    OrderBackend, OrderLimits, OrderState, PgBackend, PgConfig, ProductSeed, SimulatedProvider,
+    PM_OK,
+};
+
+/// Confirmed checkouts before counting (each pooled connection the
+/// batches use prepares its statements during these).
+const WARM_UP: usize = 5;
+/// Confirmed checkouts counted.
+const COUNTED: usize = 20;
+
+/// The log's entries: a line that starts with the timestamp, and the
+/// continuation lines of its statement's text.
+fn entries(log: &str) -> Vec<String> {
+    let mut entries: Vec<String> = Vec::new();
+    for line in log.lines() {
+        let starts = line.len() > 4 && line[..4].bytes().all(|b| b.is_ascii_digit());
+        match entries.last_mut() {
+            Some(entry) if !starts => {
+                entry.push('\n');
+                entry.push_str(line);
+            }
+            _ => entries.push(line.to_owned()),
+        }
+    }
+    entries
+}
+
+/// One logged protocol step: the server process (one per connection,
+/// `[pid]` in the default `log_line_prefix`), its kind and its SQL.
+fn step(entry: &str) -> Option<(&str, &str, &str)> {
+    let pid = entry.split_once('[')?.1.split_once(']')?.0;
+    let (_, step) = entry.split_once("LOG:  duration: ")?;
+    let (_, step) = step.split_once(" ms  ")?;
+    if let Some(sql) = step.strip_prefix("statement: ") {
+        return Some((pid, "statement", sql));
+    }
+    let (kind, rest) = step.split_once(' ')?;
+    // `parse s12: SQL`: the statement's name differs each time it is
+    // prepared; the SQL does not.
+    let (_, sql) = rest.split_once(": ")?;
+    Some((pid, kind, sql))
+}
+
+/// Protocol steps the server logged, by kind.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Steps {
+    parse: usize,
+    bind: usize,
+    execute: usize,
+    statement: usize,
+}
+
+impl Steps {
+    fn of(log: &str) -> Self {
+        let mut steps = Self::default();
+        for entry in entries(log) {
+            match step(&entry).map(|(_, kind, _)| kind) {
+                Some("parse") => steps.parse += 1,
+                Some("bind") => steps.bind += 1,
+                Some("execute") => steps.execute += 1,
+                Some("statement") => steps.statement += 1,
+                _ => {}
+            }
+        }
+        steps
+    }
+
+    /// The steps the client waits for, one round trip each.
+    fn round_trips(&self) -> usize {
+        self.parse + self.execute + self.statement
+    }
+}
+
+/// SQL texts prepared more than once on one connection, with how often.
+fn prepared_again(log: &str) -> Vec<(String, usize)> {
+    let mut times: HashMap<(String, String), usize> = HashMap::new();
+    for entry in entries(log) {
+        if let Some((pid, "parse", sql)) = step(&entry) {
+            *times.entry((pid.to_owned(), sql.to_owned())).or_default() += 1;
+        }
+    }
+    let mut again: Vec<(String, usize)> = times
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((_, sql), n)| (sql, n))
+        .collect();
+    again.sort();
+    again
+}
+
+fn confirmed_checkout(backend: &PgBackend, i: usize) -> String {
+    let (order, _) = backend
+        .checkout_within(
+            &format!("buyer-{i}"),
+            &key(&format!("key-{i:08}")),
+            &request("hot", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .expect("checkout");
+    assert_eq!(order.state, OrderState::Confirmed, "checkout {i}");
+    order.order_id
+}
+
+/// A cluster of its own whose test database logs every protocol step,
+/// and a back end on it with one SKU of 1,000 units.
+fn logged_sale() -> (pg::ThrowawayPg, PgBackend, String) {
+    let cluster = pg::own();
+    let url = cluster.create_database();
+    let database = url
+        .rsplit('/')
+        .next()
+        .and_then(|tail| tail.split('?').next())
+        .expect("a database in the URL");
+    cluster.psql(&format!(
+        "ALTER DATABASE {database} SET log_min_duration_statement = 0"
+    ));
+    let backend = PgBackend::open(
+        &PgConfig::new(url.clone()),
+        Arc::new(SimulatedProvider::default()),
+    )
+    .expect("open");
+    backend
+        .seed_products_at(
+            &[ProductSeed {
+                sku: "hot".into(),
+                total: 1_000,
+                price_cents: PRICE_CENTS,
+                reservation_ttl_ms: TTL_MS,
+                partitions: 1,
+            }],
+            T0_MS,
+        )
+        .expect("seed");
+    (cluster, backend, url)
+}
+
+#[test]
+fn each_connection_prepares_a_statement_once_and_then_only_binds_it() {
+    let (cluster, backend, _) = logged_sale();
+    // The migrations at open ran once, unprepared (schema.rs).
+    let opened = cluster.log().len();
+    for i in 0..WARM_UP {
+        confirmed_checkout(&backend, i);
+    }
+    let before = cluster.log().len();
+    for i in WARM_UP..WARM_UP + COUNTED {
+        confirmed_checkout(&backend, i);
+    }
+    let log = cluster.log();
+    let steps = Steps::of(&log[before..]);
+    println!(
+        "{COUNTED} confirmed checkouts, one at a time, after {WARM_UP}: {steps:?}; \
+         per checkout: {:.1} round trips, {:.1} parses, {:.1} executes, {:.1} simple queries",
+        steps.round_trips() as f64 / COUNTED as f64,
+        steps.parse as f64 / COUNTED as f64,
+        steps.execute as f64 / COUNTED as f64,
+        steps.statement as f64 / COUNTED as f64,
+    );
+    assert!(
+        steps.execute >= COUNTED,
+        "the log counts executes: {steps:?}"
+    );
+    // A pool may open another connection now and then (which prepares
+    // its own): what must not happen is a connection preparing a
+    // statement it already has.
+    let again = prepared_again(&log[opened..]);
+    assert!(
+        again.is_empty(),
+        "prepared again on one connection: {again:#?}"
+    );
+    assert!(
+        steps.parse * 4 < COUNTED,
+        "warm connections prepare (almost) nothing: {steps:?}"
+    );
+}
+
+/// A migration that changes what cached statements return (here a column
+/// of `orders` from `text` to `varchar`) makes the server refuse their old
+/// plans: each is prepared anew and its call (a read) or its transaction
+/// (a checkout's) run again, and nothing fails.
+#[test]
+fn a_statement_gone_stale_after_a_migration_is_prepared_again() {
+    let (cluster, backend, url) = logged_sale();
+    let first = confirmed_checkout(&backend, 0);
+    for _ in 0..3 {
+        backend.get_order("buyer-0", &first).expect("read");
+    }
+    let prepared = backend.statements_prepared();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    admin
+        .batch_execute("ALTER TABLE orders ALTER COLUMN payment_method TYPE varchar(255)")
+        .expect("migrate");
+    // In transactions (the checkout's batches) first, then a read.
+    confirmed_checkout(&backend, 1);
+    let order = backend
+        .get_order("buyer-0", &first)
+        .expect("read after the migration");
+    assert_eq!(order.state, OrderState::Confirmed);
+    assert_eq!(backend.stock("hot").expect("stock").committed, 2);
+    let log = cluster.log();
+    assert!(
+        log.contains("cached plan must not change result type"),
+        "the server refused a stale plan (else this test proves nothing)"
+    );
+    assert!(
+        backend.statements_prepared() > prepared,
+        "the stale statements were prepared again"
+    );
+}
