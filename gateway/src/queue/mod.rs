@@ -44,8 +44,8 @@ use sluice_admission::adaptive::Outcome;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, PassOrders, Policy, PollError, RoomStats, Status, StockAuthority, TicketId,
-    WaitingRoom,
+    JoinError, PassOrders, Policy, PollError, RoomStats, RoomView, Status, StockAuthority,
+    TicketId, WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -74,6 +74,9 @@ pub struct RoomEntry {
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+    /// What `line` publishes for readers without its lock: the watermark's
+    /// numbers, and early polls answered.
+    view: Arc<RoomView>,
     /// The room's files, when it is durable: the release worker syncs and
     /// compacts them.
     journal: Option<journal::RoomJournal>,
@@ -433,6 +436,7 @@ impl Rooms {
                 Some(entry) => entry.clone(),
                 None => {
                     let (line, journal) = self.make_line(room, policy.clone(), now_ms)?;
+                    let view = line.view();
                     let mut adaptive = adaptive::AdaptiveRelease::default();
                     // A new room runs at its configured (start) rate.
                     let _ = adaptive.configure(room, now_ms);
@@ -447,6 +451,7 @@ impl Rooms {
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
+                        view,
                         journal,
                         adaptive: Mutex::new(adaptive),
                         shared,
@@ -709,11 +714,7 @@ impl Rooms {
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (&Method::GET | &Method::HEAD, "watermark") => {
-                let mark = entry
-                    .line
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .watermark();
+                let mark = entry.view.watermark();
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (_, "" | "join" | "status" | "watermark") => {
@@ -746,6 +747,11 @@ impl Rooms {
                     .verify(token, &entry.expect_ticket(room), now / 1000)
             {
                 if let Some(id) = TicketId::parse(&claims.sub) {
+                    // Rejoining sooner than told is an early poll: same
+                    // answer as the status route.
+                    if let Some(retry_after_s) = entry.view.early_poll(claims.seq, &id, now) {
+                        return too_early(retry_after_s);
+                    }
                     let polled = entry
                         .line
                         .lock()
@@ -827,6 +833,11 @@ impl Rooms {
         let Some(id) = TicketId::parse(&claims.sub) else {
             return invalid("malformed");
         };
+        // Most polls of a refresh storm: answered without the room's lock
+        // when the room would answer the same `429`.
+        if let Some(retry_after_s) = entry.view.early_poll(claims.seq, &id, now) {
+            return too_early(retry_after_s);
+        }
         let polled = entry
             .line
             .lock()
