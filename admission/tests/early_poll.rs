@@ -192,10 +192,20 @@ fn room(policy: Policy) -> WaitingRoom {
     common::room(policy)
 }
 
+/// Joins `n` others first: the front of a moving line is told to come at
+/// its turn (the poll pacing), so a ticket that is to be told `poll_min`
+/// or more stands far enough back.
+fn behind(room: &mut WaitingRoom, n: usize, now: u64) -> (u64, TicketId, u64) {
+    for _ in 0..n {
+        room.join(now).expect("join");
+    }
+    join(room, now)
+}
+
 #[test]
 fn an_early_poll_is_answered_by_the_view_and_counted() {
     let mut r = room(policy());
-    let (seq, id, poll) = join(&mut r, T0_MS);
+    let (seq, id, poll) = behind(&mut r, 40, T0_MS);
     assert_eq!(poll, 2);
     let view = r.view();
     assert_eq!(view.early_poll(seq, &id, T0_MS + 500), Some(2));
@@ -206,21 +216,32 @@ fn an_early_poll_is_answered_by_the_view_and_counted() {
     let (other, other_id, _) = join(&mut r, T0_MS);
     assert_eq!(view.early_poll(seq, &other_id, T0_MS + 500), None);
     assert_eq!(view.early_poll(other, &id, T0_MS + 500), None);
-    assert_eq!(view.early_poll(99, &id, T0_MS + 500), None, "no such place");
+    assert_eq!(
+        view.early_poll(999, &id, T0_MS + 500),
+        None,
+        "no such place"
+    );
     assert_eq!(r.stats(T0_MS).too_early_total, 1);
 }
 
 #[test]
 fn a_released_ticket_is_never_answered_early_from_its_old_answer() {
-    let mut r = room(policy());
-    let (seq, id, _) = join(&mut r, T0_MS);
+    let mut p = policy();
+    p.poll_min = Duration::from_secs(5);
+    p.burst = nz(40);
+    let mut r = room(p);
+    let (seq, id, poll) = behind(&mut r, 60, T0_MS);
+    assert_eq!(poll, 5);
     let view = r.view();
     assert!(view.early_poll(seq, &id, T0_MS + 100).is_some());
-    assert_eq!(r.release_once(T0_MS + 200, 10).released, 1);
+    // 40 at once and 10 a second: the ticket is let in by 3 s.
+    let released =
+        r.release_once(T0_MS + 200, 1_000).released + r.release_once(T0_MS + 3_000, 1_000).released;
+    assert_eq!(released, 61);
     // Still sooner than told, but released: the pass, from the room.
-    assert_eq!(view.early_poll(seq, &id, T0_MS + 300), None);
+    assert_eq!(view.early_poll(seq, &id, T0_MS + 3_100), None);
     assert!(matches!(
-        r.status(seq, &id, T0_MS + 300),
+        r.status(seq, &id, T0_MS + 3_100),
         Ok(Status::Admitted(_))
     ));
 }
@@ -284,7 +305,7 @@ fn an_idle_or_expired_ticket_is_left_to_the_room() {
     p.idle_timeout = Duration::from_secs(20);
     p.ticket_ttl = Duration::from_secs(5);
     let mut r = room(p);
-    let (seq, id, poll) = join(&mut r, T0_MS);
+    let (seq, id, poll) = behind(&mut r, 150, T0_MS);
     assert_eq!(poll, 10);
     let view = r.view();
     assert!(view.early_poll(seq, &id, T0_MS + 4_000).is_some());
@@ -295,7 +316,7 @@ fn an_idle_or_expired_ticket_is_left_to_the_room() {
     // room's is not answered early for a slot that time already ended.
     // (Paused, the release walks nobody, so the cursor stays: only the
     // sweep writes the slot down.)
-    let (seq, id, _) = join(&mut r, T0_MS + 10_000);
+    let (seq, id, _) = behind(&mut r, 150, T0_MS + 10_000);
     assert!(view.early_poll(seq, &id, T0_MS + 14_000).is_some());
     r.set_paused(true);
     r.release_once(T0_MS + 15_000, 10);
@@ -336,7 +357,7 @@ fn a_sold_out_room_or_a_refusing_sink_leaves_every_poll_to_the_room() {
     let stock = Arc::new(InMemoryStock::new());
     let sink = Sink::default();
     let mut r = durable_room(&policy(), stock.clone(), &sink);
-    let (seq, id, _) = join(&mut r, T0_MS);
+    let (seq, id, _) = behind(&mut r, 40, T0_MS);
     let view = r.view();
     assert!(view.early_poll(seq, &id, T0_MS + 100).is_some());
     stock.set_sold_out("drop", true);
@@ -364,7 +385,7 @@ fn a_restored_room_answers_its_first_polls_itself() {
     let sink = Sink::default();
     let stock = Arc::new(InMemoryStock::new());
     let mut before = durable_room(&policy(), stock.clone(), &sink);
-    let (seq, id, _) = join(&mut before, T0_MS);
+    let (seq, id, _) = behind(&mut before, 40, T0_MS);
     assert!(before.view().early_poll(seq, &id, T0_MS + 100).is_some());
     let mut events = Vec::new();
     before.snapshot(&mut |e| events.push(e));
