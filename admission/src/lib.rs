@@ -58,7 +58,7 @@ pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, RoomState,
-    Status, Stop, Wait, WaitingRoom, Watermark,
+    RoomView, Status, Stop, Wait, WaitingRoom, Watermark,
 };
 pub use stats::RoomStats;
 pub use stock::{InMemoryStock, StockAuthority};

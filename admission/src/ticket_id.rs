@@ -71,6 +71,10 @@ impl TicketId {
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
+
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
 }
 
 impl fmt::Display for TicketId {

@@ -31,13 +31,45 @@ pub const CHAIN_ENTRIES_MAX: usize = 32;
 pub struct Client {
     /// The client address; `None` when the peer has none (never on TCP).
     pub ip: Option<IpAddr>,
-    /// The `X-Forwarded-For` value to send to the origin, ending with the
-    /// peer; `None`: send none.
-    pub forwarded_for: Option<String>,
+    /// The `X-Forwarded-For` chain to send to the origin
+    /// ([`Self::forwarded_for`]), written out only for a request that goes
+    /// there.
+    chain: Chain,
     /// The peer is one of `trusted_proxies`: the other forwarding headers
     /// it sends ([`crate::headers::CLIENT_CLAIMS`]) are its word, not the
     /// client's, and go on to the origin.
     pub trusted_peer: bool,
+}
+
+/// The addresses of the `X-Forwarded-For` to send on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum Chain {
+    /// Send none.
+    #[default]
+    None,
+    /// The peer alone (an untrusted peer, the usual case).
+    Peer(IpAddr),
+    /// The peer first, then the hops before it, right to left.
+    Hops(Vec<IpAddr>),
+}
+
+impl Client {
+    /// The `X-Forwarded-For` value to send to the origin, ending with the
+    /// peer; `None`: send none.
+    pub fn forwarded_for(&self) -> Option<String> {
+        match &self.chain {
+            Chain::None => None,
+            Chain::Peer(peer) => Some(peer.to_string()),
+            Chain::Hops(chain) => Some(
+                chain
+                    .iter()
+                    .rev()
+                    .map(IpAddr::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        }
+    }
 }
 
 /// The client of a request from `peer` carrying `headers`.
@@ -49,7 +81,7 @@ pub fn identify(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) ->
     if !is_trusted(&peer) {
         return Client {
             ip: Some(peer),
-            forwarded_for: Some(peer.to_string()),
+            chain: Chain::Peer(peer),
             trusted_peer: false,
         };
     }
@@ -71,15 +103,9 @@ pub fn identify(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) ->
             break;
         }
     }
-    let forwarded_for = chain
-        .iter()
-        .rev()
-        .map(IpAddr::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
     Client {
         ip: Some(client),
-        forwarded_for: Some(forwarded_for),
+        chain: Chain::Hops(chain),
         trusted_peer: true,
     }
 }
@@ -126,7 +152,7 @@ mod tests {
 
     fn id(peer: &str, values: &[&str], trusted: &[&str]) -> (String, String) {
         let c = identify(ip(peer), &xff(values), &nets(trusted));
-        (c.ip.unwrap().to_string(), c.forwarded_for.unwrap())
+        (c.ip.unwrap().to_string(), c.forwarded_for().unwrap())
     }
 
     #[test]

@@ -298,8 +298,8 @@ impl ProxyHttp for Proxy {
             upstream.remove_header(&name);
         }
         // Replaces every X-Forwarded-For the request carried.
-        match &ctx.client.forwarded_for {
-            Some(chain) => upstream.insert_header(headers::X_FORWARDED_FOR, chain.as_str())?,
+        match ctx.client.forwarded_for() {
+            Some(chain) => upstream.insert_header(headers::X_FORWARDED_FOR, chain)?,
             None => {
                 upstream.remove_header(&headers::X_FORWARDED_FOR);
             }

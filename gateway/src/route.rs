@@ -391,10 +391,15 @@ mod tests {
 
     /// A runtime with an origin and a room protecting `/cart/**`.
     fn cart(fold_case: bool) -> Runtime {
+        protecting("\"/cart/**\"", fold_case)
+    }
+
+    /// A runtime with an origin and a room protecting `patterns`.
+    fn protecting(patterns: &str, fold_case: bool) -> Runtime {
         let dir = std::env::temp_dir().join(format!("sluice-route-cart-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = format!(
-            "[gateway]\nstatic_dir = {dir:?}\norigin = \"http://127.0.0.1:1\"\n[[rooms]]\nname = \"drop\"\nprotect = [\"/cart/**\"]\nprotect_case_insensitive = {fold_case}\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n"
+            "[gateway]\nstatic_dir = {dir:?}\norigin = \"http://127.0.0.1:1\"\n[[rooms]]\nname = \"drop\"\nprotect = [{patterns}]\nprotect_case_insensitive = {fold_case}\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n"
         );
         let config = parse_with_env(&src, Path::new("t.toml"), &|_| None).unwrap();
         let catalog = crate::runtime::load_catalog(&config).unwrap();
@@ -433,6 +438,23 @@ mod tests {
             assert_eq!(status(&go(&folding, &Method::GET, p, &h)), 401, "{p}");
         }
         assert_eq!(status(&go(&folding, &Method::GET, "/carts", &h)), 0);
+    }
+
+    #[test]
+    fn a_pattern_protects_its_directory_without_the_slash_at_any_length() {
+        // The slashed spelling of a path is written on the stack up to 255
+        // bytes and on the heap beyond: both protect alike.
+        let (a, b) = (
+            format!("/{}", "a".repeat(254)),
+            format!("/{}", "b".repeat(255)),
+        );
+        assert_eq!((a.len(), b.len()), (255, 256));
+        let rt = protecting(&format!("\"{a}/**\", \"{b}/**\""), false);
+        let h = HeaderMap::new();
+        for p in [&a, &b, &format!("{a}/"), &format!("{b}/x")] {
+            assert_eq!(status(&go(&rt, &Method::GET, p, &h)), 401, "{}", p.len());
+        }
+        assert_eq!(status(&go(&rt, &Method::GET, &format!("{a}x"), &h)), 0);
     }
 
     #[test]

@@ -115,7 +115,22 @@ impl Runtime {
         }
         let trimmed = path.trim_end_matches('/');
         let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
-        let slashed = format!("{trimmed}/");
+        // `trimmed` and a slash, on the stack for the usual path (no
+        // allocation per request).
+        let mut buf = [0u8; SLASHED_ON_STACK];
+        let long;
+        let slashed: &str = match buf.get_mut(..=trimmed.len()) {
+            Some(room) => {
+                let (text, slash) = room.split_at_mut(trimmed.len());
+                text.copy_from_slice(trimmed.as_bytes());
+                slash[0] = b'/';
+                std::str::from_utf8(room).expect("a str and a slash")
+            }
+            None => {
+                long = format!("{trimmed}/");
+                &long
+            }
+        };
         // Each spelling is matched once: `path` is often `trimmed` or
         // `slashed` itself.
         let path = (path != trimmed && path != slashed).then_some(path);
@@ -135,6 +150,10 @@ impl Runtime {
             .map(|i| &self.config.rooms[i])
     }
 }
+
+/// Longest path (and its slash) whose slashed spelling the `protect`
+/// check writes on the stack.
+const SLASHED_ON_STACK: usize = 256;
 
 /// The peer of `origin` at `address`, with the gateway's origin timeouts.
 fn origin_peer(

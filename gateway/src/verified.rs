@@ -106,8 +106,26 @@ impl VerifyingKeyring {
         expected: &Expected<'_>,
         now_unix_s: u64,
     ) -> Result<Claims, TokenError> {
+        self.verify_then(token, expected, now_unix_s, Claims::clone)
+    }
+
+    /// [`Self::verify`], handing the accepted claims to `then` rather than
+    /// a copy of them: a caller that needs only a few of them (an early
+    /// poll: `seq` and `sub`) copies no strings. On a hit `then` runs under
+    /// the lock of the token's shard, so it must be short and must not
+    /// verify another token.
+    pub fn verify_then<R>(
+        &self,
+        token: &str,
+        expected: &Expected<'_>,
+        now_unix_s: u64,
+        then: impl FnOnce(&Claims) -> R,
+    ) -> Result<R, TokenError> {
         let Some((_, signature)) = token.rsplit_once('.') else {
-            return self.keys.verify(token, expected, now_unix_s);
+            return self
+                .keys
+                .verify(token, expected, now_unix_s)
+                .map(|c| then(&c));
         };
         let shard = &self.shards[self.shard_of.hash_one(signature) as usize % SHARDS];
         {
@@ -118,26 +136,27 @@ impl VerifyingKeyring {
                     if now_unix_s < claims.exp
                         && claims.iat <= now_unix_s.saturating_add(IAT_LEEWAY_S)
                     {
-                        return Ok(claims.clone());
+                        return Ok(then(claims));
                     }
                     cache.pop(signature);
                 }
             }
         }
         let claims = self.keys.verify(token, expected, now_unix_s)?;
+        let answer = then(&claims);
         let entry = Entry {
             token: token.into(),
             typ: expected.typ,
             room: expected.room.into(),
             ttl_s: expected.ttl_s,
             opens_at_s: expected.opens_at_s,
-            claims: claims.clone(),
+            claims,
         };
         shard
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .put(signature.into(), entry);
-        Ok(claims)
+        Ok(answer)
     }
 
     /// Tokens remembered now.
@@ -282,6 +301,31 @@ mod tests {
             Err(TokenError::BadSignature)
         );
         assert_eq!((rotated.cached(), replaced.cached()), (0, 0));
+    }
+
+    #[test]
+    fn verify_then_answers_as_verify_does_and_sees_only_accepted_claims() {
+        let keys = VerifyingKeyring::new(keyring("k1", 1));
+        let claims = pass("drop", NOW, NOW + 60);
+        let token = keys.sign(&claims).unwrap();
+        let expected = Expected::pass("drop", 600);
+        let seq_of = |t: &str, now: u64| keys.verify_then(t, &expected, now, |c| c.seq);
+        // A miss (verified in full, then cached), then a hit.
+        assert_eq!(seq_of(&token, NOW), Ok(7));
+        assert_eq!(keys.cached(), 1);
+        assert_eq!(seq_of(&token, NOW + 1), Ok(7));
+        let mut tampered = token.clone().into_bytes();
+        let i = token.find('.').unwrap() + 3;
+        tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        let mut ran = false;
+        let refused = keys.verify_then(&tampered, &expected, NOW, |_| ran = true);
+        assert!(
+            refused.is_err() && !ran,
+            "`then` never sees a refused token"
+        );
+        assert_eq!(seq_of(&token, NOW + 60), Err(TokenError::Expired));
+        assert_eq!(seq_of("nodots", NOW), Err(TokenError::Malformed));
     }
 
     #[test]

@@ -75,7 +75,14 @@ const SPELLINGS: &[(&str, Expect)] = &[
     ("/cart%ef%bc%8fx", Refused),
     ("/cart/x%ff", Refused),
     ("/C:/cart/x", Refused),
+    // Long paths: 255 bytes (the protect check writes the slashed spelling
+    // on the stack) and 256 (on the heap).
+    (LONG_255, Protected(LONG_255)),
+    (LONG_256, Protected(LONG_256)),
 ];
+
+const LONG_255: &str = "/cart/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const LONG_256: &str = "/cart/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 /// What a spelling gets in a room with `protect_case_insensitive = true`.
 fn folded(expect: Expect) -> Expect {

@@ -140,3 +140,111 @@ async fn a_ticket_lives_no_longer_than_ticket_ttl() {
     assert_eq!(rejections(&gw, "unknown_place").await, 1.0);
     assert_eq!(rejections(&gw, "bad_lifetime").await, 1.0);
 }
+
+/// The claims inside a token, read without verifying (the test's own).
+fn claims_of(token: &str) -> Claims {
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn an_early_poll_is_answered_early_only_for_the_very_ticket_the_room_told_to_wait() {
+    let origin = Origin::start();
+    let room = |name: &str| {
+        format!("[[rooms]]\nname = \"{name}\"\nprotect = [\"/{name}/**\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 100\npoll_min_s = 5\npoll_max_s = 10\nticket_ttl_s = {TICKET_TTL_S}\n")
+    };
+    let gw = Gateway::start(GatewayOptions {
+        origin: Some(origin.url()),
+        rest: format!(
+            "[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"{}\"\n\n{}\n{}",
+            URL_SAFE_NO_PAD.encode(SECRET),
+            room("drop"),
+            room("other")
+        ),
+        ..Default::default()
+    });
+    let join = |room: &'static str| {
+        let gw = &gw;
+        async move {
+            let r = client()
+                .post(gw.url(&format!("/queue/{room}/join")))
+                .send()
+                .await
+                .unwrap();
+            let v: serde_json::Value = r.json().await.unwrap();
+            v["ticket"].as_str().unwrap().to_owned()
+        }
+    };
+    let poll = |room: &'static str, ticket: String| {
+        let gw = &gw;
+        async move {
+            let r = client()
+                .get(gw.url(&format!("/queue/{room}/status")))
+                .bearer_auth(ticket)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body: serde_json::Value = r.json().await.unwrap();
+            (status, body["error"].as_str().map(str::to_owned), retry)
+        }
+    };
+    // The first of each room is let in at once; the second waits, told
+    // to ask again in 5 s or more.
+    let _ = join("drop").await;
+    let _ = join("other").await;
+    let ticket = join("drop").await;
+    let _ = join("other").await;
+    let genuine = claims_of(&ticket);
+    assert_eq!(genuine.seq, 1);
+    let (status, error, retry) = poll("drop", ticket.clone()).await;
+    assert_eq!((status, error.as_deref()), (429, Some("rate_limited")));
+    assert!(retry.unwrap().parse::<u64>().unwrap() >= 4);
+
+    let refused = |_reason: &'static str| (401, Some("invalid_ticket".to_owned()), None);
+    // A byte of the signature changed.
+    let mut bytes = ticket.clone().into_bytes();
+    let i = bytes.len() - 2;
+    bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(bytes).unwrap();
+    assert_eq!(poll("drop", tampered).await, refused("bad_signature"));
+    // The same ticket expired, signed with the gateway's own key.
+    let resign = |change: &dyn Fn(&mut Claims)| {
+        let mut claims = genuine.clone();
+        change(&mut claims);
+        keyring().sign(&claims).unwrap()
+    };
+    let now = now_s();
+    let expired = resign(&|c| {
+        c.iat = now - 100;
+        c.exp = now - 1;
+    });
+    assert_eq!(poll("drop", expired).await, refused("expired"));
+    // Another room's ticket for the same place and id: not this room's,
+    // and that room never told this id anything.
+    let elsewhere = resign(&|c| c.aud = "other".into());
+    assert_eq!(
+        poll("drop", elsewhere.clone()).await,
+        refused("wrong_audience")
+    );
+    assert_eq!(poll("other", elsewhere).await, refused("unknown_place"));
+    // A properly signed ticket for the waiting place with another id: the
+    // room knows that id is not the place's, so the view never says early.
+    let other_id = resign(&|c| c.sub = TICKET_ID.into());
+    assert_eq!(poll("drop", other_id).await, refused("unknown_place"));
+    for (reason, count) in [
+        ("bad_signature", 1.0),
+        ("expired", 1.0),
+        ("wrong_audience", 1.0),
+        // (The other room's refusal is counted under its name.)
+        ("unknown_place", 1.0),
+    ] {
+        assert_eq!(rejections(&gw, reason).await, count, "{reason}");
+    }
+    // The genuine ticket is still early.
+    assert_eq!(poll("drop", ticket).await.0, 429);
+}

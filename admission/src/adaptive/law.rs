@@ -14,15 +14,18 @@
 //!            row, otherwise); or p99 > P99_CEILING × target_p99_ms; or
 //!            backend failures above max_error_ratio by ERROR_SIGMAS
 //! STARTUP  rate' = min(rate × (1 + STARTUP_GROWTH), max(rate, STARTUP_SERVED × served))
-//!          below CRUISE_GAIN × the highest capacity measured before (after
-//!          a recovery, or a false alarm), straight back to it (CUBIC's
-//!          return to W_max), at most × RETURN_MAX in one step
+//!          below CRUISE_GAIN × the capacity it resumes (after a recovery
+//!          the highest measured, CUBIC's return to W_max; after a false
+//!          alarm in a cruise the one it cruised on), straight back to it,
+//!          at most × RETURN_MAX in one step
 //!          saturated → DRAIN, capacity = served
 //! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
 //!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
 //!          (once it has cruised, a drain that never saw queue >
-//!          QUEUE_CAPACITY was a false alarm: back to STARTUP, same rate)
+//!          QUEUE_CAPACITY was a false alarm: back to STARTUP, same rate,
+//!          resuming the capacity of the cruise it interrupted, if any: a
+//!          false alarm is no evidence that a lost capacity came back)
 //! CRUISE   rate' = rate
 //!          saturated → DRAIN
 //!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
@@ -189,6 +192,13 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
     let (next, reason) = match previous.phase {
         _ if saturated && previous.phase != Phase::Drain => {
             d.phase = Phase::Drain;
+            // Should this prove a false alarm, what STARTUP goes back to:
+            // the cruise it interrupts, not the highest capacity ever
+            // measured (the backend may have lost it since); from STARTUP,
+            // what that was going back to.
+            if previous.phase == Phase::Cruise {
+                d.resume = previous.capacity;
+            }
             d.capacity = Some(served);
             d.capacity_samples = 0;
             d.capacity_sum = 0.0;
@@ -238,6 +248,7 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
             if d.underload_steps >= UNDERLOAD_STEPS {
                 d.phase = Phase::Startup;
                 d.underload_steps = 0;
+                d.resume = previous.capacity_high;
             }
             // Shoppers who learn of their pass at their next poll check
             // out in rounds: the backend is busy through each round, so
@@ -261,15 +272,16 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                         .capacity_high
                         .map_or(m.served_per_second, |h| h.max(m.served_per_second)),
                 );
+                d.resume = d.capacity_high;
             }
             (rate, Reason::Steady)
         }
         Phase::Startup if m.free_slots == 0 => (rate, Reason::Slots),
         Phase::Startup => {
             let ramp = (rate * (1.0 + STARTUP_GROWTH)).min((served * STARTUP_SERVED).max(rate));
-            let next = match previous.capacity_high {
-                Some(high) if rate < CRUISE_GAIN * high => {
-                    (rate * RETURN_MAX).min(CRUISE_GAIN * high).max(ramp)
+            let next = match previous.resume {
+                Some(resume) if rate < CRUISE_GAIN * resume => {
+                    (rate * RETURN_MAX).min(CRUISE_GAIN * resume).max(ramp)
                 }
                 _ => ramp,
             };

@@ -171,6 +171,11 @@ pub struct Decision {
     pub capacity: Option<f64>,
     /// The highest capacity measured: where a recovery returns to first.
     pub capacity_high: Option<f64>,
+    /// The capacity STARTUP goes straight back to (CRUISE_GAIN × it, when
+    /// below): the highest after a recovery, the one it cruised on after
+    /// a false alarm in a cruise; `None` otherwise (it ramps).
+    #[serde(default)]
+    pub resume: Option<f64>,
     /// The checkouts' latency with no queue (ms): Vegas's base RTT.
     pub base_ms: Option<f64>,
     /// The queue estimate, smoothed.
@@ -202,6 +207,7 @@ impl Decision {
             phase: Phase::Startup,
             capacity: None,
             capacity_high: None,
+            resume: None,
             base_ms: None,
             queue: None,
             over_steps: 0,

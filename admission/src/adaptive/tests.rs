@@ -173,6 +173,33 @@ fn a_recovery_returns_to_the_highest_capacity() {
 }
 
 #[test]
+fn a_false_alarm_after_a_slowdown_resumes_the_slow_cruise_not_the_highest_capacity() {
+    // Cruising at 17/s on a capacity of 20/s measured after the backend
+    // slowed down from 100/s.
+    let mut d = at(17.0, Phase::Cruise);
+    d.base_ms = Some(100.0);
+    d.capacity = Some(20.0);
+    d.capacity_high = Some(100.0);
+    d.cruised = true;
+    d.cruise_steps = 30;
+    // A window p99 above the ceiling with no queue (slow checkouts of the
+    // slowdown still in a small window): DRAIN...
+    d = step(&B, &d, &m(50, 1000.0, 17.0, 1.7, 17.0), 1000);
+    assert_eq!(d.phase, Phase::Drain);
+    // ...that never sees a queue: a false alarm, back to STARTUP.
+    d = step(&B, &d, &healthy(17.0), 2000);
+    assert_eq!((d.phase, d.rate), (Phase::Startup, 17.0));
+    // Nothing says the 100/s came back: STARTUP grows at its own pace
+    // from the slow cruise, it does not jump to 0.85 × 100/s.
+    d = step(&B, &d, &healthy(17.0), 3000);
+    assert!(
+        (d.rate - 17.0 * (1.0 + STARTUP_GROWTH)).abs() < 1e-9,
+        "{}",
+        d.rate
+    );
+}
+
+#[test]
 fn a_round_of_checkouts_served_well_above_the_cruise_capacity_ends_cruise() {
     // Cruising at 5/s on a capacity of 6/s measured while the backend was
     // slow, with a cruise latency learnt after it had recovered (so no

@@ -55,6 +55,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         match joined {
             Some(joined) if !self.flush() => {
                 self.write_off(joined.seq);
+                self.publish();
                 self.counters.joins.store_unavailable += 1;
                 Err(JoinError::StoreUnavailable {
                     retry_after_s: self.retry_after_s(),
@@ -62,6 +63,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             }
             Some(joined) => {
                 self.counters.joins.queued += 1;
+                // Kept: its early polls can be answered without the room.
+                self.record_due(joined.seq, joined.ticket_id);
                 Ok(joined)
             }
             None => {

@@ -12,6 +12,8 @@
 //!   back for are no-shows, made up for as [`crate::no_show`] says.
 //! - [`WaitingRoom::watermark`] gives the numbers shared by every ticket,
 //!   from which a client works out its own place.
+//! - [`WaitingRoom::view`] is what the room publishes for readers without
+//!   its lock: those numbers, and early polls answered ([`RoomView`]).
 //! - [`WaitingRoom::restore`] rebuilds a room from its events, and
 //!   [`WaitingRoom::snapshot`] sums it up in as few (see [`crate::journal`]).
 //! - [`WaitingRoom::may_start`] says whether a pass still holds its active
@@ -24,10 +26,12 @@
 mod join;
 mod outcome;
 mod pass;
+mod poll_dues;
 mod pre_queue;
 mod release;
 mod restore;
 mod status;
+mod view;
 mod watermark;
 
 use std::collections::BTreeMap;
@@ -39,7 +43,9 @@ use rand::RngCore;
 pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };
+pub use poll_dues::DUES_MAX;
 pub use restore::RestoreError;
+pub use view::RoomView;
 pub use watermark::{RoomState, Watermark};
 
 use crate::fair_start::FairStartInfo;
@@ -51,7 +57,7 @@ use crate::rate_meter::RateMeter;
 use crate::stats::{JoinCounts, RoomStats, WaitHistogram};
 use crate::stock::StockAuthority;
 use crate::store::{MemoryStore, QueueStore, Slot, SlotState};
-use crate::ticket_id::TicketIdKey;
+use crate::ticket_id::{TicketId, TicketIdKey};
 use crate::wait_estimate::{estimated_wait_s, SlotOutlook};
 use pre_queue::PreQueueState;
 
@@ -160,7 +166,6 @@ struct Counters {
     abandoned: u64,
     expired: u64,
     admitted: u64,
-    too_early: u64,
     wait: WaitHistogram,
 }
 
@@ -206,9 +211,11 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     /// Mean seconds a pass held its slot (expired or given back); `None`
     /// until one has, when `pass_ttl` stands in.
     hold_s_mean: Option<f64>,
-    /// The latest `now` an operation was given (unix seconds): when a slot
-    /// given back ([`Self::give_back_if_spent`] takes no time) was freed.
-    now_s_seen: u64,
+    /// What readers without the lock see, written before every operation
+    /// returns. It also keeps the latest `now` an operation (or an early
+    /// poll it answered) was given: when a slot given back
+    /// ([`Self::give_back_if_spent`] takes no time) was freed.
+    view: Arc<RoomView>,
 }
 
 impl WaitingRoom<MemoryStore> {
@@ -269,7 +276,13 @@ impl<S: QueueStore> WaitingRoom<S> {
         policy.validate()?;
         let pre_queue = policy.opens_at_ms.map(|at| PreQueueState::new(at, seed));
         let pace = Pacer::new(policy.release_per_second.get(), policy.burst.get());
-        Ok(Self {
+        let view = Arc::new(RoomView::new(
+            name,
+            stock.clone(),
+            policy.queue_capacity.get() as usize,
+            now_ms / 1000,
+        ));
+        let room = Self {
             name: name.to_owned(),
             store,
             stock,
@@ -291,8 +304,10 @@ impl<S: QueueStore> WaitingRoom<S> {
             pending: Vec::new(),
             sink_failing: false,
             hold_s_mean: None,
-            now_s_seen: now_ms / 1000,
-        })
+            view,
+        };
+        room.publish();
+        Ok(room)
     }
 
     /// Records a change for the sink (nothing without one).
@@ -303,8 +318,16 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// Gives the pending changes to the sink; `false` if it refused them
-    /// (they stay pending, and are offered again first next time).
+    /// (they stay pending, and are offered again first next time). Every
+    /// operation that changes the room ends with it, so it also publishes
+    /// the room's [`RoomView`].
     fn flush(&mut self) -> bool {
+        let kept = self.give_to_sink();
+        self.publish();
+        kept
+    }
+
+    fn give_to_sink(&mut self) -> bool {
         let Some(sink) = self.sink.as_mut() else {
             return true;
         };
@@ -326,6 +349,57 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
+    /// Writes the room's state into its [`RoomView`].
+    fn publish(&self) {
+        let pre_queue = self.pre_queue.as_ref().filter(|p| !p.opened);
+        self.view.publish(view::Published {
+            epoch_s: self.epoch_s,
+            cursor: self.cursor,
+            waiting: self.store.live() + pre_queue.map_or(0, |p| p.entrants()),
+            release_per_second: self.policy.release_per_second.get(),
+            poll_min_s: self.policy.poll_min.as_secs() as u32,
+            paused: self.paused,
+            pre_queue_until_ms: pre_queue.map_or(0, |p| p.opens_at_ms),
+            synced: self.pending.is_empty(),
+        });
+    }
+
+    /// What the room publishes for readers that do not take its lock.
+    pub fn view(&self) -> Arc<RoomView> {
+        self.view.clone()
+    }
+
+    /// The time-outs in force, as the view records them with an answer.
+    fn limits(&self) -> poll_dues::Limits {
+        let secs = |d: std::time::Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
+        poll_dues::Limits {
+            ticket_ttl_s: secs(self.policy.ticket_ttl),
+            idle_timeout_s: secs(self.policy.idle_timeout),
+        }
+    }
+
+    /// Records, for [`RoomView::early_poll`], the answer just given to
+    /// ticket `seq` (with the id checked for it) that set its slot's next
+    /// poll. Every write of a waiting slot's `last_poll_s` ends with this.
+    fn record_due(&self, seq: u64, ticket_id: TicketId) {
+        let (at, slot) = if self.before_opening() {
+            let slot = self
+                .pre_queue
+                .as_ref()
+                .and_then(|p| p.slots.get(usize::try_from(seq).ok()?).copied());
+            (poll_dues::DueAt::PreQueue, slot)
+        } else {
+            let place = self.place_of(seq);
+            (
+                poll_dues::DueAt::Place(place.unwrap_or(u64::MAX)),
+                place.and_then(|p| self.store.get(p)),
+            )
+        };
+        if let Some(slot) = slot.filter(|s| s.state == SlotState::Waiting) {
+            self.view.record(seq, ticket_id, at, &slot, self.limits());
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -342,7 +416,12 @@ impl<S: QueueStore> WaitingRoom<S> {
         let share = self.share_milli();
         self.pace
             .set(policy.release_per_second.get(), share, policy.burst.get());
+        let limits = self.limits();
         self.policy = policy;
+        if self.limits() != limits {
+            self.view.next_generation();
+        }
+        self.publish();
         Ok(())
     }
 
@@ -352,6 +431,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.policy.release_per_second = rate;
         let share = self.share_milli();
         self.pace.set(rate.get(), share, self.policy.burst.get());
+        self.publish();
     }
 
     /// Passes that can still be let in before `max_active` is reached.
@@ -366,6 +446,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// already given keep working. Reopening continues in order.
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
+        self.publish();
     }
 
     pub fn is_paused(&self) -> bool {
@@ -392,7 +473,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             abandoned_total: self.counters.abandoned,
             expired_total: self.counters.expired,
             admitted_total: self.counters.admitted,
-            too_early_total: self.counters.too_early,
+            too_early_total: self.view.too_early_total(),
             active_passes: self.active.len() as u64,
             uncollected: self.uncollected.len() as u64,
             no_show_share: f64::from(self.no_shows.share_milli(Self::unix_s(now_ms))) / 1000.0,
@@ -420,8 +501,7 @@ impl<S: QueueStore> WaitingRoom<S> {
 
     /// Room seconds (since `epoch_s`), as stored in slots.
     fn room_s(&self, now_ms: u64) -> u32 {
-        let s = Self::unix_s(now_ms).saturating_sub(self.epoch_s);
-        u32::try_from(s).unwrap_or(u32::MAX)
+        view::room_s(Self::unix_s(now_ms), self.epoch_s)
     }
 
     fn expires_at_s(&self, slot: &Slot) -> u64 {
@@ -507,7 +587,7 @@ impl<S: QueueStore> WaitingRoom<S> {
 
     /// The measured no-show share, in thousandths.
     fn share_milli(&self) -> u32 {
-        self.no_shows.share_milli(self.now_s_seen)
+        self.no_shows.share_milli(self.view.seen_s())
     }
 
     fn hold_s(&self) -> f64 {
@@ -525,7 +605,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     fn saw(&mut self, now_ms: u64) {
-        self.now_s_seen = self.now_s_seen.max(Self::unix_s(now_ms));
+        self.view.saw(now_ms);
     }
 
     /// `Retry-After` for a full queue or a paused room: long enough for the

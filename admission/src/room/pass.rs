@@ -40,7 +40,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         let Some(pass) = self.active.remove(&place) else {
             return false;
         };
-        self.observe_hold(self.now_s_seen.saturating_sub(pass.issued_at_s));
+        self.observe_hold(self.view.seen_s().saturating_sub(pass.issued_at_s));
         self.emit(RoomEvent::GaveBack { place });
         // A slot given back and then restored would only let one person
         // fewer in until the pass expires: not worth refusing over.

@@ -77,6 +77,7 @@ impl WaitingRoom<MemoryStore> {
         room.active.retain(|_, pass| now_s < pass.expires_at_s);
         room.uncollected.retain(|_, p| now_s < p.pass.expires_at_s);
         room.sink = Some(sink);
+        room.publish();
         if !created {
             room.emit(RoomEvent::Created {
                 epoch_s: room.epoch_s,

@@ -1,8 +1,7 @@
 //! Answering a poll.
 
-use super::{
-    Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, CLAIM_SLACK_S, POLL_SLACK_S,
-};
+use super::view::too_early_by;
+use super::{Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, CLAIM_SLACK_S};
 use crate::journal::RoomEvent;
 use crate::no_show::claim_window_ms;
 use crate::store::{QueueStore, Slot, SlotState};
@@ -21,7 +20,9 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// count as a sign of life.
     ///
     /// The only changes a poll records are time-outs it finds; they are
-    /// given to the sink on the way out.
+    /// given to the sink on the way out. An answer that sets the next poll
+    /// is also recorded in the room's view, which can then answer the
+    /// ticket's early polls without the room ([`super::RoomView`]).
     pub fn status(
         &mut self,
         seq: u64,
@@ -40,7 +41,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Err(PollError::UnknownTicket);
         }
         if self.before_opening() {
-            return self.pre_queue_status(seq, now_ms);
+            return self.pre_queue_status(seq, ticket_id, now_ms);
         }
         let place = self.place_of(seq).ok_or(PollError::UnknownTicket)?;
         if place < self.cursor {
@@ -71,6 +72,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 ..slot
             },
         );
+        self.record_due(seq, *ticket_id);
         let wait = Wait {
             position: ahead + 1,
             ahead,
@@ -133,19 +135,21 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     fn check_on_time(&mut self, slot: &Slot, now_s: u32) -> Result<(), PollError> {
-        let due_s = slot
-            .last_poll_s
-            .saturating_add(u32::from(slot.poll_after_s));
-        if now_s.saturating_add(POLL_SLACK_S) < due_s {
-            self.counters.too_early += 1;
-            return Err(PollError::TooEarly {
-                retry_after_s: u64::from(due_s - now_s),
-            });
+        match too_early_by(slot.last_poll_s, slot.poll_after_s, now_s) {
+            Some(retry_after_s) => {
+                self.view.count_too_early();
+                Err(PollError::TooEarly { retry_after_s })
+            }
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    fn pre_queue_status(&mut self, seq: u64, now_ms: u64) -> Result<Status, PollError> {
+    fn pre_queue_status(
+        &mut self,
+        seq: u64,
+        ticket_id: &TicketId,
+        now_ms: u64,
+    ) -> Result<Status, PollError> {
         let now_s = self.room_s(now_ms);
         let i = usize::try_from(seq).map_err(|_| PollError::UnknownTicket)?;
         let (opens_at_ms, entrants, slot) = {
@@ -177,6 +181,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             entry.last_poll_s = now_s;
             entry.poll_after_s = poll;
         }
+        self.record_due(seq, *ticket_id);
         Ok(Status::PreQueue(PreQueue {
             opens_at_ms,
             entrants,

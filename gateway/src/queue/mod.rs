@@ -44,8 +44,8 @@ use sluice_admission::adaptive::Outcome;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, PassOrders, Policy, PollError, RoomStats, Status, StockAuthority, TicketId,
-    WaitingRoom,
+    JoinError, PassOrders, Policy, PollError, RoomStats, RoomView, Status, StockAuthority,
+    TicketId, WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -74,6 +74,9 @@ pub struct RoomEntry {
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     pub line: Mutex<WaitingRoom>,
+    /// What `line` publishes for readers without its lock: the watermark's
+    /// numbers, and early polls answered.
+    view: Arc<RoomView>,
     /// The room's files, when it is durable: the release worker syncs and
     /// compacts them.
     journal: Option<journal::RoomJournal>,
@@ -439,6 +442,7 @@ impl Rooms {
                 Some(entry) => entry.clone(),
                 None => {
                     let (line, journal) = self.make_line(room, policy.clone(), now_ms)?;
+                    let view = line.view();
                     let mut adaptive = adaptive::AdaptiveRelease::default();
                     // A new room runs at its configured (start) rate.
                     let _ = adaptive.configure(room, now_ms);
@@ -457,6 +461,7 @@ impl Rooms {
                         rate_limited_joins: AtomicU64::new(0),
                         lifetimes: Lifetimes::new(room),
                         line: Mutex::new(line),
+                        view,
                         journal,
                         adaptive: Mutex::new(adaptive),
                         shared,
@@ -726,11 +731,7 @@ impl Rooms {
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (&Method::GET | &Method::HEAD, "watermark") => {
-                let mark = entry
-                    .line
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .watermark();
+                let mark = entry.view.watermark();
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (_, "" | "join" | "status" | "watermark") => {
@@ -763,6 +764,11 @@ impl Rooms {
                     .verify(token, &entry.expect_ticket(room), now / 1000)
             {
                 if let Some(id) = TicketId::parse(&claims.sub) {
+                    // Rejoining sooner than told is an early poll: same
+                    // answer as the status route.
+                    if let Some(retry_after_s) = entry.view.early_poll(claims.seq, &id, now) {
+                        return too_early(retry_after_s);
+                    }
                     let polled = entry
                         .line
                         .lock()
@@ -837,9 +843,30 @@ impl Rooms {
         metrics: &Metrics,
     ) -> LocalResponse {
         let invalid = |reason: &str| invalid_ticket(metrics, room, reason);
-        let (token, claims) = match self.verified_ticket(room, entry, headers, now, metrics) {
-            Ok(verified) => verified,
-            Err(refused) => return refused,
+        let Some(token) = bearer(headers).or_else(|| cookie(headers, TICKET_COOKIE)) else {
+            return invalid("missing");
+        };
+        // Most polls of a refresh storm are early: once the ticket is
+        // verified (the same check as `verified_ticket`), answered from the
+        // room's view when the room would answer the same `429`, without
+        // its lock and without copying the claims.
+        let verified = self.keyring.load().verify_then(
+            token,
+            &entry.expect_ticket(room),
+            now / 1000,
+            |claims| {
+                let early = TicketId::parse(&claims.sub)
+                    .and_then(|id| entry.view.early_poll(claims.seq, &id, now));
+                match early {
+                    Some(retry_after_s) => Err(retry_after_s),
+                    None => Ok(claims.clone()),
+                }
+            },
+        );
+        let claims = match verified {
+            Err(e) => return invalid(e.reason()),
+            Ok(Err(retry_after_s)) => return too_early(retry_after_s),
+            Ok(Ok(claims)) => claims,
         };
         let Some(id) = TicketId::parse(&claims.sub) else {
             return invalid("malformed");
@@ -952,7 +979,42 @@ pub(crate) fn limit_join(entry: &RoomEntry, client: Option<IpAddr>) -> Option<Lo
     Some(too_many_joins(retry))
 }
 
+/// The `429 rate_limited` of a poll sooner than told: the answer the
+/// gateway gives most under a refresh storm, so written from a template
+/// rather than through [`ApiError`]'s serializer, with the very bytes and
+/// headers [`ApiError`] makes of it (a test compares them).
 pub(crate) fn too_early(retry_after_s: u64) -> LocalResponse {
+    const HEAD: &str = concat!(
+        r#"{"error":"rate_limited","message":""#,
+        "Asked sooner than told; the page updates by itself.",
+        r#"","retry_after_s":"#
+    );
+    let seconds = http::HeaderValue::from((retry_after_s as u32).max(1));
+    let mut body = Vec::with_capacity(HEAD.len() + 12);
+    body.extend_from_slice(HEAD.as_bytes());
+    body.extend_from_slice(seconds.as_bytes());
+    body.extend_from_slice(b"}\n");
+    LocalResponse {
+        status: ErrorCode::RateLimited.status(),
+        headers: vec![
+            (
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            ),
+            (
+                http::header::CACHE_CONTROL,
+                http::HeaderValue::from_static("no-store"),
+            ),
+            (http::header::RETRY_AFTER, seconds),
+        ],
+        body: body.into(),
+        source: "local",
+    }
+}
+
+/// [`too_early`] as [`ApiError`] writes it.
+#[cfg(test)]
+fn too_early_as_api_error(retry_after_s: u64) -> LocalResponse {
     LocalResponse::error(
         &ApiError::new(
             ErrorCode::RateLimited,
@@ -1055,6 +1117,29 @@ mod tests {
         assert!(Rooms::open(&parse(&selling), false, stock.clone()).is_ok());
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
+    }
+
+    #[test]
+    fn an_early_poll_gets_the_bytes_and_headers_an_api_error_would_make() {
+        assert!(too_early(1).body.starts_with(b"{"));
+        for s in [
+            0,
+            1,
+            2,
+            9,
+            10,
+            59,
+            300,
+            86_400,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let (fast, slow) = (too_early(s), too_early_as_api_error(s));
+            assert_eq!(fast.status, slow.status, "{s}");
+            assert_eq!(fast.headers, slow.headers, "{s}");
+            assert_eq!(fast.body, slow.body, "{s}");
+            assert_eq!(fast.source, slow.source);
+        }
     }
 
     #[test]
