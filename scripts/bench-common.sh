@@ -59,10 +59,21 @@ CONF
 # json KEY: the member KEY of the JSON object on stdin ("" when absent).
 json() { python3 -c "import json,sys; print(json.load(sys.stdin).get(sys.argv[1],''))" "$1"; }
 
+# bench_join URL ROOM: a new ticket. A fleet room answers 503 for its
+# first 2 s (its warm-up): asked again, up to 10 s.
+bench_join() {
+  local body _
+  for _ in $(seq 50); do
+    body=$(curl -sf -X POST "$1/queue/$2/join") && { json ticket <<<"$body"; return 0; }
+    sleep 0.2
+  done
+  echo "no ticket from room $2" >&2; exit 1
+}
+
 # bench_pass GATEWAY-URL ROOM: joins ROOM and polls until released; prints the pass.
 bench_pass() {
   local ticket pass="" _
-  ticket=$(curl -sf -X POST "$1/queue/$2/join" | json ticket)
+  ticket=$(bench_join "$1" "$2")
   for _ in $(seq 100); do
     pass=$(curl -s -H "Authorization: Bearer $ticket" "$1/queue/$2/status" | json pass)
     [ -n "$pass" ] && break; sleep 0.5

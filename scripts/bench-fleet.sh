@@ -82,7 +82,7 @@ for g in E F1 F2 F3; do eval "up http://127.0.0.1:\$PORT_$g/queue/drop/watermark
 for g in E F1; do
   eval "url=http://127.0.0.1:\$PORT_$g"
   bench_pass "$url" drop >/dev/null
-  eval "ticket_$g=\$(curl -sf -X POST \"\$url/queue/drop/join\" | json ticket)"
+  eval "ticket_$g=\$(bench_join \"\$url\" drop)"
 done
 
 cat >"$work/join.lua" <<'LUA'

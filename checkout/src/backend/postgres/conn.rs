@@ -68,30 +68,57 @@ impl Statements {
         Ok(statement)
     }
 
-    /// Forgets `sql` when `e` says its prepared statement is stale;
-    /// whether it did.
+    /// Forgets what `e` says is stale; whether it was. A plan whose result
+    /// type changed is this statement's alone; a statement the session no
+    /// longer has (26000) means the session lost them all (`DISCARD ALL`, a
+    /// pooler's reset), so every one is prepared anew.
     fn evict_if_stale(&mut self, sql: &'static str, e: &postgres::Error) -> bool {
-        let stale = is_stale(e);
-        if stale {
-            self.by_sql.remove(sql);
+        match staleness(e) {
+            Some(Stale::Plan) => {
+                self.by_sql.remove(sql);
+                true
+            }
+            Some(Stale::Session) => {
+                self.by_sql.clear();
+                true
+            }
+            None => false,
         }
-        stale
     }
 }
 
-/// Whether the server refused a prepared statement as stale: its plan's
-/// result type changed (0A000 with this message), or the session no
-/// longer has it (26000, after `DISCARD ALL` or a pooler's reset).
-fn is_stale(e: &postgres::Error) -> bool {
-    e.as_db_error().is_some_and(|db| {
-        *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
-            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED
-                && db.message().starts_with(STALE_PLAN))
-    })
+/// How a prepared statement went stale.
+enum Stale {
+    /// Its plan's result type changed (0A000 from the server's
+    /// `RevalidateCachedQuery`: the routine, not the message, which the
+    /// server translates by its `lc_messages`).
+    Plan,
+    /// The session no longer has it (26000).
+    Session,
 }
 
-/// The server's message for a cached plan whose result type changed.
-pub(crate) const STALE_PLAN: &str = "cached plan must not change result type";
+fn staleness(e: &postgres::Error) -> Option<Stale> {
+    let db = e.as_db_error()?;
+    if *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME {
+        return Some(Stale::Session);
+    }
+    let plan = *db.code() == SqlState::FEATURE_NOT_SUPPORTED
+        && (db.routine() == Some("RevalidateCachedQuery") || db.message().starts_with(STALE_PLAN));
+    plan.then_some(Stale::Plan)
+}
+
+/// Whether `e` is a prepared statement gone stale (see [`Stale`]).
+pub(crate) fn is_stale(e: &postgres::Error) -> bool {
+    staleness(e).is_some()
+}
+
+/// The server's message (in English) for a cached plan whose result type
+/// changed; the routine is what is checked first.
+const STALE_PLAN: &str = "cached plan must not change result type";
+
+/// How [`super::pg_err`] marks a stale statement's error, so a
+/// transaction that met one runs again ([`super::Retryable`]).
+pub(crate) const STALE_MARK: &str = "stale prepared statement";
 
 /// Queries by SQL text, each statement prepared once per connection
 /// (the driver's methods of the same names, on a cached statement).

@@ -291,6 +291,12 @@ pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
         Some(db) if unavailable_code(db.code().code()) => {
             StoreError::Unavailable(format!("{}: {}", db.code().code(), db.message()))
         }
+        Some(db) if conn::is_stale(&e) => StoreError::Postgres(format!(
+            "{}: {}: {}",
+            db.code().code(),
+            conn::STALE_MARK,
+            db.message()
+        )),
         Some(db) => StoreError::Postgres(format!("{}: {}", db.code().code(), db.message())),
         None if e.is_closed() || io_failure(&e) => StoreError::Unavailable(e.to_string()),
         // Client-side (a value that does not fit its column): a bug.
@@ -334,8 +340,7 @@ impl Retryable for StoreError {
     fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Postgres(m) if m.starts_with("40P01")
             || m.starts_with("40001")
-            || m.starts_with("26000")
-            || m.strip_prefix("0A000: ").is_some_and(|m| m.starts_with(conn::STALE_PLAN)))
+            || m.split(": ").nth(1) == Some(conn::STALE_MARK))
     }
 }
 
