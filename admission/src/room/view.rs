@@ -227,13 +227,10 @@ impl RoomView {
     /// The room's shared numbers as its last operation left them
     /// ([`super::WaitingRoom::watermark`] without the lock).
     pub fn watermark(&self) -> Watermark {
-        let state = if self.paused.load(Ordering::Relaxed) {
-            RoomState::Paused
-        } else if !self.stock.can_sell(&self.name) {
-            RoomState::SoldOut
-        } else {
-            RoomState::Open
-        };
+        let state = RoomState::of(
+            self.paused.load(Ordering::Relaxed),
+            self.stock.can_sell(&self.name),
+        );
         Watermark {
             serving: self.cursor.load(Ordering::Acquire),
             waiting: self.waiting.load(Ordering::Relaxed),

@@ -15,6 +15,18 @@ pub enum RoomState {
 }
 
 impl RoomState {
+    /// The state of a room that is `paused` or not and whose stock
+    /// `can_sell` or not (the kill switch first).
+    pub fn of(paused: bool, can_sell: bool) -> Self {
+        if paused {
+            RoomState::Paused
+        } else if !can_sell {
+            RoomState::SoldOut
+        } else {
+            RoomState::Open
+        }
+    }
+
     /// The contract's `state` value of the watermark.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,13 +61,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             .as_ref()
             .filter(|p| !p.opened)
             .map_or(0, |p| p.entrants());
-        let state = if self.paused {
-            RoomState::Paused
-        } else if !self.stock.can_sell(&self.name) {
-            RoomState::SoldOut
-        } else {
-            RoomState::Open
-        };
+        let state = RoomState::of(self.paused, self.stock.can_sell(&self.name));
         Watermark {
             serving: self.cursor,
             waiting: self.store.live() + pre,
