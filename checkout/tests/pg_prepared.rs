@@ -234,6 +234,14 @@ fn a_statement_gone_stale_after_a_migration_is_prepared_again() {
         backend.statements_prepared() > prepared,
         "the stale statements were prepared again"
     );
+    // The checkout's batches that met a stale plan ran again, counted as
+    // such and not as deadlock victims.
+    let stats = backend.batch_stats();
+    assert!(
+        stats.stale_reruns >= 1 && stats.deadlock_reruns == 0,
+        "{stats:?}"
+    );
+    assert_eq!(stats.reruns(), stats.stale_reruns);
 }
 
 /// Parses, binds and executes the server logged outside a transaction of

@@ -33,8 +33,9 @@
 //!   webhook ids, ended holds);
 //! - `books`: the books, gauges, stuck orders and the readiness write
 //!   (on a connection of its own, not the busy pool);
-//! - `tally`: counters a transaction decides on, added to the metrics
-//!   after its commit (a retried transaction counts once);
+//! - `tally`: counters and operator log lines a transaction decides on,
+//!   added to the metrics and the log after its commit (a transaction run
+//!   again counts and logs once);
 //! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it, and the leased
@@ -354,9 +355,15 @@ impl Retryable for StoreError {
     /// gone stale (`conn` evicted it: the next run prepares it anew).
     fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Postgres(m) if m.starts_with("40P01")
-            || m.starts_with("40001")
-            || m.split(": ").nth(1) == Some(conn::STALE_MARK))
+            || m.starts_with("40001"))
+            || is_stale_statement(self)
     }
+}
+
+/// Whether `e` is the error of a cached statement gone stale (see
+/// `conn`), which [`Retryable`] runs again like a deadlock victim.
+pub(crate) fn is_stale_statement(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres(m) if m.split(": ").nth(1) == Some(conn::STALE_MARK))
 }
 
 impl Retryable for CheckoutError {
