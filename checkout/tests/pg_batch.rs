@@ -272,7 +272,8 @@ fn two_back_ends_on_one_database_share_partitions_and_limits_without_deadlocks()
             Ok(_) | Err(CheckoutError::PurchaseLimit) => {}
             // A lock waited on past PostgreSQL's lock_timeout (a loaded
             // machine): answered 503, the buyer may retry. Not a cycle:
-            // those are counted in the batches' reruns, asserted below.
+            // those are counted in the batches' deadlock reruns, asserted
+            // below.
             Err(CheckoutError::Store(sluice_checkout::StoreError::Unavailable(_))) => busy += 1,
             Err(e) => panic!("buyer {b}: {e}"),
         }
@@ -304,9 +305,9 @@ fn two_back_ends_on_one_database_share_partitions_and_limits_without_deadlocks()
         let stats = b.batch_stats();
         eprintln!("{stats:?}");
         assert_eq!(
-            (stats.reruns, stats.split),
-            (0, 0),
-            "a batch was a deadlock victim or failed: {stats:?}"
+            (stats.deadlock_reruns, stats.stale_reruns, stats.split),
+            (0, 0, 0),
+            "a batch was a deadlock victim, met a stale statement or failed: {stats:?}"
         );
     }
 }

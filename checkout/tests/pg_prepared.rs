@@ -126,8 +126,9 @@ fn confirmed_checkout(backend: &PgBackend, i: usize) -> String {
 }
 
 /// A cluster of its own whose test database logs every protocol step,
-/// and a back end on it with one SKU of 1,000 units.
-fn logged_sale() -> (pg::ThrowawayPg, PgBackend, String) {
+/// and a back end on it with one SKU of 1,000 units; `keep`:
+/// [`PgConfig::prepared_statements`].
+fn logged_sale(keep: bool) -> (pg::ThrowawayPg, PgBackend, String) {
     let cluster = pg::own();
     let url = cluster.create_database();
     let database = url
@@ -139,7 +140,10 @@ fn logged_sale() -> (pg::ThrowawayPg, PgBackend, String) {
         "ALTER DATABASE {database} SET log_min_duration_statement = 0"
     ));
     let backend = PgBackend::open(
-        &PgConfig::new(url.clone()),
+        &PgConfig {
+            prepared_statements: keep,
+            ..PgConfig::new(url.clone())
+        },
         Arc::new(SimulatedProvider::default()),
     )
     .expect("open");
@@ -160,7 +164,7 @@ fn logged_sale() -> (pg::ThrowawayPg, PgBackend, String) {
 
 #[test]
 fn each_connection_prepares_a_statement_once_and_then_only_binds_it() {
-    let (cluster, backend, _) = logged_sale();
+    let (cluster, backend, _) = logged_sale(true);
     // The migrations at open ran once, unprepared (schema.rs).
     let opened = cluster.log().len();
     for i in 0..WARM_UP {
@@ -204,7 +208,7 @@ fn each_connection_prepares_a_statement_once_and_then_only_binds_it() {
 /// (a checkout's) run again, and nothing fails.
 #[test]
 fn a_statement_gone_stale_after_a_migration_is_prepared_again() {
-    let (cluster, backend, url) = logged_sale();
+    let (cluster, backend, url) = logged_sale(true);
     let first = confirmed_checkout(&backend, 0);
     for _ in 0..3 {
         backend.get_order("buyer-0", &first).expect("read");
@@ -229,5 +233,93 @@ fn a_statement_gone_stale_after_a_migration_is_prepared_again() {
     assert!(
         backend.statements_prepared() > prepared,
         "the stale statements were prepared again"
+    );
+    // The checkout's batches that met a stale plan ran again, counted as
+    // such and not as deadlock victims.
+    let stats = backend.batch_stats();
+    assert!(
+        stats.stale_reruns >= 1 && stats.deadlock_reruns == 0,
+        "{stats:?}"
+    );
+    assert_eq!(stats.reruns(), stats.stale_reruns);
+}
+
+/// Parses, binds and executes the server logged outside a transaction of
+/// their connection (`BEGIN` or the driver's `START TRANSACTION` …
+/// `COMMIT`/`ROLLBACK`, savepoints inside).
+fn outside_a_transaction(log: &str) -> Vec<String> {
+    let mut open: HashMap<String, bool> = HashMap::new();
+    let mut outside = Vec::new();
+    for entry in entries(log) {
+        let Some((pid, kind, sql)) = step(&entry) else {
+            continue;
+        };
+        let in_tx = open.entry(pid.to_owned()).or_default();
+        match kind {
+            "statement" => {
+                let sql = sql.trim().to_ascii_uppercase();
+                if sql.starts_with("BEGIN") || sql.starts_with("START TRANSACTION") {
+                    *in_tx = true;
+                } else if sql.starts_with("COMMIT")
+                    || (sql.starts_with("ROLLBACK") && !sql.starts_with("ROLLBACK TO"))
+                {
+                    *in_tx = false;
+                }
+            }
+            "parse" | "bind" | "execute" if !*in_tx => outside.push(format!("{kind}: {sql}")),
+            _ => {}
+        }
+    }
+    outside
+}
+
+/// `postgres_prepared_statements = false` (behind a transaction pooler
+/// that cannot carry prepared statements): nothing is kept, every
+/// statement is prepared for its one use, as before the cache, and each
+/// is prepared, bound and closed inside one transaction, so a pooler that
+/// hands the server session to another client between transactions never
+/// sees one of ours outlive it. Checkouts and reads still work.
+#[test]
+fn with_statements_not_kept_each_use_is_prepared_in_its_transaction() {
+    let (cluster, backend, _) = logged_sale(false);
+    let opened = cluster.log().len();
+    let mut last = String::new();
+    for i in 0..WARM_UP {
+        last = confirmed_checkout(&backend, i);
+    }
+    let before = cluster.log().len();
+    let prepared = backend.statements_prepared();
+    for i in WARM_UP..WARM_UP + COUNTED {
+        last = confirmed_checkout(&backend, i);
+    }
+    let order = backend
+        .get_order(&format!("buyer-{}", WARM_UP + COUNTED - 1), &last)
+        .expect("read");
+    assert_eq!(order.state, OrderState::Confirmed);
+    assert_eq!(
+        backend.stock("hot").expect("stock").committed,
+        (WARM_UP + COUNTED) as i64
+    );
+    let log = cluster.log();
+    let steps = Steps::of(&log[before..]);
+    println!(
+        "{COUNTED} confirmed checkouts, statements not kept: {steps:?}; per checkout: \
+         {:.1} round trips, {:.1} parses",
+        steps.round_trips() as f64 / COUNTED as f64,
+        steps.parse as f64 / COUNTED as f64,
+    );
+    // Every bound statement was prepared for it (the pool's check-out
+    // test and BEGIN/COMMIT are simple queries, neither).
+    assert!(steps.bind >= COUNTED, "the log counts binds: {steps:?}");
+    assert_eq!(steps.parse, steps.bind, "one parse per use: {steps:?}");
+    let counted = backend.statements_prepared() - prepared;
+    assert!(
+        counted >= steps.parse as u64 && counted >= 10 * COUNTED as u64,
+        "prepared on every use, {counted} for {COUNTED} checkouts: {steps:?}"
+    );
+    let outside = outside_a_transaction(&log[opened..]);
+    assert!(
+        outside.is_empty(),
+        "statements used outside a transaction: {outside:#?}"
     );
 }

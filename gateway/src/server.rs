@@ -218,7 +218,10 @@ pub fn audit(
                 .map_err(|problems| anyhow::anyhow!("{problems}"))?;
             match &config.cluster.postgres_url {
                 Some(url) => {
-                    let pg = sluice_checkout::PgConfig::new(url.expose());
+                    let pg = sluice_checkout::PgConfig {
+                        prepared_statements: config.cluster.postgres_prepared_statements,
+                        ..sluice_checkout::PgConfig::new(url.expose())
+                    };
                     let violations = sluice_checkout::PgBackend::audit(&pg, now)
                         .context("auditing the PostgreSQL of [cluster] postgres_url")?;
                     ("[cluster] postgres_url".to_string(), violations)

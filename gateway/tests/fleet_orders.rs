@@ -659,3 +659,61 @@ async fn a_fleet_on_redis_and_postgres_sells_one_stock_without_any_test_knob() {
     let (code, out) = audit(&fleet[1]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// `[cluster] postgres_prepared_statements = false` (behind a
+/// transaction-mode pooler that cannot carry prepared statements): two
+/// gateways sell one stock exactly, with every statement prepared for its
+/// one use, and `sluice audit` of that config finds the books balanced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_with_statements_not_kept_sells_one_stock_exactly() {
+    let pg = Pg::start();
+    let rest = config(&pg.url(), 8, "").replace(
+        "[cluster]\n",
+        "[cluster]\npostgres_prepared_statements = false\n",
+    );
+    let fleet: Vec<Gateway> = (0..2)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                rest: rest.clone(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    for gw in &fleet {
+        assert!(
+            gw.log().contains("prepared_statements=false"),
+            "the gateway runs with statements not kept: {}",
+            gw.log()
+        );
+    }
+    let client = client();
+    let bases: Vec<String> = (0..12).map(|i| fleet[i % 2].url("")).collect();
+    let mut buyers = Vec::new();
+    for (i, base) in bases.into_iter().enumerate() {
+        let client = client.clone();
+        buyers.push(tokio::spawn(async move {
+            let pass = pass(&client, &base).await?;
+            let key = format!("unkept-{i:03}-key");
+            let (status, body) = checkout(&client, &base, &pass, &key, "pm_ok").await;
+            assert!(
+                status.is_success() || status == StatusCode::GONE,
+                "{status} {body}"
+            );
+            Some(body["state"].as_str().unwrap_or("sold_out").to_string())
+        }));
+    }
+    let mut confirmed = 0;
+    for buyer in buyers {
+        if buyer.await.unwrap().as_deref() == Some("confirmed") {
+            confirmed += 1;
+        }
+    }
+    assert_eq!(confirmed, 8);
+    assert_eq!(pg_stock(&pg), "8,0,0,8");
+    assert_eq!(
+        pg.count("SELECT COUNT(*) FROM orders WHERE state = 'confirmed'"),
+        8
+    );
+    let (code, out) = audit(&fleet[0]);
+    assert_eq!(code, 0, "{out}");
+}

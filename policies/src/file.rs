@@ -32,6 +32,9 @@ pub struct ClusterFile {
     pub redis_url_env: Option<Spanned<String>>,
     pub postgres_url: Option<Spanned<String>>,
     pub postgres_url_env: Option<Spanned<String>>,
+    /// Whether each PostgreSQL connection keeps its prepared statements
+    /// (default true); false behind a transaction pooler that cannot.
+    pub postgres_prepared_statements: Option<Spanned<bool>>,
 }
 
 /// The payment provider.

@@ -29,7 +29,7 @@ pub struct Config {
 
 /// Where a fleet of gateways keeps what they share. Every field absent (no
 /// `[cluster]`): one gateway, everything embedded in `data_dir`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     /// Waiting rooms (`redis://` or `rediss://`), from `redis_url` or the
     /// variable `redis_url_env` names.
@@ -37,6 +37,24 @@ pub struct Cluster {
     /// Stock, orders, attempts and the outbox (`postgres://` or
     /// `postgresql://`), from `postgres_url` or `postgres_url_env`.
     pub postgres_url: Option<Secret>,
+    /// `postgres_prepared_statements` (default true): each PostgreSQL
+    /// connection prepares a statement once and keeps it. False: every
+    /// statement is prepared for its one use and closed after, inside
+    /// one transaction, which any transaction pooler (PgBouncer before
+    /// 1.21, or without `max_prepared_statements`) can carry.
+    pub postgres_prepared_statements: bool,
+}
+
+impl Default for Cluster {
+    /// Nothing shared; statements kept (the default when PostgreSQL is
+    /// named).
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            postgres_url: None,
+            postgres_prepared_statements: true,
+        }
+    }
 }
 
 /// Which payment provider checkouts use, and how to reach it.

@@ -557,6 +557,44 @@ fn cluster_refuses_bad_store_urls_without_echoing_them() {
 }
 
 #[test]
+fn cluster_postgres_prepared_statements_is_a_bool_defaulting_to_true() {
+    let pg = "[gateway]\n[cluster]\npostgres_url = \"postgres://sluice@10.0.0.6/sluice\"\n";
+    assert!(parse(pg).unwrap().cluster.postgres_prepared_statements);
+    assert!(
+        parse("[gateway]\n")
+            .unwrap()
+            .cluster
+            .postgres_prepared_statements
+    );
+    let with = |v: &str| format!("{pg}postgres_prepared_statements = {v}\n");
+    assert!(
+        parse(&with("true"))
+            .unwrap()
+            .cluster
+            .postgres_prepared_statements
+    );
+    assert!(
+        !parse(&with("false"))
+            .unwrap()
+            .cluster
+            .postgres_prepared_statements
+    );
+    refused_at(
+        &with("\"false\""),
+        4,
+        32,
+        "invalid type: string \"false\", expected a boolean",
+    );
+    refused_at(&with("0"), 4, 32, "expected a boolean");
+    refused_at(
+        "[gateway]\n[cluster]\nredis_url = \"redis://x:1\"\npostgres_prepared_statements = false\n",
+        4,
+        32,
+        "`cluster.postgres_prepared_statements` needs `postgres_url`",
+    );
+}
+
+#[test]
 fn partitions_default_to_one_and_are_bounded() {
     let product = |extra: &str| {
         format!("[gateway]\n{ROOM}[[products]]\nsku = \"x\"\nstock = 10\nprice_cents = 1\nroom = \"drop\"\n{extra}")

@@ -143,12 +143,17 @@ impl Orders {
                     .map_err(|e| format!("creating {}: {e}", config.gateway.data_dir.display()))?;
                 let pg = PgConfig {
                     pool_max: PG_POOL_MAX,
+                    prepared_statements: config.cluster.postgres_prepared_statements,
                     ..PgConfig::new(url.expose())
                 };
                 let backend = PgBackend::open(&pg, provider).map_err(|e| {
                     format!("[cluster] postgres_url: opening the shared order store: {e}")
                 })?;
-                tracing::info!(pool_max = PG_POOL_MAX, "orders on the fleet's PostgreSQL");
+                tracing::info!(
+                    pool_max = PG_POOL_MAX,
+                    prepared_statements = pg.prepared_statements,
+                    "orders on the fleet's PostgreSQL"
+                );
                 Arc::new(backend)
             }
             None => {

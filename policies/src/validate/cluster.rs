@@ -4,6 +4,10 @@
 //! variable holding it (`redis_url_env`), never both; the URL is a
 //! [`Secret`] (it usually carries a password) and must use the store's own
 //! scheme.
+//!
+//! `postgres_prepared_statements` (a bool, default true) is whether a
+//! PostgreSQL connection keeps its prepared statements; it needs
+//! PostgreSQL named.
 
 use toml::Spanned;
 
@@ -18,6 +22,7 @@ impl Validator<'_> {
         };
         let span = file.span();
         let file = file.into_inner();
+        let names_postgres = file.postgres_url.is_some() || file.postgres_url_env.is_some();
         let redis_url = self.store_url(
             file.redis_url,
             file.redis_url_env,
@@ -30,6 +35,17 @@ impl Validator<'_> {
             "postgres_url",
             &["postgres://", "postgresql://"],
         );
+        let postgres_prepared_statements = match file.postgres_prepared_statements {
+            Some(keep) if !names_postgres => {
+                self.problem(
+                    &keep,
+                    "`cluster.postgres_prepared_statements` needs `postgres_url` or `postgres_url_env`",
+                );
+                true
+            }
+            Some(keep) => keep.into_inner(),
+            None => true,
+        };
         if redis_url.is_none() && postgres_url.is_none() && self.problems.is_empty() {
             self.problems.push(self.loc.at(
                 Some(span),
@@ -39,6 +55,7 @@ impl Validator<'_> {
         Cluster {
             redis_url,
             postgres_url,
+            postgres_prepared_statements,
         }
     }
 

@@ -18,7 +18,10 @@
 //! batch), so the claims' purchase-limit counts are exact.
 //! Other writes (`Run`: a provider's answer settled) each run in a
 //! SAVEPOINT of their own, one that fails rolled back alone. A batch the
-//! server aborts as a deadlock victim is run again from the start; one
+//! server aborts as a deadlock victim, or one that met a stale cached
+//! statement, is run again from the start (counted apart:
+//! [`BatchStats::deadlock_reruns`], [`BatchStats::stale_reruns`]; what a
+//! run counts is added only once it committed); one
 //! that fails otherwise (not `Unavailable`) is run again one job per
 //! transaction, so a bad job fails alone. Collection is bounded like
 //! SQLite's group commit (`group_commit`): up to [`BATCH_MAX`] jobs, the
@@ -36,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use super::checkout::{self, Begun, Claim, Claimed};
 use super::conn::{Db, Tx};
-use super::{pg_err, pool_err, stock, write_tx, Pool, Retryable, TX_TRIES_MAX};
+use super::{is_stale_statement, pg_err, pool_err, stock, write_tx, Pool, Retryable, TX_TRIES_MAX};
 use crate::error::{CheckoutError, StoreError};
 use crate::metrics::Metrics;
 
@@ -64,14 +67,27 @@ pub struct BatchStats {
     /// The most jobs one batch committed.
     pub largest: u64,
     /// Conditional UPDATEs that took the whole demand of two or more
-    /// checkouts at once.
+    /// checkouts at once, in committed batches (a batch run again counts
+    /// its last run's).
     pub summed_takes: u64,
-    /// Checkouts whose units such a summed UPDATE took.
+    /// Checkouts whose units such a summed UPDATE took (committed).
     pub summed_holds: u64,
-    /// Batches run again from the start (a deadlock victim), and batches
-    /// whose jobs then ran one per transaction.
-    pub reruns: u64,
+    /// Batches run again from the start because the server chose them as
+    /// a deadlock victim or failed them for serialisation (40P01, 40001).
+    pub deadlock_reruns: u64,
+    /// Batches run again from the start because a cached statement had
+    /// gone stale (a migration, a session reset: see `conn`).
+    pub stale_reruns: u64,
+    /// Batches whose jobs then ran one per transaction (a failure that
+    /// was neither retryable nor `Unavailable`).
     pub split: u64,
+}
+
+impl BatchStats {
+    /// Batches run again from the start, for either cause.
+    pub fn reruns(&self) -> u64 {
+        self.deadlock_reruns + self.stale_reruns
+    }
 }
 
 #[derive(Default)]
@@ -81,7 +97,8 @@ pub(super) struct Counters {
     largest: AtomicU64,
     summed_takes: AtomicU64,
     summed_holds: AtomicU64,
-    reruns: AtomicU64,
+    deadlock_reruns: AtomicU64,
+    stale_reruns: AtomicU64,
     split: AtomicU64,
 }
 
@@ -93,7 +110,8 @@ impl Counters {
             largest: self.largest.load(Ordering::Relaxed),
             summed_takes: self.summed_takes.load(Ordering::Relaxed),
             summed_holds: self.summed_holds.load(Ordering::Relaxed),
-            reruns: self.reruns.load(Ordering::Relaxed),
+            deadlock_reruns: self.deadlock_reruns.load(Ordering::Relaxed),
+            stale_reruns: self.stale_reruns.load(Ordering::Relaxed),
             split: self.split.load(Ordering::Relaxed),
         }
     }
@@ -356,18 +374,21 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
         tries += 1;
         let attempt = (|| {
             let mut tx = client.transaction().map_err(pg_err)?;
-            let answers = in_batch(&mut tx, &mut batch, &shared.counters)?;
+            let ran = in_batch(&mut tx, &mut batch)?;
             tx.commit().map_err(pg_err)?;
-            Ok::<_, StoreError>(answers)
+            Ok::<_, StoreError>(ran)
         })();
         match attempt {
-            Ok(answers) => {
+            Ok(Ran { answers, summed }) => {
                 shared.durable_writes.fetch_add(1, Ordering::Relaxed);
                 Metrics::inc(&shared.metrics.batches_committed);
+                // Counted once committed: a batch run again counts once.
                 let c = &shared.counters;
                 c.batches.fetch_add(1, Ordering::Relaxed);
                 c.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 c.largest.fetch_max(batch.len() as u64, Ordering::Relaxed);
+                c.summed_takes.fetch_add(summed.takes, Ordering::Relaxed);
+                c.summed_holds.fetch_add(summed.holds, Ordering::Relaxed);
                 // Back to the pool before the callers hear: a caller's
                 // next step then finds it idle, and its statements
                 // prepared, instead of opening another connection.
@@ -375,7 +396,13 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
                 return deliver(batch, answers);
             }
             Err(e) if e.is_retryable() && tries < TX_TRIES_MAX => {
-                shared.counters.reruns.fetch_add(1, Ordering::Relaxed);
+                let c = &shared.counters;
+                let cause = if is_stale_statement(&e) {
+                    &c.stale_reruns
+                } else {
+                    &c.deadlock_reruns
+                };
+                cause.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             Err(StoreError::Unavailable(why)) => return fail_all(batch, &why),
@@ -388,13 +415,24 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
     }
 }
 
+/// Summed takes a batch's run made (see [`BatchStats::summed_takes`]),
+/// counted only once its transaction committed.
+#[derive(Default)]
+struct Summed {
+    takes: u64,
+    holds: u64,
+}
+
+/// One run of a batch: every job's answer, and its summed takes.
+struct Ran {
+    answers: Vec<Answer>,
+    summed: Summed,
+}
+
 /// Runs the batch's jobs in `tx`: the `Run` jobs, then the checkouts'
-/// three phases. An `Err` is the batch's (rolled back as a whole).
-fn in_batch(
-    tx: &mut Tx<'_>,
-    batch: &mut [Job],
-    counters: &Counters,
-) -> Result<Vec<Answer>, StoreError> {
+/// three phases. An `Err` is the batch's (rolled back as a whole); what
+/// an `Ok` reports is counted by the caller after the commit.
+fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     let mut answers: Vec<Option<Answer>> = (0..batch.len()).map(|_| None).collect();
     // The partition side of hold moves waits for the end of the jobs, so
     // the hot rows are locked once, just before the commit.
@@ -472,7 +510,7 @@ fn in_batch(
             begun.push(created.map_err(into_store)?);
         }
         let mut taken = true;
-        let mut summed = (0u64, 0u64);
+        let mut summed = Summed::default();
         for (&(sku, sum), holds) in demand.iter().zip(by_sku.values()) {
             let (first, now_ms) = (
                 &ready[holds[0]].1.order_id,
@@ -494,23 +532,22 @@ fn in_batch(
                 .map_err(pg_err)?;
             }
             if holds.len() > 1 {
-                summed.0 += 1;
-                summed.1 += holds.len() as u64;
+                summed.takes += 1;
+                summed.holds += holds.len() as u64;
             }
         }
         if taken {
             sp.commit().map_err(pg_err)?;
-            // Counted once the savepoint holds (a batch run again counts
-            // again: these count takes, not checkouts).
-            counters.summed_takes.fetch_add(summed.0, Ordering::Relaxed);
-            counters.summed_holds.fetch_add(summed.1, Ordering::Relaxed);
             for ((i, _), b) in ready.iter().zip(begun) {
                 answers[*i] = Some(Answer::Checkout(Ok(b)));
             }
-            return Ok(answers
-                .into_iter()
-                .map(|a| a.expect("every job answered"))
-                .collect());
+            return Ok(Ran {
+                answers: answers
+                    .into_iter()
+                    .map(|a| a.expect("every job answered"))
+                    .collect(),
+                summed,
+            });
         }
         // Someone else took units since the snapshot: the careful way.
         sp.rollback().map_err(pg_err)?;
@@ -532,10 +569,13 @@ fn in_batch(
         let begun = checkout::create(tx, claim_of(i), terms, part).map_err(into_store)?;
         answers[i] = Some(Answer::Checkout(Ok(begun)));
     }
-    Ok(answers
-        .into_iter()
-        .map(|a| a.expect("every job answered"))
-        .collect())
+    Ok(Ran {
+        answers: answers
+            .into_iter()
+            .map(|a| a.expect("every job answered"))
+            .collect(),
+        summed: Summed::default(),
+    })
 }
 
 /// The batch's `Run` jobs, each in a SAVEPOINT of its own (its put-off

@@ -20,6 +20,22 @@
 //! as after a deadlock. Preparation itself is not transactional: a
 //! statement prepared in a transaction that rolls back stays valid.
 //!
+//! Behind a transaction pooler that cannot carry prepared statements
+//! (PgBouncer in transaction mode before 1.21, or without
+//! `max_prepared_statements`), a statement kept past its transaction can
+//! be bound on another server session, where another gateway prepared
+//! other SQL under the same name (the driver names them `s0`, `s1`, … in
+//! every process). With `[cluster] postgres_prepared_statements = false`
+//! ([`super::PgConfig::prepared_statements`]) nothing is kept: each
+//! statement is prepared for its one use and closed after (the driver
+//! closes a `Statement` when its last clone drops), and every use is in a
+//! transaction: a [`Tx`]'s within it (the Close is sent before the next
+//! statement, so before the commit), a [`Conn`]'s autocommit call in a
+//! `BEGIN`…`COMMIT` of its own. Parse, bind and close then reach one
+//! server session, which a transaction pooler keeps for the transaction.
+//! It costs a Parse round trip per statement, and two more (`BEGIN`,
+//! `COMMIT`) per autocommit call.
+//!
 //! Why our own and not a crate: `deadpool-postgres` has
 //! `prepare_cached`, but it is async (`tokio-postgres`), and this core is
 //! sync on the gateway's bounded blocking pool on purpose (see `mod.rs`);
@@ -42,18 +58,24 @@ struct Statements {
     by_sql: HashMap<&'static str, Statement>,
     /// Statements prepared, shared by every connection of a back end.
     prepared: Arc<AtomicU64>,
+    /// Whether statements are kept (`PgConfig::prepared_statements`);
+    /// false: `by_sql` stays empty, each statement is prepared for one use.
+    keep: bool,
 }
 
 impl Statements {
-    fn new(prepared: Arc<AtomicU64>) -> Self {
+    fn new(prepared: Arc<AtomicU64>, keep: bool) -> Self {
         Self {
             by_sql: HashMap::new(),
             prepared,
+            keep,
         }
     }
 
     /// `sql` prepared on this connection, through `prepare` (the client's
-    /// or a transaction's: the statement outlives the transaction).
+    /// or a transaction's: the statement outlives the transaction). Not
+    /// kept unless `keep`: the caller's clone is then the only one, and
+    /// dropping it closes the statement.
     fn get(
         &mut self,
         sql: &'static str,
@@ -64,7 +86,9 @@ impl Statements {
         }
         let statement = prepare(sql)?;
         self.prepared.fetch_add(1, Ordering::Relaxed);
-        self.by_sql.insert(sql, statement.clone());
+        if self.keep {
+            self.by_sql.insert(sql, statement.clone());
+        }
         Ok(statement)
     }
 
@@ -189,11 +213,12 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// `client` with an empty cache; `prepared` counts what it prepares.
-    pub(super) fn new(client: Client, prepared: Arc<AtomicU64>) -> Self {
+    /// `client` with an empty cache; `prepared` counts what it prepares;
+    /// `keep`: whether it keeps them (see the module's doc).
+    pub(super) fn new(client: Client, prepared: Arc<AtomicU64>, keep: bool) -> Self {
         Self {
             client: Some(client),
-            statements: Statements::new(prepared),
+            statements: Statements::new(prepared, keep),
             cut_off: false,
         }
     }
@@ -219,7 +244,43 @@ impl Conn {
 
     /// Runs `run` with `sql`'s statement; a stale one is evicted and the
     /// call made once more, prepared anew (autocommit: nothing aborted).
+    /// With statements not kept, in a transaction of its own (see the
+    /// module's doc).
     fn with<T>(
+        &mut self,
+        sql: &'static str,
+        mut run: impl FnMut(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        if self.statements.keep {
+            return self.with_kept(sql, run);
+        }
+        let mut first = true;
+        loop {
+            let client = self.client.as_mut().expect("a client until dropped");
+            client.batch_execute("BEGIN")?;
+            let done = self
+                .statements
+                .get(sql, |sql| client.prepare(sql))
+                .and_then(|statement| run(client, &statement));
+            // The statement dropped: its Close is sent, in the transaction.
+            match done {
+                Ok(value) => return client.batch_execute("COMMIT").map(|()| value),
+                Err(e) => {
+                    // The statement's error is the one to answer; a
+                    // rollback that fails too leaves a connection the pool
+                    // drops.
+                    let _ = client.batch_execute("ROLLBACK");
+                    if !(first && is_stale(&e)) {
+                        return Err(e);
+                    }
+                    first = false;
+                }
+            }
+        }
+    }
+
+    /// [`Self::with`] on a connection that keeps its statements.
+    fn with_kept<T>(
         &mut self,
         sql: &'static str,
         mut run: impl FnMut(&mut Client, &Statement) -> Result<T, postgres::Error>,

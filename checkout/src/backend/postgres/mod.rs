@@ -33,8 +33,9 @@
 //!   webhook ids, ended holds);
 //! - `books`: the books, gauges, stuck orders and the readiness write
 //!   (on a connection of its own, not the busy pool);
-//! - `tally`: counters a transaction decides on, added to the metrics
-//!   after its commit (a retried transaction counts once);
+//! - `tally`: counters and operator log lines a transaction decides on,
+//!   added to the metrics and the log after its commit (a transaction run
+//!   again counts and logs once);
 //! - `audit`: the books' checks (`sluice audit`);
 //! - `reconcile`: the expiry pass, `FOR UPDATE SKIP LOCKED` so a fleet's
 //!   passes split the work instead of repeating it, and the leased
@@ -109,6 +110,8 @@ pub(crate) struct Manager {
     valid_within: Duration,
     /// Statements prepared on this back end's connections (every pool's).
     prepared: Arc<AtomicU64>,
+    /// [`PgConfig::prepared_statements`].
+    keep_statements: bool,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -116,7 +119,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
-        Ok(Conn::new(self.inner.connect()?, self.prepared.clone()))
+        Ok(Conn::new(
+            self.inner.connect()?,
+            self.prepared.clone(),
+            self.keep_statements,
+        ))
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
@@ -145,6 +152,12 @@ pub struct PgConfig {
     /// The server's bounds on every pooled session: `statement_timeout`,
     /// `lock_timeout`, `idle_in_transaction_session_timeout`.
     pub timeouts: SessionTimeouts,
+    /// Whether each connection keeps the statements it prepared
+    /// (`[cluster] postgres_prepared_statements`, default true). False:
+    /// each statement is prepared for its one use and closed after, in a
+    /// transaction, for a transaction pooler that cannot carry prepared
+    /// statements (see `conn`).
+    pub prepared_statements: bool,
 }
 
 /// Server-side bounds set on every pooled connection (startup
@@ -227,18 +240,21 @@ impl std::fmt::Debug for PgConfig {
             .field("pool_max", &self.pool_max)
             .field("connect_timeout", &self.connect_timeout)
             .field("timeouts", &self.timeouts)
+            .field("prepared_statements", &self.prepared_statements)
             .finish()
     }
 }
 
 impl PgConfig {
-    /// 16 connections, 2 s to get one, [`SessionTimeouts::default`].
+    /// 16 connections, 2 s to get one, [`SessionTimeouts::default`],
+    /// statements kept.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             pool_max: 16,
             connect_timeout: Duration::from_secs(2),
             timeouts: SessionTimeouts::default(),
+            prepared_statements: true,
         }
     }
 }
@@ -339,9 +355,15 @@ impl Retryable for StoreError {
     /// gone stale (`conn` evicted it: the next run prepares it anew).
     fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Postgres(m) if m.starts_with("40P01")
-            || m.starts_with("40001")
-            || m.split(": ").nth(1) == Some(conn::STALE_MARK))
+            || m.starts_with("40001"))
+            || is_stale_statement(self)
     }
+}
+
+/// Whether `e` is the error of a cached statement gone stale (see
+/// `conn`), which [`Retryable`] runs again like a deadlock victim.
+pub(crate) fn is_stale_statement(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres(m) if m.split(": ").nth(1) == Some(conn::STALE_MARK))
 }
 
 impl Retryable for CheckoutError {
@@ -397,6 +419,7 @@ impl PgBackend {
             inner: PostgresConnectionManager::new(pg, NoTls),
             valid_within: config.timeouts.check_out,
             prepared: prepared.clone(),
+            keep_statements: config.prepared_statements,
         };
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_max.max(1))
@@ -459,7 +482,11 @@ impl PgBackend {
             .parse()
             .map_err(|_| StoreError::InvalidArgument("postgres_url is not a valid URL".into()))?;
         config.timeouts.apply(&mut pg, config.connect_timeout);
-        let mut client = Conn::new(pg.connect(NoTls).map_err(pg_err)?, Arc::default());
+        let mut client = Conn::new(
+            pg.connect(NoTls).map_err(pg_err)?,
+            Arc::default(),
+            config.prepared_statements,
+        );
         // The checks scan every hold: an operator's command, not bound by
         // a shopper's statement timeout.
         client
@@ -525,7 +552,8 @@ impl PgBackend {
     }
 
     /// Statements prepared so far on this back end's connections (each
-    /// SQL text once per connection, and again after going stale).
+    /// SQL text once per connection, and again after going stale; every
+    /// use with [`PgConfig::prepared_statements`] off).
     pub fn statements_prepared(&self) -> u64 {
         self.prepared.load(Ordering::Relaxed)
     }

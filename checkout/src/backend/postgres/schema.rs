@@ -222,13 +222,18 @@ pub(super) fn migrate(client: &mut Client) -> Result<i32, StoreError> {
     Ok(found.unwrap_or(0))
 }
 
-/// The version stored, 0 for an empty database.
+/// The version stored, 0 for an empty database. In a transaction: the
+/// driver's statement for it (prepared, bound, closed) then stays on one
+/// server session behind a transaction pooler (see `conn`).
 pub(super) fn version(client: &mut Client) -> Result<i32, StoreError> {
-    Ok(client
+    let mut tx = client.transaction().map_err(pg_err)?;
+    let version = tx
         .query_one(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
             &[],
         )
         .map_err(pg_err)?
-        .get(0))
+        .get(0);
+    tx.commit().map_err(pg_err)?;
+    Ok(version)
 }

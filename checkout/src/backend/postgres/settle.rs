@@ -359,15 +359,14 @@ pub(super) fn settle(
             Ok(Settled::Done)
         }
         (Operation::Void | Operation::Refund, false) => {
-            let kind = operation.as_str();
-            tracing::error!(order = %order_id, kind, "compensation refused by the provider; an operator must settle it");
-            tally.compensation(
+            // Logged by the tally once committed, not on each run.
+            tally.compensation_refused(
+                &order_id,
                 if operation == Operation::Void {
                     "void"
                 } else {
                     "refund"
                 },
-                "failed",
             );
             Ok(Settled::Done)
         }

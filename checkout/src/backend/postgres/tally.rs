@@ -1,6 +1,7 @@
-//! Counters a transaction decides on, applied to [`Metrics`] only after
-//! its commit: a transaction run again (a deadlock victim) or rolled back
-//! counts nothing twice, or at all.
+//! Counters a transaction decides on, and the operator's log lines it
+//! writes, applied to [`Metrics`] and the log only after its commit: a
+//! transaction run again (a deadlock victim, a stale statement) or rolled
+//! back counts and logs nothing twice, or at all.
 
 use crate::metrics::Metrics;
 
@@ -12,6 +13,11 @@ pub(crate) struct Tally {
     compensation_failures: u64,
     /// `(kind, result)` of each compensation settled.
     compensations: Vec<(&'static str, &'static str)>,
+    /// `(order, kind)` of each compensation the provider refused (logged).
+    refused: Vec<(String, &'static str)>,
+    /// `(order, event)` of each provider event for an unknown order
+    /// (logged).
+    unknown_orders: Vec<(String, String)>,
 }
 
 impl Tally {
@@ -34,8 +40,29 @@ impl Tally {
         }
     }
 
-    /// Adds everything to `metrics`: call after the commit.
+    /// A void or refund (`kind`) of `order` the provider refused: a
+    /// failed compensation, and an error logged for an operator.
+    pub(crate) fn compensation_refused(&mut self, order: &str, kind: &'static str) {
+        self.compensation(kind, "failed");
+        self.refused.push((order.to_owned(), kind));
+    }
+
+    /// A provider event for an order this store does not have (its money
+    /// is given back): an error logged.
+    pub(crate) fn unknown_order(&mut self, order: &str, event: &str) {
+        self.unknown_orders
+            .push((order.to_owned(), event.to_owned()));
+    }
+
+    /// Adds everything to `metrics` and writes the log lines: call after
+    /// the commit.
     pub(crate) fn apply(self, metrics: &Metrics) {
+        for (order, kind) in &self.refused {
+            tracing::error!(order = %order, kind, "compensation refused by the provider; an operator must settle it");
+        }
+        for (order, event) in &self.unknown_orders {
+            tracing::error!(order = %order, event = %event, "provider event for an unknown order: its money is given back");
+        }
         metrics
             .orphan_charges
             .fetch_add(self.orphan_charges, std::sync::atomic::Ordering::Relaxed);
@@ -72,5 +99,50 @@ mod tests {
         assert_eq!(Metrics::get(&metrics.compensation_failures), 1);
         assert_eq!(metrics.compensations.get(&["refund", "failed"]), 1);
         assert_eq!(metrics.compensations.get(&["void", "ok"]), 1);
+    }
+
+    /// Counts the events logged while it is the default subscriber.
+    struct Events(std::sync::atomic::AtomicUsize);
+
+    impl tracing::Subscriber for Events {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::ERROR {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn log_lines_are_written_once_when_applied_not_when_decided() {
+        let events = std::sync::Arc::new(Events(Default::default()));
+        let logged = || events.0.load(std::sync::atomic::Ordering::Relaxed);
+        let metrics = Metrics::default();
+        tracing::subscriber::with_default(events.clone(), || {
+            // A transaction run twice decides twice; only the run that
+            // committed is applied.
+            for _ in 0..2 {
+                let mut tally = Tally::default();
+                tally.compensation_refused("ord_1", "refund");
+                tally.unknown_order("ord_2", "evt_1");
+            }
+            assert_eq!(logged(), 0, "nothing logged before the commit");
+            let mut tally = Tally::default();
+            tally.compensation_refused("ord_1", "refund");
+            tally.unknown_order("ord_2", "evt_1");
+            tally.apply(&metrics);
+        });
+        assert_eq!(logged(), 2);
+        assert_eq!(Metrics::get(&metrics.compensation_failures), 1);
+        assert_eq!(metrics.compensations.get(&["refund", "failed"]), 1);
     }
 }

@@ -78,7 +78,8 @@ fn advance(
         return Ok(WebhookOutcome::RejectedTransition);
     }
     if order.is_none() {
-        tracing::error!(order = %data.order_id, event = %event.id, "provider event for an unknown order: its money is given back");
+        // Logged by the tally once committed, not on each run.
+        tally.unknown_order(&data.order_id, &event.id);
     }
     let order = order.as_ref();
     let current = order.map_or(PaymentState::None, |o| o.payment_state);
