@@ -34,6 +34,13 @@ if [ "${1:-}" = "--test" ] && ! command -v redis-server >/dev/null; then
   need+=(redis-server)
 fi
 
+# pgbouncer, for the test that runs the PostgreSQL back end behind a
+# transaction-mode pooler of its own on a free port (its Debian service is
+# not started: see below).
+if [ "${1:-}" = "--test" ] && ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+  need+=(pgbouncer)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   SUDO=""
