@@ -152,11 +152,20 @@ impl Admin {
             .iter()
             .map(|r| {
                 let adaptive = self.shared.rooms.adaptive_view(&r.name);
+                // A fleet room runs at the fleet's smallest rate while the
+                // gateways' configs differ.
+                let fleet_rate = self.shared.rooms.get(&r.name).and_then(|e| {
+                    e.shared
+                        .as_ref()
+                        .map(|s| s.policy().release_per_second.get())
+                });
                 let mut room = json!({
                     "name": r.name,
                     "release_per_second": adaptive
                         .as_ref()
-                        .map_or(r.release_per_second.get(), |a| a.in_force),
+                        .map(|a| a.in_force)
+                        .or(fleet_rate)
+                        .unwrap_or(r.release_per_second.get()),
                     "release_source": match (&r.release_source, adaptive) {
                         (ReleaseSource::Auto { backend, exact_per_second }, _) => json!({
                             "kind": "auto",

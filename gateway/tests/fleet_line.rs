@@ -739,3 +739,47 @@ async fn a_gateway_that_cannot_reach_redis_says_so_without_leaving_the_balancer(
     redis.restart();
     assert!(up().await.is_some(), "{:?}", readyz().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_with_different_configs_show_and_run_at_the_smaller_limits() {
+    // A reload half rolled over: A says 2 per second and 1 slot, B 10 and
+    // 5. Both run, and say they run, at A's.
+    let redis = Redis::start();
+    let room = |rate: u32, slots: u32| {
+        format!("[[rooms]]\nname = \"mixed\"\nrelease_per_second = {rate}\nburst = 1\nmax_active = {slots}\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 1\npass_ttl_s = 600\n")
+    };
+    let a = start_fleet(&redis, 1, None, &room(2, 1)).remove(0);
+    let b = start_fleet(&redis, 1, None, &room(10, 5)).remove(0);
+    let client = client();
+    let shown = eventually_await(Duration::from_secs(5), || async {
+        let state = b.admin_json("/admin/state");
+        let r = &state["rooms"][0];
+        r["fleet_limits"]["release_per_second"] == 2
+            && r["fleet_limits"]["max_active"] == 1
+            && r["release_per_second"] == 2
+    })
+    .await;
+    assert!(shown.is_some(), "{}", b.admin_json("/admin/state"));
+    let watermark: Value = client
+        .get(b.url("/queue/mixed/watermark"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(watermark["release_per_second"], 2, "{watermark}");
+    // A, the tighter one, shows its own numbers.
+    let state = a.admin_json("/admin/state");
+    assert_eq!(state["rooms"][0]["release_per_second"], 2, "{state}");
+    assert_eq!(
+        state["rooms"][0]["fleet_limits"]["max_active"], 1,
+        "{state}"
+    );
+    assert!(
+        b.log()
+            .contains("another gateway's config gives this room smaller limits"),
+        "{}",
+        b.log()
+    );
+}
