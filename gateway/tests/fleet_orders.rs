@@ -126,6 +126,37 @@ async fn passes(client: &reqwest::Client, bases: &[String]) -> Vec<String> {
     out
 }
 
+/// Buyers at once, each admitted on its first gateway and buying through
+/// its second (keys `<prefix>-NNN-key`): how many orders were confirmed;
+/// every other answer is sold out.
+async fn confirmed_sales(
+    client: &reqwest::Client,
+    buyers: Vec<(String, String)>,
+    prefix: &'static str,
+) -> usize {
+    let mut running = Vec::new();
+    for (i, (line, till)) in buyers.into_iter().enumerate() {
+        let client = client.clone();
+        running.push(tokio::spawn(async move {
+            let pass = pass(&client, &line).await?;
+            let key = format!("{prefix}-{i:03}-key");
+            let (status, body) = checkout(&client, &till, &pass, &key, "pm_ok").await;
+            assert!(
+                status.is_success() || status == StatusCode::GONE,
+                "{status} {body}"
+            );
+            Some(body["state"].as_str().unwrap_or("sold_out").to_string())
+        }));
+    }
+    let mut confirmed = 0;
+    for buyer in running {
+        if buyer.await.unwrap().as_deref() == Some("confirmed") {
+            confirmed += 1;
+        }
+    }
+    confirmed
+}
+
 /// One checkout attempt: the status, the body and `Retry-After`.
 async fn checkout_once(
     client: &reqwest::Client,
@@ -628,29 +659,11 @@ async fn a_fleet_on_redis_and_postgres_sells_one_stock_without_any_test_knob() {
         })
         .collect();
     let client = client();
-    let mut buyers = Vec::new();
-    for i in 0..60 {
-        // Admitted by one gateway, buying through the other.
-        let (line, till) = (fleet[i % 2].url(""), fleet[(i + 1) % 2].url(""));
-        let client = client.clone();
-        buyers.push(tokio::spawn(async move {
-            let pass = pass(&client, &line).await?;
-            let key = format!("fleet-{i:03}-key");
-            let (status, body) = checkout(&client, &till, &pass, &key, "pm_ok").await;
-            assert!(
-                status.is_success() || status == StatusCode::GONE,
-                "{status} {body}"
-            );
-            Some(body["state"].as_str().unwrap_or("sold_out").to_string())
-        }));
-    }
-    let mut confirmed = 0;
-    for buyer in buyers {
-        if buyer.await.unwrap().as_deref() == Some("confirmed") {
-            confirmed += 1;
-        }
-    }
-    assert_eq!(confirmed, 5);
+    // Admitted by one gateway, buying through the other.
+    let buyers = (0..60)
+        .map(|i| (fleet[i % 2].url(""), fleet[(i + 1) % 2].url("")))
+        .collect();
+    assert_eq!(confirmed_sales(&client, buyers, "fleet").await, 5);
     assert_eq!(pg_stock(&pg), "5,0,0,5");
     assert_eq!(
         pg.count("SELECT COUNT(*) FROM orders WHERE state = 'confirmed'"),
@@ -687,28 +700,10 @@ async fn a_fleet_with_statements_not_kept_sells_one_stock_exactly() {
         );
     }
     let client = client();
-    let bases: Vec<String> = (0..12).map(|i| fleet[i % 2].url("")).collect();
-    let mut buyers = Vec::new();
-    for (i, base) in bases.into_iter().enumerate() {
-        let client = client.clone();
-        buyers.push(tokio::spawn(async move {
-            let pass = pass(&client, &base).await?;
-            let key = format!("unkept-{i:03}-key");
-            let (status, body) = checkout(&client, &base, &pass, &key, "pm_ok").await;
-            assert!(
-                status.is_success() || status == StatusCode::GONE,
-                "{status} {body}"
-            );
-            Some(body["state"].as_str().unwrap_or("sold_out").to_string())
-        }));
-    }
-    let mut confirmed = 0;
-    for buyer in buyers {
-        if buyer.await.unwrap().as_deref() == Some("confirmed") {
-            confirmed += 1;
-        }
-    }
-    assert_eq!(confirmed, 8);
+    let buyers = (0..12)
+        .map(|i| (fleet[i % 2].url(""), fleet[i % 2].url("")))
+        .collect();
+    assert_eq!(confirmed_sales(&client, buyers, "unkept").await, 8);
     assert_eq!(pg_stock(&pg), "8,0,0,8");
     assert_eq!(
         pg.count("SELECT COUNT(*) FROM orders WHERE state = 'confirmed'"),
