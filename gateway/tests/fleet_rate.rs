@@ -244,7 +244,17 @@ async fn one_rate_for_the_fleet_follows_one_slow_gateway_and_outlives_its_leader
     // goes on from the stored rate, not from the start.
     let leader_id = fallen[0].by.clone().unwrap();
     let leader: usize = leader_id.trim_start_matches("gw-").parse().unwrap();
-    let before = seen(&fleet[leader]);
+    // The newest decision seen: the leader's own view may still be one
+    // tick behind the one that fell (each gateway reads the stored
+    // decision with its next tick).
+    let before = {
+        let leaders = seen(&fleet[leader]);
+        if leaders.at_ms >= fallen[0].at_ms {
+            leaders
+        } else {
+            fallen[0].clone()
+        }
+    };
     let killed_at = Instant::now();
     fleet[leader].kill9();
     let rest: Vec<&Gateway> = fleet
