@@ -70,10 +70,14 @@ printf 'Redis Lua check-and-decrement: %s reservations/s\n' "$lua"
 run() { # label, capacity args...
   local label=$1; shift
   echo "== $label"
-  "$LOAD_BIN" capacity --sluice "$SLUICE_BIN" --step-s "$secs" --p99-ms-max "$p99" "$@" 2>"$work/cap.err" | tee "$work/cap.out"
+  # A setup that misses the bar at its first step exits non-zero: its
+  # capacity is then 0 and the other setups still run.
+  "$LOAD_BIN" capacity --sluice "$SLUICE_BIN" --step-s "$secs" --p99-ms-max "$p99" "$@" 2>"$work/cap.err" | tee "$work/cap.out" ||
+    { echo "($label: capacity exited non-zero; its stderr:)"; tail -5 "$work/cap.err"; }
   local cap half
   cap=$(awk '/^capacity:/ {print $2}' "$work/cap.out")
   half=$(awk '/^at half capacity/ {for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1)}' "$work/cap.out")
+  cap=${cap:-0}; half=${half:--}
   echo "$label|$cap|$half" >>"$work/results"
 }
 : >"$work/results"
