@@ -18,7 +18,11 @@
 //! encoded; a malformed escape (`%zz`, `%4`); bytes that are not UTF-8 once
 //! decoded (so overlong forms such as `%C0%AE` never become `.`); any `%25`
 //! (a second layer of encoding); raw non-ASCII, space and `#`; characters
-//! that look like a slash or a dot; drive letters.
+//! that look like a slash or a dot; drive letters; and, once decoded, any
+//! path that Unicode normalisation would change (not in NFKC): an origin or
+//! file system that normalises reads `/%E2%80%A5/` (`‥`) as `/../`,
+//! `/%F0%9D%90%9Cart` (`𝐜art`) or `/%E2%93%92art` (`ⓒart`) as `/cart`, and
+//! `e` + a combining accent as `é`, where the gateway's globs would not.
 //!
 //! Two spellings are refused although a resolver could rewrite them:
 //!
@@ -40,6 +44,7 @@
 //! [`CanonicalPath::decoded`].
 
 use percent_encoding::{percent_decode_str, percent_encode_byte};
+use unicode_normalization::is_nfkc;
 
 /// The longest request path (without query) accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 8 * 1024;
@@ -125,6 +130,10 @@ pub enum PathError {
     /// An invisible, space-like or fullwidth character once decoded
     /// ([`is_invisible_or_compatibility`]).
     Invisible,
+    /// Decoded, the path is not in Unicode NFKC: it holds a compatibility
+    /// character (`‥`, `𝐜`, `ⓒ`, `ſ`, `ﬁ`, the Kelvin sign) or a
+    /// decomposed accent, which a normalising origin reads as another path.
+    NotNormalized,
     /// A segment ending in `.` or a space (`/cart./x`): Windows and IIS
     /// origins drop those, so `/cart.` would be served as `/cart`.
     TrailingDot,
@@ -164,6 +173,9 @@ impl PathError {
             PathError::DotSegment => "The request path contains a '.' or '..' segment.",
             PathError::Invisible => {
                 "The request path contains an invisible, space-like or fullwidth character."
+            }
+            PathError::NotNormalized => {
+                "The request path contains a character that Unicode normalisation would change."
             }
             PathError::TrailingDot => "A segment of the request path ends in a dot or a space.",
             PathError::Drive => "The request path names a drive.",
@@ -242,6 +254,11 @@ pub fn check_decoded(path: &str) -> Result<(), PathError> {
             _ if is_invisible_or_compatibility(c) => return Err(PathError::Invisible),
             _ => {}
         }
+    }
+    // ASCII is always in NFKC; only a path with other characters needs the
+    // (table-driven, linear) check.
+    if !rest.is_ascii() && !is_nfkc(rest) {
+        return Err(PathError::NotNormalized);
     }
     let last = rest.split('/').count() - 1;
     for (i, segment) in rest.split('/').enumerate() {
@@ -434,6 +451,37 @@ mod tests {
             ("/café", Unencoded),
         ] {
             assert_eq!(normalize(raw), Err(why), "{raw:?}");
+        }
+    }
+
+    /// Characters NFKC folds into ASCII (or into dots) get past a list of
+    /// look-alikes; an origin that normalises would serve `/cart` or climb
+    /// with `..`. Each of these was accepted before the NFKC check.
+    #[test]
+    fn what_unicode_normalisation_would_change_is_refused() {
+        for raw in [
+            "/%E2%80%A5/cart/x",  // ‥ two dot leader: `..`
+            "/x/%E2%80%A6/cart",  // … ellipsis: `...`
+            "/%EF%B8%B0/cart",    // ︰ presentation form: `..`
+            "/%F0%9D%90%9Cart/x", // 𝐜 mathematical bold small c
+            "/%E2%93%92art/x",    // ⓒ circled small c
+            "/%C5%BFecret",       // ſ long s: `s`
+            "/%E2%84%AAey",       // K Kelvin sign: `K`
+            "/%EF%AC%81le",       // ﬁ ligature: `fi`
+            "/%C2%B2",            // ² superscript two: `2`
+            "/cafe%CC%81",        // e + combining acute: `é` (NFC)
+            "/%E2%84%A6hm",       // Ω ohm sign: Ω (a canonical singleton)
+        ] {
+            assert_eq!(normalize(raw), Err(PathError::NotNormalized), "{raw:?}");
+        }
+        // Normalised non-ASCII paths are still everyone's paths.
+        for raw in [
+            "/caf%C3%A9",
+            "/%E6%97%A5%E6%9C%AC/x",
+            "/pt/a%C3%A7%C3%A3o",
+            "/%CE%A9",
+        ] {
+            assert!(normalize(raw).is_ok(), "{raw:?}");
         }
     }
 

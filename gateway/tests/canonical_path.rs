@@ -75,6 +75,11 @@ const SPELLINGS: &[(&str, Expect)] = &[
     ("/cart%ef%bc%8fx", Refused),
     ("/cart/x%ff", Refused),
     ("/C:/cart/x", Refused),
+    // What a normalising origin (NFKC) reads as `/cart` or `..`.
+    ("/%F0%9D%90%9Cart/x", Refused),
+    ("/%E2%93%92art/x", Refused),
+    ("/x/%E2%80%A5/cart/x", Refused),
+    ("/cart/cafe%CC%81", Refused),
     // Long paths: 255 bytes (the protect check writes the slashed spelling
     // on the stack) and 256 (on the heap).
     (LONG_255, Protected(LONG_255)),
