@@ -48,7 +48,12 @@ pub struct CheckoutRequest {
 }
 
 impl CheckoutRequest {
-    pub(crate) fn validate(&self) -> Result<(), CheckoutError> {
+    /// What every back end refuses before it touches the store: an SKU
+    /// that cannot exist, a quantity outside 1 to [`ORDER_QUANTITY_MAX`],
+    /// a payment method that is not 1 to [`PAYMENT_METHOD_LEN_MAX`]
+    /// visible ASCII characters. The gateway asks first, so such a request
+    /// takes no place in the checkout pool.
+    pub fn validate(&self) -> Result<(), CheckoutError> {
         validate_sku(&self.sku).map_err(|e| CheckoutError::BadRequest(e.to_string()))?;
         if !(1..=ORDER_QUANTITY_MAX).contains(&self.quantity) {
             return Err(CheckoutError::BadRequest(format!(

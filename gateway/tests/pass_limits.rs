@@ -84,16 +84,23 @@ async fn twenty_racing_keys_on_one_pass_create_exactly_max_orders_per_pass() {
     let tries = (0..20).map(|i| {
         let (url, pass) = (gw.url("/checkout"), pass.clone());
         tokio::spawn(async move {
-            let r = client()
-                .post(url)
-                .bearer_auth(&pass)
-                .header("idempotency-key", format!("race-key-{i:03}"))
-                .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_ok"}))
-                .send()
-                .await
-                .unwrap();
-            let status = r.status();
-            (i, status, r.json::<Value>().await.unwrap())
+            // A pass has at most two calls in flight on a gateway: the
+            // others are told `429` and try again, as a client would.
+            loop {
+                let r = client()
+                    .post(&url)
+                    .bearer_auth(&pass)
+                    .header("idempotency-key", format!("race-key-{i:03}"))
+                    .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_ok"}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status();
+                if status != StatusCode::TOO_MANY_REQUESTS {
+                    return (i, status, r.json::<Value>().await.unwrap());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         })
     });
     let answers: Vec<(usize, StatusCode, Value)> = futures_util::future::join_all(tries)
@@ -232,7 +239,7 @@ async fn units_per_order_are_bounded_per_product() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
     let gw = Gateway::start(GatewayOptions {
-        extra_gateway: "checkouts_in_flight_max = 2\n".into(),
+        extra_gateway: "checkouts_in_flight_max = 3\n".into(),
         rest: "[payments]\nsimulated_slow_ms = 3000\n\
                [[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = 50\nmax_active = 5\nmax_orders_per_pass = 10\nqueue_capacity = 100\npoll_min_s = 1\npoll_max_s = 5\n\
                [[products]]\nsku = \"hot\"\nstock = 100\nprice_cents = 100\nroom = \"drop\"\n"
@@ -240,8 +247,9 @@ async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
         ..Default::default()
     });
     let pass = admitted_pass(&gw.url(""), &client(), "drop").await;
-    let slow = |i: usize| {
-        let (url, pass) = (gw.url("/checkout"), pass.clone());
+    let other = admitted_pass(&gw.url(""), &client(), "drop").await;
+    let slow = |i: usize, pass: &str| {
+        let (url, pass) = (gw.url("/checkout"), pass.to_string());
         tokio::spawn(async move {
             client()
                 .post(url)
@@ -254,20 +262,59 @@ async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
                 .status()
         })
     };
-    let running = [slow(0), slow(1)];
-    // Both slow checkouts hold their permits once their orders exist.
+    // Two of one pass (as many as a pass may have in flight) and one of
+    // another fill the pool.
+    let running = [slow(0, &pass), slow(1, &pass), slow(2, &other)];
+    // The slow checkouts hold their permits once their orders exist.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while gw.admin_json("/admin/state")["orders"]["authorizing"] != 2 {
+    while gw.admin_json("/admin/state")["orders"]["authorizing"] != 3 {
         assert!(
             std::time::Instant::now() < deadline,
             "the slow checkouts never started"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The first pass's third call is refused by the pass's own bound,
+    // before any pool: even a read of its orders.
+    for (path, key) in [("/checkout", Some("gate-key-1")), ("/orders/x", None)] {
+        let mut request = if key.is_some() {
+            client().post(gw.url(path))
+        } else {
+            client().get(gw.url(path))
+        };
+        request = request.bearer_auth(&pass);
+        if let Some(key) = key {
+            request = request
+                .header("idempotency-key", key)
+                .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_ok"}));
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
+        assert_eq!(r.headers()["retry-after"], "1");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "rate_limited", "{body}");
+    }
+    // A body the core would refuse is refused before the pool: `400`,
+    // not `503`, while every permit is taken.
+    for body in [
+        json!({"sku": "hot", "quantity": 0, "payment_method": "pm_ok"}),
+        json!({"sku": "hot", "quantity": 1, "payment_method": ""}),
+    ] {
+        let r = client()
+            .post(gw.url("/checkout"))
+            .bearer_auth(&other)
+            .header("idempotency-key", "bad-body-key")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
+    }
+    // The other pass's second call finds the pool full.
     let started = std::time::Instant::now();
     let r = client()
         .post(gw.url("/checkout"))
-        .bearer_auth(&pass)
+        .bearer_auth(&other)
         .header("idempotency-key", "third-key-1")
         .json(&json!({"sku": "hot", "quantity": 1, "payment_method": "pm_ok"}))
         .send()
@@ -285,6 +332,11 @@ async fn checkouts_beyond_the_in_flight_bound_are_refused_at_once() {
         assert_eq!(t.await.unwrap(), StatusCode::CREATED);
     }
     // The permits are back: the same key now goes through.
-    let (s, _) = checkout(&gw, &pass, "third-key-1", 1).await;
+    let (s, _) = checkout(&gw, &other, "third-key-1", 1).await;
     assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(
+        gw.metric("sluice_checkout_total{result=\"rate_limited\",room=\"drop\"}"),
+        Some(1.0),
+        "the refused checkout is counted"
+    );
 }

@@ -1,12 +1,15 @@
 //! How a checkout counts for adaptive release: did the backend do its job?
 //!
-//! A declined card, a sold-out product or a replayed key is an answer the
-//! backend gave; a store failure, or a payment still `authorizing` because
-//! the provider did not answer in time, is the backend failing. A
-//! checkout refused for the pass's purchase limit never reached the
-//! purchase flow and is not counted; neither is a replayed key (its stored
-//! answer, in about no time, says nothing of the backend now) nor one
-//! whose first request is still in progress (`409`). A checkout refused with `503
+//! A declined card or a sold-out product is an answer the backend gave; a
+//! store failure, or a payment still `authorizing` because the provider did
+//! not answer in time, is the backend failing. A checkout refused for the
+//! pass's purchase limit never reached the purchase flow and is not
+//! counted; neither is a replayed key (its stored answer, in about no time,
+//! says nothing of the backend now), one whose first request is still in
+//! progress (`409`), nor a request refused for what it asked (a bad body,
+//! an unknown SKU, a key reused with another body): answered in about no
+//! time, those would let one pass looping on them pull the window's p99
+//! down and its served rate up, and so the release rate up for everyone. A checkout refused with `503
 //! overloaded` because the checkout pool was full is the backend failing
 //! too: the shoppers already admitted are more than it can serve.
 
@@ -21,12 +24,14 @@ pub fn of(result: &Result<(Order, Created), CheckoutError>) -> Option<Outcome> {
         Ok((_, Created::Replay)) | Err(CheckoutError::Conflict) => return None,
         Ok((order, _)) if order.state == OrderState::Authorizing => Outcome::Failed,
         Ok(_) => Outcome::Served,
-        Err(CheckoutError::PurchaseLimit) => return None,
-        Err(CheckoutError::Store(StoreError::UnknownSku(_))) => Outcome::Served,
+        Err(
+            CheckoutError::PurchaseLimit
+            | CheckoutError::Store(StoreError::UnknownSku(_))
+            | CheckoutError::BadRequest(_)
+            | CheckoutError::NotFound
+            | CheckoutError::Mismatch,
+        ) => return None,
         Err(CheckoutError::Store(_)) => Outcome::Failed,
-        Err(CheckoutError::BadRequest(_) | CheckoutError::NotFound | CheckoutError::Mismatch) => {
-            Outcome::Served
-        }
     })
 }
 
@@ -63,6 +68,16 @@ mod tests {
         assert_eq!(replay(OrderState::Confirmed), None);
         assert_eq!(of(&Err(CheckoutError::Conflict)), None);
         assert_eq!(of(&Err(CheckoutError::PurchaseLimit)), None);
+        // Refused for what it asked: no sample, whatever it cost.
+        assert_eq!(of(&Err(CheckoutError::BadRequest("quantity".into()))), None);
+        assert_eq!(of(&Err(CheckoutError::Mismatch)), None);
+        assert_eq!(of(&Err(CheckoutError::NotFound)), None);
+        assert_eq!(
+            of(&Err(CheckoutError::Store(StoreError::UnknownSku(
+                "x".into()
+            )))),
+            None
+        );
         assert_eq!(
             of(&Err(CheckoutError::Store(StoreError::WriterStopped))),
             Some(Outcome::Failed)

@@ -28,6 +28,7 @@ mod payments;
 pub mod pool;
 mod sink;
 mod stock;
+mod subject_gate;
 mod worker;
 
 use std::path::PathBuf;
@@ -55,6 +56,7 @@ pub use payments::{simulator_outside_demo, SIM_WEBHOOK_QUEUE_EVENTS_MAX};
 use pool::{BlockingPool, Overloaded};
 pub use sink::Backoff;
 pub use stock::StoreStock;
+use subject_gate::SubjectGate;
 pub use worker::OrdersWorker;
 
 /// Largest `/checkout` body read; the order is three short fields.
@@ -83,6 +85,8 @@ pub struct Orders {
     checkouts: BlockingPool,
     /// Every other call into the core.
     calls: BlockingPool,
+    /// Order calls in flight per pass, so one pass cannot hold the pools.
+    gate: SubjectGate,
     /// Where events go; read when the worker starts (restart to change).
     outbox: sluice_policies::model::Outbox,
     stock: Arc<StoreStock>,
@@ -184,6 +188,7 @@ impl Orders {
             data_dir: config.gateway.data_dir.clone(),
             checkouts: BlockingPool::new(config.gateway.checkouts_in_flight_max.get()),
             calls: BlockingPool::new(STORE_CALLS_IN_FLIGHT_MAX),
+            gate: SubjectGate::default(),
             outbox: config.outbox.clone(),
             stock: Arc::new(StoreStock::default()),
             stuck: Mutex::new(Vec::new()),
@@ -408,6 +413,15 @@ impl Orders {
             return invalid_pass(config);
         };
         let subject = format!("{room}/{}", pass.sub);
+        let Some(_call) = self.gate.enter(&subject) else {
+            if route == OrderRoute::Checkout {
+                metrics
+                    .checkout
+                    .with_label_values(&[&room, "rate_limited"])
+                    .inc();
+            }
+            return pass_busy();
+        };
         let backend = self.backend.clone();
         match route {
             OrderRoute::Checkout => {
@@ -487,6 +501,13 @@ impl Orders {
                 ));
             }
         };
+        // Refused here, before the pool: a request the core would refuse
+        // at once takes no permit and says nothing of the backend's health
+        // (see `backend_outcome`).
+        if let Err(e) = request.validate() {
+            count("bad_request");
+            return LocalResponse::error(&ApiError::new(ErrorCode::BadRequest, e.to_string()));
+        }
         match config.products.iter().find(|p| p.sku == request.sku) {
             None => {
                 count("not_found");
@@ -753,6 +774,18 @@ fn overloaded() -> LocalResponse {
         &ApiError::new(
             ErrorCode::Overloaded,
             "Too many checkouts are in progress; try again in a moment.",
+        )
+        .retry_after(1),
+    )
+}
+
+/// The pass already has [`subject_gate::PASS_CALLS_IN_FLIGHT_MAX`] order
+/// calls in flight on this gateway.
+fn pass_busy() -> LocalResponse {
+    LocalResponse::error(
+        &ApiError::new(
+            ErrorCode::RateLimited,
+            "This pass already has requests in progress; wait for their answers.",
         )
         .retry_after(1),
     )
