@@ -27,7 +27,7 @@ use crate::state::{Overrides, Shared};
 /// SIGINT (fast stop).
 pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Result<()> {
     let mut config = sluice_policies::load_file(config_path).map_err(|d| anyhow!("{d}"))?;
-    overrides.apply(&mut config);
+    overrides.apply(&mut config).map_err(|e| anyhow!(e))?;
     let content = std::fs::read(config_path).ok();
     let handle =
         sluice_policies::ConfigHandle::with_config(config_path, config, content.as_deref());

@@ -26,7 +26,12 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    pub fn apply(&self, config: &mut Config) {
+    /// Puts the flags over `config`, and checks again what the file's
+    /// validation checked of the addresses they replace: an admin listener
+    /// off loopback needs `admin_token_env`, whether its address came from
+    /// the file or from `--admin-listen` (at start, and at every reload,
+    /// which could drop the token from the file).
+    pub fn apply(&self, config: &mut Config) -> Result<(), String> {
         if let Some(a) = self.listen {
             config.gateway.listen = a;
         }
@@ -36,6 +41,13 @@ impl Overrides {
         if let Some(d) = &self.data_dir {
             config.gateway.data_dir = d.clone();
         }
+        let admin = config.gateway.admin_listen;
+        if !admin.ip().is_loopback() && config.gateway.admin_token.is_none() {
+            return Err(format!(
+                "the admin listener {admin} is not a loopback address: set `admin_token_env` so the admin routes need a token"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -113,7 +125,7 @@ impl Shared {
         // running changes, and the one side effect that can fail (the store
         // write of prices and TTLs) is a single transaction, last of them.
         let prepare = |candidate: &mut Config| {
-            self.overrides.apply(candidate);
+            self.overrides.apply(candidate)?;
             let next_catalog = load_catalog(candidate)?;
             let seeds = Orders::plan(candidate)?;
             let rooms = self.rooms.plan(candidate, now_ms())?;

@@ -1,4 +1,4 @@
-//! `sluice check` and `sluice keygen` as an operator runs them.
+//! `sluice check`, `sluice keygen` and `sluice run`'s refusals as an operator runs them.
 
 use std::process::Command;
 
@@ -78,4 +78,35 @@ fn run_with_a_bad_config_exits_with_the_location() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{}:2:11:", bad.display())));
+}
+
+#[test]
+fn an_admin_listen_flag_off_loopback_needs_a_token_as_the_file_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/demo.toml");
+    let mut child = sluice()
+        .args(["run", "--config", demo, "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Refused at start; a gateway that came up would still be running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the gateway started with its admin routes open on 0.0.0.0");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(!status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("admin_token_env"), "{stderr}");
 }
