@@ -396,7 +396,23 @@ async fn unknown_rooms_methods_and_join_floods() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(r.headers()["allow"], "POST");
-    assert_eq!(join(&gw, "drop").await.status(), StatusCode::ACCEPTED);
+    // A browser joining for another site's page is refused, and takes
+    // neither a place nor the client's allowance; its own page joins.
+    let r = client()
+        .post(gw.url("/queue/drop/join"))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "forbidden");
+    let r = client()
+        .post(gw.url("/queue/drop/join"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
     assert_eq!(join(&gw, "drop").await.status(), StatusCode::ACCEPTED);
     let r = join(&gw, "drop").await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);

@@ -57,6 +57,18 @@ use crate::verified::VerifyingKeyring;
 pub use collector::RoomCollector;
 pub use release::Releaser;
 
+/// A join a browser sent for another site's page (`Sec-Fetch-Site:
+/// cross-site`, a header page scripts cannot set). A join needs no
+/// preflight (a bodiless POST), so without this any page could make its
+/// visitors' browsers fill the line from their own addresses. Same-site,
+/// same-origin, a typed address (`none`) and clients that send no such
+/// header (apps, older browsers, scripts) join as before.
+pub fn cross_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+}
+
 pub const TICKET_COOKIE: &str = "sluice_ticket";
 pub const PASS_COOKIE: &str = "sluice_pass";
 
@@ -711,6 +723,10 @@ impl Rooms {
         let now = now_ms();
         match (method, action) {
             (&Method::GET | &Method::HEAD, "") => respond::page(headers),
+            (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
+                ErrorCode::Forbidden,
+                "Join the waiting room from the store's own page.",
+            )),
             (&Method::POST, "join") => match &entry.shared {
                 Some(shared) => {
                     self.shared_join(name, &entry, shared, headers, client, now)
