@@ -156,10 +156,7 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
     if path.starts_with("/webhooks/") {
         return Route::Webhook;
     }
-    if let Some(room) = rt
-        .protecting_room(path)
-        .filter(|room| !passes.has_pass(&room.name))
-    {
+    if let Some(room) = rt.protecting_room_where(path, |room| !passes.has_pass(&room.name)) {
         let queue = format!("/queue/{}", room.name);
         if wants_html(req.headers) {
             return Route::Local(LocalResponse {
@@ -404,6 +401,69 @@ mod tests {
         let config = parse_with_env(&src, Path::new("t.toml"), &|_| None).unwrap();
         let catalog = crate::runtime::load_catalog(&config).unwrap();
         Runtime::build(Arc::new(config), Arc::new(catalog), None)
+    }
+
+    /// The passes of the rooms named.
+    struct PassesOf(&'static [&'static str]);
+
+    impl PassCheck for PassesOf {
+        fn has_pass(&self, room: &str) -> bool {
+            self.0.contains(&room)
+        }
+    }
+
+    #[test]
+    fn where_rooms_overlap_a_path_needs_the_pass_of_each() {
+        let dir = std::env::temp_dir().join(format!("sluice-route-overlap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let room = |name: &str, pattern: &str| {
+            format!("[[rooms]]\nname = \"{name}\"\nprotect = [\"{pattern}\"]\nrelease_per_second = 1\nmax_active = 1\nqueue_capacity = 1\n")
+        };
+        let src = format!(
+            "[gateway]\nstatic_dir = {dir:?}\norigin = \"http://127.0.0.1:1\"\n{}{}",
+            room("general", "/drops/**"),
+            room("vip", "/drops/vip/**")
+        );
+        let config = parse_with_env(&src, Path::new("t.toml"), &|_| None).unwrap();
+        let catalog = crate::runtime::load_catalog(&config).unwrap();
+        let rt = Runtime::build(Arc::new(config), Arc::new(catalog), None);
+        let headers = HeaderMap::new();
+        let go_with = |passes: &'static [&'static str], raw: &str| {
+            let path = read_request(Version::HTTP_11, raw, &{
+                let mut h = headers.clone();
+                h.insert(header::HOST, HeaderValue::from_static("shop"));
+                h
+            })
+            .unwrap();
+            let h = headers.clone();
+            let facts = RequestFacts {
+                method: &Method::GET,
+                path: &path,
+                query: None,
+                host: "shop",
+                headers: &h,
+            };
+            let r = route(&rt, &facts, &PassesOf(passes), Instant::now());
+            match r {
+                Route::Local(l) => {
+                    let v: serde_json::Value = serde_json::from_slice(&l.body).unwrap();
+                    (l.status.as_u16(), v["join"].as_str().map(str::to_owned))
+                }
+                other => (status(&other), None),
+            }
+        };
+        // The general pass opens the general paths, not the vip ones.
+        assert_eq!(go_with(&["general"], "/drops/x"), (0, None));
+        assert_eq!(
+            go_with(&["general"], "/drops/vip/x"),
+            (401, Some("/queue/vip/join".into()))
+        );
+        // The vip path is the general room's too.
+        assert_eq!(
+            go_with(&["vip"], "/drops/vip/x"),
+            (401, Some("/queue/general/join".into()))
+        );
+        assert_eq!(go_with(&["general", "vip"], "/drops/vip/x"), (0, None));
     }
 
     #[test]

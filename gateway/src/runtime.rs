@@ -110,6 +110,19 @@ impl Runtime {
     /// with one added too (`/cart/**` protects `/cart`, `/secret`
     /// protects `/secret/`): when in doubt a pattern protects more.
     pub fn protecting_room(&self, path: &str) -> Option<&Room> {
+        self.protecting_room_where(path, |_| true)
+    }
+
+    /// The first room whose `protect` patterns cover `path` and for which
+    /// `pick` says yes. The route asks for the first covering room whose
+    /// pass the request lacks: where the patterns of several rooms overlap
+    /// (`/drops/**` and `/drops/vip/**`), the path needs the pass of each,
+    /// so one room's pass never opens another room's paths.
+    pub fn protecting_room_where(
+        &self,
+        path: &str,
+        mut pick: impl FnMut(&Room) -> bool,
+    ) -> Option<&Room> {
         if self.protect.is_empty() {
             return None;
         }
@@ -141,13 +154,15 @@ impl Runtime {
         ];
         self.protect
             .iter()
-            .position(|set| {
+            .zip(&self.config.rooms)
+            .find(|(set, room)| {
                 candidates
                     .iter()
                     .flatten()
                     .any(|c| set.is_match_candidate(c))
+                    && pick(room)
             })
-            .map(|i| &self.config.rooms[i])
+            .map(|(_, room)| room)
     }
 }
 
