@@ -28,7 +28,10 @@
 //! Each round runs naive, then partitions 1, then partitions 8, SECONDS
 //! each. Printed: per variant, the median over rounds of reservations/s
 //! and of each round's per-reservation p50/p99 (from the call to its
-//! answer), and the ratio of the medians to the naive baseline's. At the
+//! answer), the ratio of the medians to the naive baseline's, and the
+//! median CPU time per reservation of the server (all its processes,
+//! from `/proc`) and of this process (clients and gateways): on a shared
+//! machine the CPU per reservation is steadier than the rate. At the
 //! end the books are checked: per SKU, free units plus held units equal
 //! the total, and the holds are exactly the reservations answered.
 //!
@@ -91,6 +94,71 @@ struct Round {
     per_second: f64,
     p50_us: u64,
     p99_us: u64,
+    /// CPU time the PostgreSQL server spent per reservation (all its
+    /// processes), µs.
+    server_cpu_us: f64,
+    /// CPU time this process (the clients and the three gateways'
+    /// back ends) spent per reservation, µs.
+    client_cpu_us: f64,
+}
+
+/// Linux's `USER_HZ`: the unit of the times in `/proc/<pid>/stat`.
+const TICKS_PER_S: f64 = 100.0;
+
+/// A process's CPU time in ticks (`/proc/<pid>/stat`): its own user and
+/// system time, plus its reaped children's when `children`.
+fn cpu_ticks(pid: u32, children: bool) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the command's closing parenthesis, from `state` (3).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let at = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let own = at(14).unwrap_or(0) + at(15).unwrap_or(0);
+    if children {
+        own + at(16).unwrap_or(0) + at(17).unwrap_or(0)
+    } else {
+        own
+    }
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The server's CPU time so far, in ticks: the postmaster's own and its
+/// ended backends' (reaped), plus its live processes'.
+fn server_ticks(postmaster: u32) -> u64 {
+    let live: u64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent_of(pid) == Some(postmaster))
+        .map(|pid| cpu_ticks(pid, false))
+        .sum();
+    cpu_ticks(postmaster, true) + live
+}
+
+/// CPU spent (server, this process) while `run` ran, in ticks.
+fn with_cpu<T>(postmaster: u32, run: impl FnOnce() -> T) -> (T, u64, u64) {
+    let me = std::process::id();
+    let (server, client) = (server_ticks(postmaster), cpu_ticks(me, false));
+    let out = run();
+    (
+        out,
+        server_ticks(postmaster).saturating_sub(server),
+        cpu_ticks(me, false).saturating_sub(client),
+    )
 }
 
 fn summarize(mut latencies: Vec<u64>, elapsed: f64) -> Round {
@@ -105,6 +173,8 @@ fn summarize(mut latencies: Vec<u64>, elapsed: f64) -> Round {
         per_second: latencies.len() as f64 / elapsed,
         p50_us: at(0.50),
         p99_us: at(0.99),
+        server_cpu_us: 0.0,
+        client_cpu_us: 0.0,
     }
 }
 
@@ -263,6 +333,12 @@ fn main() {
             )
         })
         .expect("naive table");
+    // The postmaster: the parent of a backend (for its CPU time).
+    let postmaster = postgres::Client::connect(&naive_url, postgres::NoTls)
+        .and_then(|mut c| c.query_one("SELECT pg_backend_pid()", &[]))
+        .ok()
+        .and_then(|row| parent_of(row.get::<_, i32>(0) as u32))
+        .expect("the server's postmaster");
     let fleet_url = pg.create_database().expect("fleet database");
     let fleet: Vec<Arc<PgBackend>> = (0..GATEWAYS)
         .map(|_| {
@@ -295,7 +371,7 @@ fn main() {
     let mut results: Vec<(Variant, Round)> = Vec::new();
     for r in 0..rounds {
         for variant in Variant::ALL {
-            let result = match variant {
+            let (mut result, server, client) = with_cpu(postmaster, || match variant {
                 Variant::Naive => naive_round(&naive_url, seconds, clients),
                 Variant::Fleet { partitions } => {
                     let reserved = if partitions == 1 {
@@ -305,13 +381,19 @@ fn main() {
                     };
                     fleet_round(&fleet, partitions, seconds, clients, &next, reserved)
                 }
-            };
+            });
+            let done = result.per_second * seconds as f64;
+            let per = |ticks: u64| ticks as f64 / TICKS_PER_S * 1e6 / done.max(1.0);
+            (result.server_cpu_us, result.client_cpu_us) = (per(server), per(client));
             eprintln!(
-                "round {r} {}: {:.0} reservations/s, p50 {} µs, p99 {} µs",
+                "round {r} {}: {:.0} reservations/s, p50 {} µs, p99 {} µs, CPU per reservation: \
+                 server {:.0} µs, clients and gateways {:.0} µs",
                 variant.name(),
                 result.per_second,
                 result.p50_us,
-                result.p99_us
+                result.p99_us,
+                result.server_cpu_us,
+                result.client_cpu_us
             );
             results.push((variant, result));
         }
@@ -330,13 +412,16 @@ fn main() {
             of(|r| r.per_second),
             of(|r| r.p50_us as f64),
             of(|r| r.p99_us as f64),
+            of(|r| r.server_cpu_us),
+            of(|r| r.client_cpu_us),
         )
     };
     let (naive, ..) = summary(Variant::Naive);
     for variant in Variant::ALL {
-        let (rate, p50, p99) = summary(variant);
+        let (rate, p50, p99, server, client) = summary(variant);
         println!(
-            "{}: {rate:.0} reservations/s, p50 {:.2} ms, p99 {:.2} ms, {:.2}x naive",
+            "{}: {rate:.0} reservations/s, p50 {:.2} ms, p99 {:.2} ms, {:.2}x naive; \
+             CPU per reservation: server {server:.0} µs, clients and gateways {client:.0} µs",
             variant.name(),
             p50 / 1000.0,
             p99 / 1000.0,
