@@ -389,10 +389,11 @@ fn creation(c: &Claim, terms: Terms, part: Option<i32>) -> Result<Creation, Stor
     })
 }
 
-/// Step 1's creations for a whole batch, one statement per table for all
-/// of them (`INSERT … SELECT FROM unnest`): the orders (each written as
-/// [`creation`] leaves it), their outbox events, the authorize attempts
-/// (and, sold out on a full checkout, the key's completion). Answers in `jobs`' order,
+/// Step 1's creations for a whole batch in one statement for all of them
+/// (an `INSERT … SELECT FROM unnest` per table, joined by `WITH`): the
+/// orders (each written as [`creation`] leaves it), their outbox events,
+/// the authorize attempts (and, sold out on a full checkout, the key's
+/// completion, one statement each). Answers in `jobs`' order,
 /// with the holds to write ([`insert_holds`], once their units are
 /// taken). An `Err` is the batch's: the batch then runs one job per
 /// transaction.
@@ -413,30 +414,6 @@ pub(super) fn create_all(
         .collect();
     let payment_ids: Vec<Option<&str>> = orders.iter().map(|o| o.payment_id.as_deref()).collect();
     let expiries: Vec<Option<i64>> = orders.iter().map(|o| o.reservation_expires_at_ms).collect();
-    tx.execute(
-        concat!(
-            "INSERT INTO orders (",
-            order::columns!(),
-            ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[],
-                 $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[],
-                 $12::bigint[])"
-        ),
-        &[
-            &text(&|o| o.order_id.clone()),
-            &text(&|o| o.subject.clone()),
-            &text(&|o| o.sku.clone()),
-            &quantities,
-            &text(&|o| o.payment_method.clone()),
-            &big(&|o| i64::try_from(o.amount_cents).unwrap_or(i64::MAX)),
-            &text(&|o| o.state.as_str().to_owned()),
-            &text(&|o| o.payment_state.as_str().to_owned()),
-            &payment_ids,
-            &big(&|o| o.created_at_ms),
-            &big(&|o| o.updated_at_ms),
-            &expiries,
-        ],
-    )
-    .map_err(pg_err)?;
     // The events in order (an order's birth before its `authorizing`):
     // `seq` follows the rows of the SELECT.
     let (mut ids, mut of, mut kinds, mut payloads, mut at) =
@@ -451,10 +428,67 @@ pub(super) fn create_all(
             at.push(c.now_ms);
         }
     }
+    let paying: Vec<&Creation> = made.iter().filter(|m| m.pays).collect();
+    let attempt_keys: Vec<String> = paying
+        .iter()
+        .map(|m| attempt_key(&m.order.order_id, Operation::Authorize))
+        .collect();
+    let attempt_orders: Vec<&str> = paying.iter().map(|m| m.order.order_id.as_str()).collect();
+    let attempt_amounts: Vec<i64> = paying
+        .iter()
+        .map(|m| i64::try_from(m.order.amount_cents).unwrap_or(i64::MAX))
+        .collect();
+    let attempt_methods: Vec<&str> = paying
+        .iter()
+        .map(|m| m.order.payment_method.as_str())
+        .collect();
+    let attempt_at: Vec<i64> = paying.iter().map(|m| m.order.updated_at_ms).collect();
+    // Orders, events and authorize attempts in ONE statement (one round
+    // trip): none of the three tables refers to another (the outbox names
+    // its order by id only; attempts lost their foreign key in migration
+    // 3), so the order the data-modifying parts run in does not matter.
     tx.execute(
-        "INSERT INTO outbox (event_id, order_id, event_type, payload, created_at_ms)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])",
-        &[&ids, &of, &kinds, &payloads, &at],
+        concat!(
+            "WITH new_orders AS (INSERT INTO orders (",
+            order::columns!(),
+            ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[],
+                 $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[],
+                 $12::bigint[])),
+             new_events AS (INSERT INTO outbox (event_id, order_id, event_type, payload,
+                 created_at_ms)
+               SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[],
+                 $17::bigint[]))
+             INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
+                 payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
+             SELECT k, o, 'authorize', a, m, NULL, 'pending', t, t
+               FROM unnest($18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[])
+                 AS u(k, o, a, m, t)
+             ON CONFLICT (idempotency_key) DO NOTHING"
+        ),
+        &[
+            &text(&|o| o.order_id.clone()),
+            &text(&|o| o.subject.clone()),
+            &text(&|o| o.sku.clone()),
+            &quantities,
+            &text(&|o| o.payment_method.clone()),
+            &big(&|o| i64::try_from(o.amount_cents).unwrap_or(i64::MAX)),
+            &text(&|o| o.state.as_str().to_owned()),
+            &text(&|o| o.payment_state.as_str().to_owned()),
+            &payment_ids,
+            &big(&|o| o.created_at_ms),
+            &big(&|o| o.updated_at_ms),
+            &expiries,
+            &ids,
+            &of,
+            &kinds,
+            &payloads,
+            &at,
+            &attempt_keys,
+            &attempt_orders,
+            &attempt_amounts,
+            &attempt_methods,
+            &attempt_at,
+        ],
     )
     .map_err(pg_err)?;
     let holds: Vec<Hold> = made
@@ -481,33 +515,6 @@ pub(super) fn create_all(
             )
             .map_err(pg_err)?;
         }
-    }
-    let paying: Vec<&Creation> = made.iter().filter(|m| m.pays).collect();
-    if !paying.is_empty() {
-        let keys: Vec<String> = paying
-            .iter()
-            .map(|m| attempt_key(&m.order.order_id, Operation::Authorize))
-            .collect();
-        let ids: Vec<&str> = paying.iter().map(|m| m.order.order_id.as_str()).collect();
-        let amounts: Vec<i64> = paying
-            .iter()
-            .map(|m| i64::try_from(m.order.amount_cents).unwrap_or(i64::MAX))
-            .collect();
-        let methods: Vec<&str> = paying
-            .iter()
-            .map(|m| m.order.payment_method.as_str())
-            .collect();
-        let at: Vec<i64> = paying.iter().map(|m| m.order.updated_at_ms).collect();
-        tx.execute(
-            "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
-                 payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
-             SELECT k, o, 'authorize', a, m, NULL, 'pending', t, t
-               FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[])
-                 AS u(k, o, a, m, t)
-             ON CONFLICT (idempotency_key) DO NOTHING",
-            &[&keys, &ids, &amounts, &methods, &at],
-        )
-        .map_err(pg_err)?;
     }
     let begun = made
         .into_iter()
