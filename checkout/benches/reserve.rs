@@ -1,4 +1,10 @@
-//! Durable reservations per second on one hot SKU.
+//! Durable holds per second on one hot SKU through the embedded store's
+//! `Store::submit_reservation`: a ceiling of SQLite's group commit, NOT
+//! what the product does. The gateway never calls that path (a hold
+//! with no order, no key, no purchase limit), so this is no reservation
+//! figure and its ratio to the PostgreSQL loop below is no fleet figure:
+//! reservations as the product makes them, across a fleet on PostgreSQL,
+//! are `benches/fleet_reserve.rs`.
 //!
 //! - `sqlite_group_commit`: the store's group-commit writer (WAL,
 //!   `synchronous=FULL`, one fsync per batch); client threads keep many

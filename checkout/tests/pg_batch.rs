@@ -311,3 +311,85 @@ fn two_back_ends_on_one_database_share_partitions_and_limits_without_deadlocks()
         );
     }
 }
+
+/// A key row left without its order (written by a gateway that died
+/// before creating it, long enough ago) is taken over by the retry with
+/// the same body: the batch's claim reads it, passes the purchase limit,
+/// and the key then names the new order. Over the limit it is refused
+/// and the key row is left as it was.
+#[test]
+fn an_abandoned_key_is_taken_over_within_the_limit_and_left_alone_beyond_it() {
+    let s = sale(10);
+    let mut client = ::postgres::Client::connect(&s.url, ::postgres::NoTls).unwrap();
+    let stale_ms = T0_MS - sluice_checkout::limits::IDEMPOTENCY_LOCK_STALE_MS;
+    // Each buyer's key, then its order cut loose from it, as if the
+    // creation had never happened (the order row stays: it counts
+    // towards the limit, so the second buyer's is set at 1).
+    for buyer in ["taker", "limited"] {
+        let (first, _) = s
+            .backend
+            .begin_within(
+                buyer,
+                &key("key-abandoned"),
+                &request("hot", 1, PM_OK),
+                OrderLimits::UNLIMITED,
+                stale_ms,
+            )
+            .expect("the first attempt");
+        client
+            .execute(
+                "UPDATE idempotency SET order_id = NULL, completed_at_ms = NULL
+                  WHERE subject = $1",
+                &[&buyer],
+            )
+            .unwrap();
+        assert_eq!(first.state, OrderState::Reserved);
+    }
+    let (order, created) = s
+        .backend
+        .begin_within(
+            "taker",
+            &key("key-abandoned"),
+            &request("hot", 1, PM_OK),
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .expect("taken over");
+    assert_eq!(
+        (created, order.state),
+        (Created::Created, OrderState::Reserved)
+    );
+    let row = client
+        .query_one(
+            "SELECT order_id, locked_at_ms FROM idempotency WHERE subject = 'taker'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, Option<String>>(0), Some(order.order_id));
+    assert_eq!(row.get::<_, i64>(1), T0_MS);
+    let refused = s.backend.begin_within(
+        "limited",
+        &key("key-abandoned"),
+        &request("hot", 1, PM_OK),
+        OrderLimits {
+            orders_per_subject_max: 1,
+        },
+        T0_MS,
+    );
+    assert!(
+        matches!(refused, Err(CheckoutError::PurchaseLimit)),
+        "{refused:?}"
+    );
+    let row = client
+        .query_one(
+            "SELECT order_id, locked_at_ms FROM idempotency WHERE subject = 'limited'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, Option<String>>(0), None);
+    assert_eq!(
+        row.get::<_, i64>(1),
+        stale_ms,
+        "the refused takeover wrote nothing"
+    );
+}

@@ -2,17 +2,23 @@
 //! PostgreSQL collected into batches, each batch one transaction and one
 //! commit, every caller answered only after its batch committed.
 //!
-//! A batch of checkouts (step 1) runs in three phases, so the hot stock
+//! A batch of checkouts (step 1) runs in three phases, each a few
+//! set-based statements for the whole batch (`INSERT … SELECT FROM
+//! unnest(…)`, one per table), not a few per checkout, so the hot stock
 //! rows are locked once per batch, late, and never while waiting on
 //! anything but stock rows:
-//! 1. each checkout's claim (key, purchase limit) in a SAVEPOINT of its
-//!    own: a mismatch, a conflict, a limit or an unknown SKU rolls back
-//!    that checkout alone;
-//! 2. per SKU (in order), the batch's whole demand in ONE conditional
-//!    UPDATE on one partition (`available >= sum`, `stock::take_whole`);
-//!    when no partition has the sum, each checkout takes its own units in
-//!    arrival order (`stock::take`), so exactly the units left are sold;
-//! 3. each checkout's order, hold, key and authorize attempt written.
+//! 1. every claim at once (`checkout::claim_all`: keys, subject locks in
+//!    subject order, purchase limits): a mismatch, a conflict, a limit or
+//!    an unknown SKU is that checkout's answer and leaves nothing behind;
+//! 2. every order, outbox event, authorize attempt written
+//!    (`checkout::create_all`), then per SKU (in order) the batch's whole
+//!    demand in ONE conditional UPDATE on one partition (`available >=
+//!    sum`, `stock::take_whole`), then every hold on the partition its
+//!    units came from (`checkout::insert_holds`);
+//! 3. when no partition has the sum (or it went since the read), that is
+//!    rolled back and each checkout takes its own units in arrival order
+//!    (`stock::take`), so exactly the units left are sold, then the
+//!    orders and holds are written.
 //!
 //! A batch holds one checkout per subject (a second waits for the next
 //! batch), so the claims' purchase-limit counts are exact.
@@ -38,7 +44,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::checkout::{self, Begun, Claim, Claimed};
-use super::conn::{Db, Tx};
+use super::conn::Tx;
 use super::{is_stale_statement, pg_err, pool_err, stock, write_tx, Pool, Retryable, TX_TRIES_MAX};
 use crate::error::{CheckoutError, StoreError};
 use crate::metrics::Metrics;
@@ -441,47 +447,38 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     let moves = stock::put_off_end();
     ran?;
     stock::apply_put_off(tx, moves)?;
-    // Phase 1: the claims, in subject order: each claim locks its
-    // subject (key row, advisory lock) to the commit, so two batches
-    // running at once take their subjects in one order and never wait on
-    // each other in a cycle. A deadlock with another transaction is the
-    // batch's: retried in place, the claims before keep their locks and
-    // the cycle stays, so the whole batch runs again.
-    let mut order: Vec<(&str, usize)> = batch
+    // Phase 1: every claim at once (`checkout::claim_all`: a few
+    // statements for the batch, keys and subject locks taken in subject
+    // order, so two batches never wait on each other in a cycle). A
+    // claim's own failure (mismatch, conflict, limit, unknown SKU) is its
+    // answer and leaves nothing behind; a statement that fails is the
+    // batch's (a deadlock: run again; otherwise one job per transaction).
+    let checkouts: Vec<(usize, &Claim)> = batch
         .iter()
         .enumerate()
-        .filter_map(|(i, job)| job.subject().map(|s| (s, i)))
+        .filter_map(|(i, job)| match job {
+            Job::Checkout { claim, .. } => Some((i, &**claim)),
+            Job::Run { .. } => None,
+        })
         .collect();
-    order.sort_unstable();
     let mut ready: Vec<(usize, checkout::Terms)> = Vec::new();
-    for (_, i) in order {
-        let Job::Checkout { claim, .. } = &batch[i] else {
-            continue;
-        };
-        let mut sp = tx.savepoint("claim").map_err(pg_err)?;
-        let claimed = match checkout::claim(&mut sp, claim) {
-            Ok(claimed) => {
-                sp.commit().map_err(pg_err)?;
-                Ok(claimed)
+    if !checkouts.is_empty() {
+        let claims: Vec<&Claim> = checkouts.iter().map(|(_, c)| *c).collect();
+        let claimed = checkout::claim_all(tx, &claims)?;
+        for (&(i, _), claimed) in checkouts.iter().zip(claimed) {
+            match claimed {
+                Ok(Claimed::Ready(terms)) => ready.push((i, terms)),
+                Ok(Claimed::Replay(order_id)) => {
+                    answers[i] = Some(Answer::Checkout(Ok(Begun::Replay(order_id))));
+                }
+                Err(e) => answers[i] = Some(Answer::Checkout(Err(e))),
             }
-            Err(e) if e.is_retryable() => return Err(into_store(e)),
-            Err(e) => {
-                sp.rollback().map_err(pg_err)?;
-                Err(e)
-            }
-        };
-        match claimed {
-            Ok(Claimed::Ready(terms)) => ready.push((i, terms)),
-            Ok(Claimed::Replay(order_id)) => {
-                answers[i] = Some(Answer::Checkout(Ok(Begun::Replay(order_id))));
-            }
-            Err(e) => answers[i] = Some(Answer::Checkout(Err(e))),
         }
     }
     // The stock goes in arrival order.
     ready.sort_unstable_by_key(|(i, _)| *i);
     let claim_of = |i: usize| match &batch[i] {
-        Job::Checkout { claim, .. } => claim,
+        Job::Checkout { claim, .. } => &**claim,
         Job::Run { .. } => unreachable!("only checkouts are ready"),
     };
     let mut by_sku: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -493,61 +490,60 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
         .iter()
         .map(|(sku, holds)| (*sku, holds.iter().map(|&n| units(n)).sum()))
         .collect();
-    // Phases 2 and 3, the usual way round: the orders written first (as
-    // held on partition 0), then each SKU's whole demand taken in ONE
-    // conditional UPDATE, the holds moved to the partition it came from:
-    // the hot rows stay locked only from that UPDATE to the commit.
+    let finish = |answers: Vec<Option<Answer>>, summed| Ran {
+        answers: answers
+            .into_iter()
+            .map(|a| a.expect("every job answered"))
+            .collect(),
+        summed,
+    };
+    if ready.is_empty() {
+        return Ok(finish(answers, Summed::default()));
+    }
+    // Phases 2 and 3, the usual way round: the orders, events, keys and
+    // attempts written first (one statement per table for the batch),
+    // then each SKU's whole demand taken in ONE conditional UPDATE, then
+    // the holds, on the partitions the units came from, in one statement:
+    // the hot rows stay locked only from that UPDATE to the commit, and
+    // the holds' foreign-key locks on them are this transaction's own
+    // (`checkout::insert_holds`).
     let mut fits = true;
     for &(sku, sum) in &demand {
         fits &= stock::largest_free(tx, sku)? >= sum;
     }
-    if fits && !ready.is_empty() {
+    if fits {
         let mut sp = tx.savepoint("whole").map_err(pg_err)?;
-        let mut begun = Vec::with_capacity(ready.len());
-        for (i, terms) in &ready {
-            let terms = checkout::Terms::clone(terms);
-            let created = checkout::create(&mut sp, claim_of(*i), terms, Some(0));
-            begun.push(created.map_err(into_store)?);
-        }
+        let jobs = ready
+            .iter()
+            .map(|(i, terms)| (claim_of(*i), terms.clone(), Some(0)))
+            .collect();
+        let (begun, mut holds) = checkout::create_all(&mut sp, jobs)?;
         let mut taken = true;
         let mut summed = Summed::default();
-        for (&(sku, sum), holds) in demand.iter().zip(by_sku.values()) {
+        for (&(sku, sum), of_sku) in demand.iter().zip(by_sku.values()) {
             let (first, now_ms) = (
-                &ready[holds[0]].1.order_id,
-                claim_of(ready[holds[0]].0).now_ms,
+                &ready[of_sku[0]].1.order_id,
+                claim_of(ready[of_sku[0]].0).now_ms,
             );
             let Some(part) = stock::take_whole(&mut sp, sku, sum, first, now_ms)? else {
                 taken = false;
                 break;
             };
-            if part != 0 {
-                let ids: Vec<&str> = holds
-                    .iter()
-                    .map(|&n| ready[n].1.order_id.as_str())
-                    .collect();
-                sp.execute(
-                    "UPDATE reservations SET part = $1 WHERE order_id = ANY($2)",
-                    &[&part, &ids],
-                )
-                .map_err(pg_err)?;
+            for hold in holds.iter_mut().filter(|h| h.sku == sku) {
+                hold.part = part;
             }
-            if holds.len() > 1 {
+            if of_sku.len() > 1 {
                 summed.takes += 1;
-                summed.holds += holds.len() as u64;
+                summed.holds += of_sku.len() as u64;
             }
         }
         if taken {
+            checkout::insert_holds(&mut sp, &holds)?;
             sp.commit().map_err(pg_err)?;
             for ((i, _), b) in ready.iter().zip(begun) {
                 answers[*i] = Some(Answer::Checkout(Ok(b)));
             }
-            return Ok(Ran {
-                answers: answers
-                    .into_iter()
-                    .map(|a| a.expect("every job answered"))
-                    .collect(),
-                summed,
-            });
+            return Ok(finish(answers, summed));
         }
         // Someone else took units since the snapshot: the careful way.
         sp.rollback().map_err(pg_err)?;
@@ -565,17 +561,17 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
             parts[n] = stock::take(tx, sku, units(n), &ready[n].1.order_id, claim.now_ms)?;
         }
     }
-    for ((i, terms), part) in ready.into_iter().zip(parts) {
-        let begun = checkout::create(tx, claim_of(i), terms, part).map_err(into_store)?;
-        answers[i] = Some(Answer::Checkout(Ok(begun)));
+    let jobs = ready
+        .iter()
+        .zip(parts)
+        .map(|((i, terms), part)| (claim_of(*i), terms.clone(), part))
+        .collect();
+    let (begun, holds) = checkout::create_all(tx, jobs)?;
+    checkout::insert_holds(tx, &holds)?;
+    for ((i, _), b) in ready.iter().zip(begun) {
+        answers[*i] = Some(Answer::Checkout(Ok(b)));
     }
-    Ok(Ran {
-        answers: answers
-            .into_iter()
-            .map(|a| a.expect("every job answered"))
-            .collect(),
-        summed: Summed::default(),
-    })
+    Ok(finish(answers, Summed::default()))
 }
 
 /// The batch's `Run` jobs, each in a SAVEPOINT of its own (its put-off
@@ -607,15 +603,6 @@ fn run_jobs(
         }));
     }
     Ok(())
-}
-
-/// A creation that failed sinks the batch (its units were taken with the
-/// others'): the batch is then run one job at a time.
-fn into_store(e: CheckoutError) -> StoreError {
-    match e {
-        CheckoutError::Store(e) => e,
-        other => StoreError::Postgres(format!("a checkout's creation failed: {other}")),
-    }
 }
 
 fn deliver(batch: Vec<Job>, answers: Vec<Answer>) {

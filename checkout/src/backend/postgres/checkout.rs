@@ -14,7 +14,10 @@
 //!
 //! Step 1 goes into a batch of this gateway's checkouts and each answer
 //! into a batch of answers (`batch`): one transaction per batch, the
-//! claim, the creation and the take here being its parts.
+//! claims ([`claim_all`]), the creations ([`create_all`]) and the holds
+//! ([`insert_holds`]) here being its parts, each a few statements for the
+//! whole batch; a checkout run on its own ([`claim_and_create`]) is a
+//! batch of one.
 //! Each answer is applied by `settle` (the rules webhooks and the payments
 //! reconciler apply too), so a webhook that got there first changes
 //! nothing here but the follow-up this checkout adopts.
@@ -22,6 +25,8 @@
 //! preceded by a look-up with the same key) writes nothing: the order stays
 //! `authorizing` with its attempt stored, the key stays locked until
 //! [`IDEMPOTENCY_LOCK_STALE_MS`], and a retry replays the order.
+
+use std::collections::{HashMap, HashSet};
 
 use super::conn::{Db, Tx};
 use super::{order, pg_err, settle, stock, PgBackend};
@@ -32,7 +37,7 @@ use crate::idempotency::IdempotencyKey;
 use crate::limits::IDEMPOTENCY_LOCK_STALE_MS;
 use crate::order::Order;
 use crate::service::{new_order, validate_subject, CheckoutRequest, Created, OrderLimits};
-use crate::state::{OrderState, PaymentState};
+use crate::state::{transition_allowed, OrderState, PaymentState};
 use crate::store::validate_sku;
 
 /// What the stored key row says a request may do.
@@ -129,166 +134,434 @@ pub(super) fn checkout(
     Ok((order, Created::Created))
 }
 
-/// Step 1 alone, in the caller's transaction: claim, take, create.
+/// Step 1 alone, in the caller's transaction: claim, take, create (the
+/// batch's set-based statements, for a batch of one).
 pub(super) fn claim_and_create(tx: &mut Tx<'_>, c: &Claim) -> Result<Begun, CheckoutError> {
-    let terms = match claim(tx, c)? {
+    let claimed = claim_all(tx, &[c])?.pop().expect("one answer per claim");
+    let terms = match claimed? {
         Claimed::Replay(order_id) => return Ok(Begun::Replay(order_id)),
         Claimed::Ready(terms) => terms,
     };
     let units = i64::from(c.request.quantity);
     let part = stock::take(tx, &c.request.sku, units, &terms.order_id, c.now_ms)?;
-    create(tx, c, terms, part)
+    let (begun, holds) = create_all(tx, vec![(c, terms, part)])?;
+    insert_holds(tx, &holds)?;
+    Ok(begun.into_iter().next().expect("one order per claim"))
 }
 
-/// Step 1's claim: the product's terms, the key (claimed, taken over, or
-/// a replay), and the subject's purchase limit (under a per-subject
-/// advisory lock held to the commit). Takes no units; an `Err` leaves
-/// nothing the caller must keep (the caller rolls back to before it).
-pub(super) fn claim(tx: &mut Tx<'_>, c: &Claim) -> Result<Claimed, CheckoutError> {
-    let (subject, key, request, now_ms) = (c.subject.as_str(), &c.key, &c.request, c.now_ms);
-    let terms = tx
-        .query_opt(
-            "SELECT price_cents, reservation_ttl_ms FROM products WHERE sku = $1",
-            &[&request.sku],
+/// Step 1's claims for a whole batch, a few statements for all of them:
+/// the products' terms (once per SKU); every key with the id of the order
+/// it is for (one `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING
+/// RETURNING`: the rows returned are the keys this batch claimed; the key
+/// row's foreign key to its order is checked at the commit, by which
+/// time the order exists); the per-subject advisory locks of every
+/// subject still in play (one statement, subjects in ascending order, so
+/// two batches never wait on each other in a cycle); then their purchase
+/// limits (one count for all, read after the locks: a new snapshot sees
+/// the orders of whoever held a lock before). Takes no units.
+///
+/// The rarer cases go one statement per key, each an index lookup by
+/// primary key (a join of the batch's arrays with the keys table could
+/// be planned as a scan of the whole table): a key already stored is read
+/// `FOR UPDATE` and decided by [`decide_claim`]; a takeover is written
+/// only for a claim that passed; a key claimed for a checkout over its
+/// limit is deleted again (not burnt).
+///
+/// Answers per claim, in `claims`' order: `Ready`, `Replay`, or the
+/// claim's own error (unknown SKU, mismatch, conflict, limit), which
+/// leaves nothing behind. An `Err` of the whole is the batch's (a
+/// statement failed). Needs at most one claim per subject (a batch holds
+/// one), so the counts are exact.
+pub(super) fn claim_all(
+    tx: &mut Tx<'_>,
+    claims: &[&Claim],
+) -> Result<Vec<Result<Claimed, CheckoutError>>, StoreError> {
+    let mut answers: Vec<Option<Result<Claimed, CheckoutError>>> =
+        claims.iter().map(|_| None).collect();
+    // The products' terms, once per SKU.
+    let mut skus: Vec<&str> = claims.iter().map(|c| c.request.sku.as_str()).collect();
+    skus.sort_unstable();
+    skus.dedup();
+    let terms: HashMap<String, (i64, i64)> = tx
+        .query(
+            "SELECT sku, price_cents, reservation_ttl_ms FROM products WHERE sku = ANY($1)",
+            &[&skus],
         )
         .map_err(pg_err)?
-        .ok_or_else(|| StoreError::UnknownSku(request.sku.clone()))?;
-    let (price_cents, ttl_ms): (i64, i64) = (terms.get(0), terms.get(1));
-    let hash = request.hash();
-    let inserted = tx
-        .execute(
-            "INSERT INTO idempotency (subject, key, request_hash, created_at_ms, locked_at_ms)
-             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (subject, key) DO NOTHING",
-            &[&subject, &key.as_str(), &hash, &now_ms],
+        .iter()
+        .map(|row| (row.get(0), (row.get(1), row.get(2))))
+        .collect();
+    // The claims of known SKUs, in subject order: the order the key rows
+    // and the subjects' locks are taken in.
+    let mut live: Vec<usize> = Vec::with_capacity(claims.len());
+    for (i, c) in claims.iter().enumerate() {
+        if terms.contains_key(&c.request.sku) {
+            live.push(i);
+        } else {
+            answers[i] = Some(Err(StoreError::UnknownSku(c.request.sku.clone()).into()));
+        }
+    }
+    live.sort_by(|&a, &b| claims[a].subject.cmp(&claims[b].subject));
+    let hashes: Vec<String> = claims.iter().map(|c| c.request.hash()).collect();
+    let order_ids: Vec<String> = claims
+        .iter()
+        .map(|_| format!("ord_{}", uuid::Uuid::new_v4().simple()))
+        .collect();
+    let subjects: Vec<&str> = live.iter().map(|&i| claims[i].subject.as_str()).collect();
+    let keys: Vec<&str> = live.iter().map(|&i| claims[i].key.as_str()).collect();
+    let live_hashes: Vec<&str> = live.iter().map(|&i| hashes[i].as_str()).collect();
+    let live_ids: Vec<&str> = live.iter().map(|&i| order_ids[i].as_str()).collect();
+    let times: Vec<i64> = live.iter().map(|&i| claims[i].now_ms).collect();
+    let claimed: HashSet<(String, String)> = tx
+        .query(
+            "INSERT INTO idempotency (subject, key, request_hash, order_id, created_at_ms,
+                 locked_at_ms)
+             SELECT s, k, h, o, t, t
+               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+                 AS u(s, k, h, o, t)
+             ON CONFLICT (subject, key) DO NOTHING
+             RETURNING subject, key",
+            &[&subjects, &keys, &live_hashes, &live_ids, &times],
         )
-        .map_err(pg_err)?;
-    if inserted == 0 {
-        // Locks the row: a racing takeover of an abandoned key waits here.
+        .map_err(pg_err)?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let is_claimed = |i: usize| {
+        let c = claims[i];
+        claimed.contains(&(c.subject.clone(), c.key.as_str().to_owned()))
+    };
+    // Keys already stored, in subject order: read under their row locks
+    // (a racing takeover of an abandoned key waits here).
+    let mut take_over: HashSet<usize> = HashSet::new();
+    for &i in live.iter().filter(|&&i| !is_claimed(i)) {
+        let c = claims[i];
         let row = tx
-            .query_one(
+            .query_opt(
                 "SELECT request_hash, order_id, locked_at_ms, completed_at_ms IS NOT NULL
                  FROM idempotency WHERE subject = $1 AND key = $2 FOR UPDATE",
-                &[&subject, &key.as_str()],
+                &[&c.subject, &c.key.as_str()],
             )
             .map_err(pg_err)?;
+        let Some(row) = row else {
+            // Pruned between the INSERT and this read (retention): the
+            // retry claims it afresh.
+            answers[i] = Some(Err(CheckoutError::Conflict));
+            continue;
+        };
         let stored_hash: String = row.get(0);
         match decide_claim(
             &stored_hash,
-            &hash,
+            &hashes[i],
             row.get(1),
             row.get(2),
             row.get(3),
-            now_ms,
-        )? {
-            ClaimDecision::Replay(order_id) => return Ok(Claimed::Replay(order_id)),
-            ClaimDecision::TakeOver => {
-                tx.execute(
-                    "UPDATE idempotency SET locked_at_ms = $3 WHERE subject = $1 AND key = $2",
-                    &[&subject, &key.as_str(), &now_ms],
-                )
-                .map_err(pg_err)?;
+            c.now_ms,
+        ) {
+            Ok(ClaimDecision::Replay(order_id)) => {
+                answers[i] = Some(Ok(Claimed::Replay(order_id)));
             }
+            Ok(ClaimDecision::TakeOver) => {
+                take_over.insert(i);
+            }
+            Err(e) => answers[i] = Some(Err(e)),
         }
     }
     // One creating transaction per subject at a time, until its commit:
     // under READ COMMITTED, racing checkouts with distinct keys would each
     // count the others' orders as not there yet and all pass the limit.
-    // (A batch holds one checkout per subject, so its own claims never
-    // count each other's orders as missing either.)
+    let contenders: Vec<usize> = live
+        .iter()
+        .copied()
+        .filter(|&i| answers[i].is_none())
+        .collect();
+    if contenders.is_empty() {
+        return Ok(answers.into_iter().map(|a| a.expect("decided")).collect());
+    }
+    let subjects: Vec<&str> = contenders
+        .iter()
+        .map(|&i| claims[i].subject.as_str())
+        .collect();
     tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('subject:' || $1::text, 0))",
-        &[&subject],
+        "SELECT pg_advisory_xact_lock(hashtextextended('subject:' || s, 0))
+           FROM unnest($1::text[]) AS u(s)",
+        &[&subjects],
     )
     .map_err(pg_err)?;
-    let (started, _) = order::subject_orders(tx, subject)?;
-    if started >= c.limits.orders_per_subject_max {
-        // Rolled back by the caller: the key is not burnt.
-        return Err(CheckoutError::PurchaseLimit);
-    }
-    Ok(Claimed::Ready(Terms {
-        order_id: format!("ord_{}", uuid::Uuid::new_v4().simple()),
-        price_cents,
-        ttl_ms,
-    }))
-}
-
-/// Step 1's creation once the units are taken from `part` (`None`: sold
-/// out): the order, its hold, the key's order id and — for a full
-/// checkout — the order moved to `authorizing` with its authorize attempt
-/// stored; sold out, the order is `rejected` and the key completed.
-pub(super) fn create(
-    tx: &mut Tx<'_>,
-    c: &Claim,
-    terms: Terms,
-    part: Option<i32>,
-) -> Result<Begun, CheckoutError> {
-    let (subject, key, request, now_ms) = (c.subject.as_str(), &c.key, &c.request, c.now_ms);
-    let Terms {
-        order_id,
-        price_cents,
-        ttl_ms,
-    } = terms;
-    let units = i64::from(request.quantity);
-    let expires_at_ms = now_ms.saturating_add(ttl_ms);
-    let held_until = part.map(|_| expires_at_ms);
-    let mut created = new_order(
-        order_id.clone(),
-        subject,
-        request,
-        price_cents,
-        held_until,
-        now_ms,
-    );
-    order::insert(tx, &created)?;
-    if let Some(part) = part {
-        tx.execute(
-            "INSERT INTO reservations (order_id, sku, part, quantity, state, created_at_ms, expires_at_ms)
-             VALUES ($1, $2, $3, $4, 'held', $5, $6)",
-            &[&order_id, &request.sku, &part, &units, &now_ms, &expires_at_ms],
+    // A statement of its own after the locks: its snapshot sees the
+    // orders every earlier holder of a lock committed.
+    let started: HashMap<String, i64> = tx
+        .query(
+            "SELECT u.s, (SELECT COUNT(*) FROM orders o WHERE o.subject = u.s)
+               FROM unnest($1::text[]) AS u(s)",
+            &[&subjects],
         )
-        .map_err(pg_err)?;
+        .map_err(pg_err)?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for &i in &contenders {
+        let c = claims[i];
+        let count = started.get(&c.subject).copied().unwrap_or(0);
+        let over = u32::try_from(count).unwrap_or(u32::MAX) >= c.limits.orders_per_subject_max;
+        if over {
+            if !take_over.contains(&i) {
+                // Over the limit: the key is not burnt (as if never
+                // claimed).
+                tx.execute(
+                    "DELETE FROM idempotency WHERE subject = $1 AND key = $2",
+                    &[&c.subject, &c.key.as_str()],
+                )
+                .map_err(pg_err)?;
+            }
+            answers[i] = Some(Err(CheckoutError::PurchaseLimit));
+            continue;
+        }
+        if take_over.contains(&i) {
+            tx.execute(
+                "UPDATE idempotency SET locked_at_ms = $3, order_id = $4
+                 WHERE subject = $1 AND key = $2",
+                &[&c.subject, &c.key.as_str(), &c.now_ms, &order_ids[i]],
+            )
+            .map_err(pg_err)?;
+        }
+        let (price_cents, ttl_ms) = terms[&c.request.sku];
+        answers[i] = Some(Ok(Claimed::Ready(Terms {
+            order_id: order_ids[i].clone(),
+            price_cents,
+            ttl_ms,
+        })));
     }
-    tx.execute(
-        "UPDATE idempotency SET order_id = $3 WHERE subject = $1 AND key = $2",
-        &[&subject, &key.as_str(), &order_id],
-    )
-    .map_err(pg_err)?;
-    if !c.start_payment {
-        return Ok(Begun::Done(created));
-    }
-    if created.state != OrderState::Reserved {
-        complete_key(tx, subject, key, now_ms)?;
-        return Ok(Begun::Done(created));
-    }
-    order::set_payment(tx, &order_id, PaymentState::Pending, None, now_ms)?;
-    created = order::transition(
-        tx,
-        &order_id,
-        OrderState::Reserved,
-        OrderState::Authorizing,
-        now_ms,
-    )?;
-    settle::insert_attempt(
-        tx,
-        &order_id,
-        Operation::Authorize,
-        created.amount_cents,
-        Some(&created.payment_method),
-        None,
-        now_ms,
-    )?;
-    Ok(Begun::Pay(created))
+    Ok(answers.into_iter().map(|a| a.expect("decided")).collect())
 }
 
-fn complete_key(
+/// One order step 1 creates, as [`create_all`] writes it.
+struct Creation {
+    /// The order as stored (for a paid checkout already `authorizing`).
+    order: Order,
+    /// Its outbox events, in order: its birth, then (paid) `authorizing`.
+    events: Vec<Order>,
+    /// The partition its units came from (`None`: sold out, no hold).
+    part: Option<i32>,
+    expires_at_ms: UnixMs,
+    /// Whether the key is completed now (sold out on a full checkout).
+    completes_key: bool,
+    pays: bool,
+}
+
+/// What step 1 creates for `c` once its units are taken from `part`
+/// (`None`: sold out), as a plain function: the order (`reserved`, or
+/// `rejected` when sold out); for a full checkout that holds units, the
+/// order moved to `authorizing` (payment `pending`) with the authorize
+/// attempt to store; sold out on a full checkout, the key completed.
+fn creation(c: &Claim, terms: Terms, part: Option<i32>) -> Result<Creation, StoreError> {
+    let expires_at_ms = c.now_ms.saturating_add(terms.ttl_ms);
+    let held_until = part.map(|_| expires_at_ms);
+    let born = new_order(
+        terms.order_id,
+        &c.subject,
+        &c.request,
+        terms.price_cents,
+        held_until,
+        c.now_ms,
+    );
+    let pays = c.start_payment && born.state == OrderState::Reserved;
+    let completes_key = c.start_payment && born.state != OrderState::Reserved;
+    let mut events = vec![born.clone()];
+    let mut order = born;
+    if pays {
+        let (from, to) = (OrderState::Reserved, OrderState::Authorizing);
+        if !transition_allowed(from, to) {
+            return Err(StoreError::IllegalTransition { from, to });
+        }
+        order.state = to;
+        order.payment_state = PaymentState::Pending;
+        order.updated_at_ms = c.now_ms;
+        events.push(order.clone());
+    }
+    Ok(Creation {
+        order,
+        events,
+        part,
+        expires_at_ms,
+        completes_key,
+        pays,
+    })
+}
+
+/// Step 1's creations for a whole batch in one statement for all of them
+/// (an `INSERT … SELECT FROM unnest` per table, joined by `WITH`): the
+/// orders (each written as [`creation`] leaves it), their outbox events,
+/// the authorize attempts (and, sold out on a full checkout, the key's
+/// completion, one statement each). Answers in `jobs`' order,
+/// with the holds to write ([`insert_holds`], once their units are
+/// taken). An `Err` is the batch's: the batch then runs one job per
+/// transaction.
+pub(super) fn create_all(
     tx: &mut Tx<'_>,
-    subject: &str,
-    key: &IdempotencyKey,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
+    jobs: Vec<(&Claim, Terms, Option<i32>)>,
+) -> Result<(Vec<Begun>, Vec<Hold>), StoreError> {
+    let mut made = Vec::with_capacity(jobs.len());
+    for (c, terms, part) in &jobs {
+        made.push(creation(c, terms.clone(), *part)?);
+    }
+    let orders: Vec<&Order> = made.iter().map(|m| &m.order).collect();
+    let text = |f: &dyn Fn(&Order) -> String| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
+    let big = |f: &dyn Fn(&Order) -> i64| orders.iter().map(|o| f(o)).collect::<Vec<_>>();
+    let quantities: Vec<i32> = orders
+        .iter()
+        .map(|o| i32::try_from(o.quantity).unwrap_or(i32::MAX))
+        .collect();
+    let payment_ids: Vec<Option<&str>> = orders.iter().map(|o| o.payment_id.as_deref()).collect();
+    let expiries: Vec<Option<i64>> = orders.iter().map(|o| o.reservation_expires_at_ms).collect();
+    // The events in order (an order's birth before its `authorizing`):
+    // `seq` follows the rows of the SELECT.
+    let (mut ids, mut of, mut kinds, mut payloads, mut at) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (m, (c, ..)) in made.iter().zip(&jobs) {
+        for event in &m.events {
+            let (id, payload) = order::event_of(event)?;
+            ids.push(id);
+            of.push(event.order_id.as_str());
+            kinds.push(event.state.event_type());
+            payloads.push(payload);
+            at.push(c.now_ms);
+        }
+    }
+    let paying: Vec<&Creation> = made.iter().filter(|m| m.pays).collect();
+    let attempt_keys: Vec<String> = paying
+        .iter()
+        .map(|m| attempt_key(&m.order.order_id, Operation::Authorize))
+        .collect();
+    let attempt_orders: Vec<&str> = paying.iter().map(|m| m.order.order_id.as_str()).collect();
+    let attempt_amounts: Vec<i64> = paying
+        .iter()
+        .map(|m| i64::try_from(m.order.amount_cents).unwrap_or(i64::MAX))
+        .collect();
+    let attempt_methods: Vec<&str> = paying
+        .iter()
+        .map(|m| m.order.payment_method.as_str())
+        .collect();
+    let attempt_at: Vec<i64> = paying.iter().map(|m| m.order.updated_at_ms).collect();
+    // Orders, events and authorize attempts in ONE statement (one round
+    // trip): none of the three tables refers to another (the outbox names
+    // its order by id only; attempts lost their foreign key in migration
+    // 3), so the order the data-modifying parts run in does not matter.
     tx.execute(
-        "UPDATE idempotency SET completed_at_ms = $3 WHERE subject = $1 AND key = $2",
-        &[&subject, &key.as_str(), &now_ms],
+        concat!(
+            "WITH new_orders AS (INSERT INTO orders (",
+            order::columns!(),
+            ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[],
+                 $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[],
+                 $12::bigint[])),
+             new_events AS (INSERT INTO outbox (event_id, order_id, event_type, payload,
+                 created_at_ms)
+               SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[],
+                 $17::bigint[]))
+             INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
+                 payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
+             SELECT k, o, 'authorize', a, m, NULL, 'pending', t, t
+               FROM unnest($18::text[], $19::text[], $20::bigint[], $21::text[], $22::bigint[])
+                 AS u(k, o, a, m, t)
+             ON CONFLICT (idempotency_key) DO NOTHING"
+        ),
+        &[
+            &text(&|o| o.order_id.clone()),
+            &text(&|o| o.subject.clone()),
+            &text(&|o| o.sku.clone()),
+            &quantities,
+            &text(&|o| o.payment_method.clone()),
+            &big(&|o| i64::try_from(o.amount_cents).unwrap_or(i64::MAX)),
+            &text(&|o| o.state.as_str().to_owned()),
+            &text(&|o| o.payment_state.as_str().to_owned()),
+            &payment_ids,
+            &big(&|o| o.created_at_ms),
+            &big(&|o| o.updated_at_ms),
+            &expiries,
+            &ids,
+            &of,
+            &kinds,
+            &payloads,
+            &at,
+            &attempt_keys,
+            &attempt_orders,
+            &attempt_amounts,
+            &attempt_methods,
+            &attempt_at,
+        ],
+    )
+    .map_err(pg_err)?;
+    let holds: Vec<Hold> = made
+        .iter()
+        .zip(&jobs)
+        .filter_map(|(m, (c, ..))| {
+            m.part.map(|part| Hold {
+                order_id: m.order.order_id.clone(),
+                sku: m.order.sku.clone(),
+                part,
+                units: i64::from(m.order.quantity),
+                created_at_ms: c.now_ms,
+                expires_at_ms: m.expires_at_ms,
+            })
+        })
+        .collect();
+    // The keys already name their orders (`claim_all`); a full checkout
+    // sold out completes its key (rare: one statement each).
+    for (m, (c, ..)) in made.iter().zip(&jobs) {
+        if m.completes_key {
+            tx.execute(
+                "UPDATE idempotency SET completed_at_ms = $3 WHERE subject = $1 AND key = $2",
+                &[&c.subject, &c.key.as_str(), &c.now_ms],
+            )
+            .map_err(pg_err)?;
+        }
+    }
+    let begun = made
+        .into_iter()
+        .map(|m| {
+            if m.pays {
+                Begun::Pay(m.order)
+            } else {
+                Begun::Done(m.order)
+            }
+        })
+        .collect();
+    Ok((begun, holds))
+}
+
+/// A hold step 1 writes for an order ([`insert_holds`]).
+pub(super) struct Hold {
+    pub order_id: String,
+    pub sku: String,
+    /// The partition its units came from.
+    pub part: i32,
+    pub units: i64,
+    pub created_at_ms: UnixMs,
+    pub expires_at_ms: UnixMs,
+}
+
+/// The holds, one statement for all. Written once their units are taken:
+/// each hold's foreign key locks its partition row `FOR KEY SHARE`, which
+/// on a row this transaction already updated is its own lock (on one
+/// another transaction is updating it would add a multixact, which every
+/// later read of the hot row must then look into).
+pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreError> {
+    if holds.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = holds.iter().map(|h| h.order_id.as_str()).collect();
+    let skus: Vec<&str> = holds.iter().map(|h| h.sku.as_str()).collect();
+    let parts: Vec<i32> = holds.iter().map(|h| h.part).collect();
+    let units: Vec<i64> = holds.iter().map(|h| h.units).collect();
+    let created: Vec<i64> = holds.iter().map(|h| h.created_at_ms).collect();
+    let expires: Vec<i64> = holds.iter().map(|h| h.expires_at_ms).collect();
+    tx.execute(
+        "INSERT INTO reservations (order_id, sku, part, quantity, state, created_at_ms,
+             expires_at_ms)
+         SELECT o, s, p, q, 'held', c, e
+           FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],
+                $6::bigint[]) AS u(o, s, p, q, c, e)",
+        &[&ids, &skus, &parts, &units, &created, &expires],
     )
     .map_err(pg_err)?;
     Ok(())

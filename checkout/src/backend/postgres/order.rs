@@ -20,6 +20,7 @@ macro_rules! columns {
     payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms"
     };
 }
+pub(super) use columns;
 
 fn corrupt(detail: String) -> StoreError {
     StoreError::Corrupt {
@@ -87,9 +88,7 @@ pub(super) fn load_existing(client: &mut impl Db, order_id: &str) -> Result<Orde
 /// The outbox event of `order`'s change (its state now), in the same
 /// transaction as the change.
 fn event(tx: &mut Tx<'_>, order: &Order, now_ms: UnixMs) -> Result<(), StoreError> {
-    let event_id = format!("evt_{}", uuid::Uuid::new_v4().simple());
-    let payload = serde_json::to_string(&order.view())
-        .map_err(|e| StoreError::InvalidArgument(format!("order not serializable: {e}")))?;
+    let (event_id, payload) = event_of(order)?;
     tx.execute(
         "INSERT INTO outbox (event_id, order_id, event_type, payload, created_at_ms)
          VALUES ($1, $2, $3, $4, $5)",
@@ -105,33 +104,12 @@ fn event(tx: &mut Tx<'_>, order: &Order, now_ms: UnixMs) -> Result<(), StoreErro
     Ok(())
 }
 
-/// Inserts a new order (`reserved` or `rejected`) and its birth event.
-pub(super) fn insert(tx: &mut Tx<'_>, order: &Order) -> Result<(), StoreError> {
-    let quantity = i32::try_from(order.quantity).unwrap_or(i32::MAX);
-    let amount = i64::try_from(order.amount_cents).unwrap_or(i64::MAX);
-    tx.execute(
-        concat!(
-            "INSERT INTO orders (",
-            columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-        ),
-        &[
-            &order.order_id,
-            &order.subject,
-            &order.sku,
-            &quantity,
-            &order.payment_method,
-            &amount,
-            &order.state.as_str(),
-            &order.payment_state.as_str(),
-            &order.payment_id,
-            &order.created_at_ms,
-            &order.updated_at_ms,
-            &order.reservation_expires_at_ms,
-        ],
-    )
-    .map_err(pg_err)?;
-    event(tx, order, order.created_at_ms)
+/// A new event id and the payload of `order`'s event (its state now).
+pub(super) fn event_of(order: &Order) -> Result<(String, String), StoreError> {
+    let event_id = format!("evt_{}", uuid::Uuid::new_v4().simple());
+    let payload = serde_json::to_string(&order.view())
+        .map_err(|e| StoreError::InvalidArgument(format!("order not serializable: {e}")))?;
+    Ok((event_id, payload))
 }
 
 /// `from → to` if the table allows it and the order is still `from`;

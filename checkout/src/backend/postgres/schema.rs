@@ -168,6 +168,18 @@ const MIGRATIONS: &[(i32, &str)] = &[
         CREATE INDEX payment_attempts_failed_compensations ON payment_attempts (order_id)
             WHERE operation IN ('void', 'refund') AND outcome = 'failed';",
     ),
+    // 4: a batch of checkouts claims each key with the id of the order it
+    // is about to create, in one statement for the batch, before the
+    // order exists: the key's foreign key to its order is checked at the
+    // commit instead of at once. And the index a settled order's key is
+    // completed through (by its order id), instead of a scan of every
+    // key.
+    (
+        4,
+        "ALTER TABLE idempotency ALTER CONSTRAINT idempotency_order_id_fkey
+            DEFERRABLE INITIALLY DEFERRED;
+        CREATE INDEX idempotency_by_order ON idempotency (order_id);",
+    ),
 ];
 
 /// The version this binary leaves a database at.
