@@ -60,6 +60,8 @@ struct Second {
     at_ms: u64,
     rate: f64,
     phase: Phase,
+    /// The window's p99, as the step saw it.
+    p99_ms: Option<u32>,
 }
 
 struct Run {
@@ -86,6 +88,8 @@ struct Plant {
     /// Instead of rounds, the real line: shoppers join a
     /// `sluice_admission::WaitingRoom` and poll when it tells them.
     line: Option<LineCfg>,
+    /// How long each of the three phases lasts.
+    phase_ms: u64,
 }
 
 /// The real line in front of the backend.
@@ -105,6 +109,7 @@ const BIG: Plant = Plant {
     service_ms: [SERVICE_MEAN_MS; 3],
     round_ms: NO_LAG_MS,
     line: None,
+    phase_ms: PHASE_MS,
 };
 
 /// The backend behind the real line, as `backend-degrades` sets
@@ -134,6 +139,7 @@ const SMALL: Plant = Plant {
     service_ms: [50.0, 160.0, 50.0],
     round_ms: POLL_ROUND_MS,
     line: None,
+    phase_ms: PHASE_MS,
 };
 
 /// The same backend and bounds behind the real line (10-20 s polls), with
@@ -149,9 +155,24 @@ const SMALL_LINE: Plant = Plant {
     ..SMALL
 };
 
+/// `backend-degrades` itself: the same backend and bounds behind the
+/// real line, the provider slowed from 60 s to 120 s, 1,500 shoppers in
+/// 20 s (the scenario's), judged as its verdict judges (`bd_verdict`).
+const BD_LINE: Plant = Plant {
+    round_ms: NO_LAG_MS,
+    line: Some(LineCfg {
+        shoppers: 1_500,
+        over_ms: 20_000,
+        poll_min_s: 10,
+        poll_max_s: 20,
+    }),
+    phase_ms: 60_000,
+    ..SMALL
+};
+
 impl Plant {
-    fn phase(now_ms: u64) -> usize {
-        ((now_ms / PHASE_MS) as usize).min(2)
+    fn phase(&self, now_ms: u64) -> usize {
+        ((now_ms / self.phase_ms) as usize).min(2)
     }
 }
 
@@ -279,7 +300,7 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
     let mut queued: VecDeque<(u64, usize)> = VecDeque::new();
     // (started at, done at, failed, who)
     let mut serving: Vec<(u64, u64, bool, usize)> = Vec::new();
-    let end = 3 * PHASE_MS;
+    let end = 3 * plant.phase_ms;
     let mut run = Run {
         seconds: Vec::new(),
         checkouts: Vec::new(),
@@ -353,12 +374,12 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
                 None => active -= 1,
             }
         }
-        while serving.len() < plant.workers[Plant::phase(now)] {
+        while serving.len() < plant.workers[plant.phase(now)] {
             let Some((arrived, who)) = queued.pop_front() else {
                 break;
             };
             let u: f64 = rng.random_range(f64::EPSILON..1.0);
-            let service = (-u.ln() * plant.service_ms[Plant::phase(now)]) as u64;
+            let service = (-u.ln() * plant.service_ms[plant.phase(now)]) as u64;
             // Declined cards are served like any other checkout.
             let failed = rng.random_bool(0.003);
             serving.push((arrived, now + service, failed, who));
@@ -383,6 +404,7 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
                 at_ms: now,
                 rate: decision.rate,
                 phase: decision.phase,
+                p99_ms: m.p99_ms,
             });
         }
     }
@@ -474,13 +496,21 @@ fn trace(run: &Run) {
         }
         eprintln!("\n(second: released/reached checkout), {} polls", run.polls);
     }
-    for s in run.seconds.iter().step_by(3) {
+    let every = if std::env::var_os("SIM_TRACE_P99").is_some() {
+        1
+    } else {
+        3
+    };
+    for s in run.seconds.iter().step_by(every) {
         eprint!(
             "{}:{:.0}{} ",
             s.at_ms / 1000,
             s.rate,
             &s.phase.as_str()[..1]
         );
+        if every == 1 {
+            eprint!("[{}] ", s.p99_ms.unwrap_or(0));
+        }
     }
     eprintln!();
 }
@@ -681,4 +711,108 @@ fn report_small_line() {
             );
         }
     }
+}
+
+/// One phase of `backend-degrades` as its verdict judges it (the load
+/// harness's `follow.rs`): from 30 s after its start to its end, the whole
+/// rate in force, its mean and largest swing, and the checkouts that ended
+/// then: their p99 and the share that failed.
+#[derive(Debug, Clone, Copy)]
+struct Judged {
+    mean: f64,
+    swing: f64,
+    p99_ms: u64,
+    failed: f64,
+    checkouts: usize,
+}
+
+fn bd_phases(run: &Run, plant: &Plant) -> [Judged; 3] {
+    std::array::from_fn(|phase| {
+        let (start, end) = (
+            phase as u64 * plant.phase_ms,
+            (phase as u64 + 1) * plant.phase_ms,
+        );
+        let settled = start + SETTLE_MS;
+        let rates: Vec<f64> = run
+            .seconds
+            .iter()
+            .filter(|s| (settled..end).contains(&s.at_ms))
+            .map(|s| s.rate.round().max(1.0))
+            .collect();
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let swing = rates
+            .iter()
+            .map(|r| (r - mean).abs() / mean)
+            .fold(0.0, f64::max);
+        let after = settled_checkouts(run, settled, end);
+        let failed = after.iter().filter(|c| c.2).count() as f64 / after.len().max(1) as f64;
+        Judged {
+            mean,
+            swing,
+            p99_ms: if after.is_empty() {
+                0
+            } else {
+                p99(after.iter().map(|c| c.1).collect())
+            },
+            failed,
+            checkouts: after.len(),
+        }
+    })
+}
+
+/// `backend-degrades`' bar on one run: each phase within ±15 %, p99 within
+/// 1.5 × the target, failures under `max_error_ratio`, and each phase's
+/// mean 10 % or more away from the one before. The violations, if any.
+fn bd_verdict(judged: &[Judged; 3], bounds: &Bounds) -> Vec<String> {
+    let mut out = Vec::new();
+    for (n, j) in judged.iter().enumerate() {
+        if j.swing > 0.15 {
+            out.push(format!("phase {n}: swing ±{:.0} %", j.swing * 100.0));
+        }
+        if j.p99_ms as f64 > 1.5 * f64::from(bounds.target_p99_ms) {
+            out.push(format!("phase {n}: p99 {} ms", j.p99_ms));
+        }
+        if j.failed >= bounds.max_error_ratio {
+            out.push(format!("phase {n}: {:.1} % failed", j.failed * 100.0));
+        }
+    }
+    for n in 0..2 {
+        if (judged[n + 1].mean - judged[n].mean).abs() < 0.1 * judged[n].mean {
+            out.push(format!("phases {n}→{}: did not follow", n + 1));
+        }
+    }
+    out
+}
+
+/// `backend-degrades` in the simulation, reported: `SIM_SEEDS=…` to pick
+/// the seeds.
+#[test]
+#[ignore = "a report"]
+fn report_backend_degrades() {
+    let seeds: Vec<u64> = match std::env::var("SIM_SEEDS") {
+        Ok(list) => list.split(',').map(|s| s.trim().parse().unwrap()).collect(),
+        _ => vec![1, 2, 3, 42, 2026],
+    };
+    let mut passed = 0;
+    for &seed in &seeds {
+        let run = simulate(seed, &BD_LINE);
+        if std::env::var_os("SIM_TRACE").is_some() {
+            trace(&run);
+        }
+        let judged = bd_phases(&run, &BD_LINE);
+        let verdict = bd_verdict(&judged, &BD_LINE.bounds);
+        for (n, j) in judged.iter().enumerate() {
+            eprintln!(
+                "bd seed {seed} phase {n}: {:.1}/s ±{:.0} %, p99 {} ms, {:.1} % of {} failed",
+                j.mean,
+                j.swing * 100.0,
+                j.p99_ms,
+                j.failed * 100.0,
+                j.checkouts
+            );
+        }
+        eprintln!("bd seed {seed}: {verdict:?}");
+        passed += usize::from(verdict.is_empty());
+    }
+    eprintln!("bd: {passed} of {} seeds pass", seeds.len());
 }

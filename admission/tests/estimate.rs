@@ -131,3 +131,51 @@ fn when_slots_bind_and_passes_give_them_back_early_the_measured_hold_sets_the_wa
     assert!(errors.len() >= 50, "enough samples: {}", errors.len());
     assert!(worst <= 0.20, "worst relative error {worst:.3}");
 }
+
+/// A rate just raised (an operator's reload, or adaptive release growing
+/// it) is planned with at once: told the older, lower 30 s measure,
+/// people would come back at turns later than they get, and the places
+/// released early would wait for their holders' later polls and reach
+/// checkout together (docs/waiting-room.md, "Estimated wait").
+#[test]
+fn a_raised_rate_is_planned_with_at_once() {
+    use sluice_admission::Status;
+    let mut p = policy();
+    p.max_active = nz(100_000);
+    p.idle_timeout = std::time::Duration::from_secs(3600);
+    p.pass_ttl = std::time::Duration::from_secs(3600);
+    let mut room = common::room(p);
+    let tickets: Vec<_> = (0..1000)
+        .map(|_| {
+            let j = room.join(T0_MS).expect("room");
+            (j.seq, j.ticket_id)
+        })
+        .collect();
+    // 40 s busy at 10/s (and a first burst): the 30 s measure.
+    for tick in 1..=400u64 {
+        room.release_once(T0_MS + tick * 100, 10_000);
+    }
+    let now = T0_MS + 40_000;
+    // Two neighbours, each polling once (a second poll at the same
+    // instant would be too early).
+    let wait = |room: &mut sluice_admission::WaitingRoom, i: usize| {
+        let (seq, id) = tickets[i];
+        match room.status(seq, &id, now).expect("in line") {
+            Status::Waiting(w) => (w.ahead, w.estimated_wait_s),
+            other => panic!("{other:?}"),
+        }
+    };
+    let (ahead, before) = wait(&mut room, 700);
+    assert!(ahead > 200, "{ahead} ahead");
+    // Planned at the measure: well above what 40/s will take.
+    assert!(
+        before as f64 > 1.5 * ahead as f64 / 40.0,
+        "{before} s for {ahead} ahead at 10/s"
+    );
+    room.set_release_per_second(nz(40));
+    let (ahead, after) = wait(&mut room, 701);
+    assert!(
+        after as f64 <= 1.25 * ahead as f64 / 40.0,
+        "{after} s for {ahead} ahead at 40/s (at the 30 s measure: {before} s)"
+    );
+}

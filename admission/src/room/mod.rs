@@ -566,11 +566,16 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// Admissions per second to plan with: measured while busy, else the
-    /// configured rate.
+    /// configured rate; never below the rate in force (a rate just raised,
+    /// as adaptive release does, releases at it from now on: planning with
+    /// the older, lower measure tells people later turns than they get, so
+    /// the places released early wait for their holders' later polls and
+    /// reach checkout together).
     fn planning_rate(&self, now_s: u32) -> f64 {
+        let in_force = f64::from(self.policy.release_per_second.get());
         self.meter
             .busy_rate(now_s, ESTIMATE_WINDOW_S)
-            .unwrap_or(f64::from(self.policy.release_per_second.get()))
+            .map_or(in_force, |measured| measured.max(in_force))
     }
 
     fn estimate_s(&self, ahead: u64, now_s: u32) -> u64 {

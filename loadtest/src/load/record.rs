@@ -97,6 +97,12 @@ pub struct Sample {
     /// Where an adaptive controller is in its cycle
     /// (`release_source.phase`; empty for a pinned rate).
     pub release_phase: String,
+    /// An adaptive controller's exact rate, smoothed queue estimate and
+    /// capacity last measured (`release_source`); `None` for a pinned rate
+    /// or before the controller has one.
+    pub release_exact: Option<f64>,
+    pub release_queue: Option<f64>,
+    pub release_capacity: Option<f64>,
 }
 
 /// One gateway's share of the run, as the shoppers saw it.

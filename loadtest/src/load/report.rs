@@ -21,7 +21,46 @@ pub fn write(dir: &Path, summary: &Summary, rec: &Inner) -> Result<()> {
         .with_context(|| format!("writing {}", dir.join("summary.json").display()))?;
     std::fs::write(dir.join("report.html"), html(summary, rec))
         .with_context(|| format!("writing {}", dir.join("report.html").display()))?;
+    std::fs::write(dir.join("timeline.csv"), timeline_csv(rec))
+        .with_context(|| format!("writing {}", dir.join("timeline.csv").display()))?;
     Ok(())
+}
+
+/// `timeline.csv`: one row per `/admin/state` sample (every 500 ms) with
+/// the release rate in force and, for an adaptive room, what its
+/// controller said (exact rate, phase, reason, queue, capacity); and the
+/// checkouts that ended in that second of the run as the shoppers saw
+/// them (count, p99, failed). What the law did, second by second.
+pub fn timeline_csv(rec: &Inner) -> String {
+    let mut out = String::from(
+        "t_s,up,waiting,active,admitted_total,release_per_second,exact_per_second,phase,reason,queue,capacity_per_second,checkouts,checkout_p99_ms,checkouts_failed\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.2}"));
+    for x in &rec.samples {
+        let second = x.t_s.max(0.0) as usize;
+        let mut ms = rec.checkout_ms.get(second).cloned().unwrap_or_default();
+        ms.sort_unstable();
+        let (calls, failed) = rec.checkout_calls.get(second).copied().unwrap_or((0, 0));
+        let _ = writeln!(
+            out,
+            "{:.2},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            x.t_s,
+            u8::from(x.up),
+            x.waiting,
+            x.active,
+            x.admitted_total,
+            x.release_per_second,
+            opt(x.release_exact),
+            x.release_phase,
+            x.release_reason,
+            opt(x.release_queue),
+            opt(x.release_capacity),
+            calls,
+            quantile(&ms, 0.99).map_or(String::new(), |v| v.to_string()),
+            failed
+        );
+    }
+    out
 }
 
 fn esc(s: &str) -> String {
@@ -335,4 +374,36 @@ pub fn html(s: &Summary, rec: &Inner) -> String {
     );
     h.push('\n');
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::record::Sample;
+
+    #[test]
+    fn the_timeline_has_the_controller_and_the_checkouts_of_each_second() {
+        let mut rec = Inner::default();
+        rec.samples.push(Sample {
+            t_s: 1.5,
+            up: true,
+            release_per_second: 12.0,
+            release_exact: Some(11.62),
+            release_phase: "cruise".into(),
+            release_reason: "steady".into(),
+            release_queue: Some(-0.5),
+            release_capacity: Some(13.67),
+            ..Sample::default()
+        });
+        rec.checkout_ms = vec![vec![], (1..=100).collect()];
+        rec.checkout_calls = vec![(0, 0), (100, 3)];
+        let csv = timeline_csv(&rec);
+        let mut lines = csv.lines();
+        assert!(lines.next().unwrap().starts_with("t_s,up,"));
+        assert_eq!(
+            lines.next(),
+            Some("1.50,1,0,0,0,12,11.62,cruise,steady,-0.50,13.67,100,99,3")
+        );
+        assert_eq!(lines.next(), None);
+    }
 }

@@ -54,6 +54,9 @@ pub fn sample_of(state: Option<&Value>, room: &str, t_s: f64) -> Sample {
             .as_str()
             .unwrap_or_default()
             .to_string(),
+        release_exact: r["release_source"]["exact_per_second"].as_f64(),
+        release_queue: r["release_source"]["queue"].as_f64(),
+        release_capacity: r["release_source"]["capacity_per_second"].as_f64(),
     }
 }
 
