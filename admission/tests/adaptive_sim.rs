@@ -60,8 +60,13 @@ struct Second {
     at_ms: u64,
     rate: f64,
     phase: Phase,
-    /// The window's p99, as the step saw it.
+    /// The window's p99 and the 10 s one, as the step saw them.
     p99_ms: Option<u32>,
+    long_p99_ms: Option<u32>,
+    /// The law's queue estimate (smoothed), for the trace.
+    queue: Option<f64>,
+    /// The whole decision, for `SIM_TRACE_DECISIONS=from-to` (seconds).
+    decision: Decision,
 }
 
 struct Run {
@@ -405,6 +410,9 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
                 rate: decision.rate,
                 phase: decision.phase,
                 p99_ms: m.p99_ms,
+                long_p99_ms: m.long_p99_ms,
+                queue: decision.queue,
+                decision,
             });
         }
     }
@@ -490,6 +498,20 @@ fn the_rate_follows_the_backend_down_and_up_when_shoppers_check_out_in_poll_roun
 }
 
 fn trace(run: &Run) {
+    if let Some((from, to)) = std::env::var("SIM_TRACE_DECISIONS")
+        .ok()
+        .and_then(|r| {
+            r.split_once('-')
+                .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+        })
+        .and_then(|(a, b)| Some((a.ok()?, b.ok()?)))
+    {
+        for s in &run.seconds {
+            if (from * 1000..=to * 1000).contains(&s.at_ms) {
+                eprintln!("{}: {:?}", s.at_ms / 1000, s.decision);
+            }
+        }
+    }
     if std::env::var_os("SIM_TRACE_SECONDS").is_some() {
         for (t, (r, a)) in run.released.iter().zip(&run.arrived).enumerate() {
             eprint!("{t}:{r}/{a} ");
@@ -509,7 +531,12 @@ fn trace(run: &Run) {
             &s.phase.as_str()[..1]
         );
         if every == 1 {
-            eprint!("[{}] ", s.p99_ms.unwrap_or(0));
+            eprint!(
+                "[{}/{} q{:.1}] ",
+                s.p99_ms.unwrap_or(0),
+                s.long_p99_ms.unwrap_or(0),
+                s.queue.unwrap_or(f64::NAN)
+            );
         }
     }
     eprintln!();
@@ -635,42 +662,78 @@ fn holds_after_settling(plant: &Plant) {
 #[test]
 fn behind_the_line_checkouts_come_at_the_release_pace_and_the_rate_follows() {
     for seed in [1, 2, 3] {
-        let run = simulate(seed, &BIG_LINE);
-        if std::env::var_os("SIM_TRACE").is_some() {
-            trace(&run);
+        if let Err(e) = line_follows(seed) {
+            panic!("{e}");
         }
-        check_bounds(seed, &BIG_LINE.bounds, &run);
-        for phase in 0..3u64 {
-            let (from, to) = (
-                ((phase * PHASE_MS + SETTLE_MS) / 1000) as usize,
-                ((phase + 1) * PHASE_MS / 1000) as usize,
-            );
-            let mean = run.released[from..to].iter().sum::<u32>() as f64 / (to - from) as f64;
-            let most = *run.arrived[from..to].iter().max().unwrap();
-            let none = run.arrived[from..to].iter().filter(|&&a| a == 0).count();
-            eprintln!(
-                "line seed {seed} phase {phase}: released {mean:.1}/s, checkouts per second at most {most} ({:.2}×), {none} seconds without one, {} polls",
-                f64::from(most) / mean,
-                run.polls
-            );
-            assert!(
-                f64::from(most) <= 2.0 * mean && none == 0,
-                "seed {seed}: phase {phase}: {mean:.1} released a second, up to {most} checkouts in one, {none} seconds without any"
-            );
-        }
-        let low = mean_rate(&run, PHASE_MS + SETTLE_MS, 2 * PHASE_MS);
-        assert!(low <= 30.0, "seed {seed}: {low:.1}/s released against 30/s");
-        let back = run
-            .seconds
-            .iter()
-            .filter(|s| (2 * PHASE_MS..2 * PHASE_MS + SETTLE_MS).contains(&s.at_ms))
-            .map(|s| s.rate)
-            .fold(0.0, f64::max);
-        assert!(
-            back >= 60.0,
-            "seed {seed}: at most {back:.1}/s in the 30 s after recovery"
-        );
     }
+}
+
+/// The same bar on more seeds, reported (`SIM_SEEDS=1-24`, default 1-12):
+/// the seeds above are the test's, the others held out.
+#[test]
+#[ignore = "a report"]
+fn report_line_follows_seeds() {
+    let (from, to) = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|r| {
+            let (a, b) = r.split_once('-')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or((1u64, 12u64));
+    let mut failed = 0;
+    for seed in from..=to {
+        match line_follows(seed) {
+            Ok(()) => eprintln!("seed {seed}: ok"),
+            Err(e) => {
+                failed += 1;
+                eprintln!("seed {seed}: FAILED {e}");
+            }
+        }
+    }
+    eprintln!("{failed} of {} seeds failed", to - from + 1);
+}
+
+fn line_follows(seed: u64) -> Result<(), String> {
+    let run = simulate(seed, &BIG_LINE);
+    if std::env::var_os("SIM_TRACE").is_some() {
+        trace(&run);
+    }
+    check_bounds(seed, &BIG_LINE.bounds, &run);
+    for phase in 0..3u64 {
+        let (from, to) = (
+            ((phase * PHASE_MS + SETTLE_MS) / 1000) as usize,
+            ((phase + 1) * PHASE_MS / 1000) as usize,
+        );
+        let mean = run.released[from..to].iter().sum::<u32>() as f64 / (to - from) as f64;
+        let most = *run.arrived[from..to].iter().max().unwrap();
+        let none = run.arrived[from..to].iter().filter(|&&a| a == 0).count();
+        eprintln!(
+            "line seed {seed} phase {phase}: released {mean:.1}/s, checkouts per second at most {most} ({:.2}×), {none} seconds without one, {} polls",
+            f64::from(most) / mean,
+            run.polls
+        );
+        if f64::from(most) > 2.0 * mean || none > 0 {
+            return Err(format!(
+                "seed {seed}: phase {phase}: {mean:.1} released a second, up to {most} checkouts in one, {none} seconds without any"
+            ));
+        }
+    }
+    let low = mean_rate(&run, PHASE_MS + SETTLE_MS, 2 * PHASE_MS);
+    if low > 30.0 {
+        return Err(format!("seed {seed}: {low:.1}/s released against 30/s"));
+    }
+    let back = run
+        .seconds
+        .iter()
+        .filter(|s| (2 * PHASE_MS..2 * PHASE_MS + SETTLE_MS).contains(&s.at_ms))
+        .map(|s| s.rate)
+        .fold(0.0, f64::max);
+    if back < 60.0 {
+        return Err(format!(
+            "seed {seed}: at most {back:.1}/s in the 30 s after recovery"
+        ));
+    }
+    Ok(())
 }
 
 /// The full bar behind the line, reported, not asserted (see

@@ -10,14 +10,19 @@
 //! queue    = in_flight − started/s × base        (Little's law: the
 //!            checkouts waiting at the backend, Vegas's diff)
 //! saturated: released > served / OUTPACED and queue > QUEUE_STARTUP (one
-//!            step, in STARTUP) or > QUEUE_SATURATED (SATURATED_STEPS in a
-//!            row, otherwise); or p99 > P99_CEILING × target_p99_ms; or
-//!            backend failures above max_error_ratio by ERROR_SIGMAS
+//!            step, in STARTUP and a resumed cruise's first PROBE_STEPS)
+//!            or > QUEUE_SATURATED (SATURATED_STEPS in a row, otherwise);
+//!            or p99 > P99_CEILING × target_p99_ms (in STARTUP: p99 >
+//!            STARTUP_P99 × target_p99_ms); or backend failures above
+//!            max_error_ratio by ERROR_SIGMAS
 //! STARTUP  rate' = min(rate × (1 + STARTUP_GROWTH), max(rate, STARTUP_SERVED × served))
-//!          below CRUISE_GAIN × the capacity it resumes (after a recovery
-//!          the highest measured, CUBIC's return to W_max; after a false
-//!          alarm in a cruise the one it cruised on), straight back to it,
-//!          at most × RETURN_MAX in one step
+//!          while p99 < STARTUP_GROW_BELOW × target or p99 < STARTUP_RISING
+//!          × the 10 s p99 (Gradient2's short/long ratio); else it holds
+//!          resuming a capacity (after a recovery the highest measured,
+//!          CUBIC's return to W_max; after a false alarm in a cruise the
+//!          one it cruised on): within RETURN_MAX × of the rate, straight
+//!          to CRUISE on it (a "resumed" cruise); otherwise × RETURN_MAX
+//!          a step towards CRUISE_GAIN × it
 //!          saturated → DRAIN, capacity = served
 //! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
@@ -30,7 +35,8 @@
 //!          saturated → DRAIN
 //!          the 10 s mean latency below UNDERLOAD_DROP × the one it cruised
 //!          at, and the smoothed queue below UNDERLOAD_QUEUE, for
-//!          UNDERLOAD_STEPS in a row → STARTUP (capacity came back)
+//!          UNDERLOAD_STEPS in a row → STARTUP resuming the highest
+//!          capacity (it came back)
 //!          the window served > OUTSERVED × the capacity it cruises on
 //!          (from cruise step OUTSERVED_FROM_STEP on),
 //!          OUTSERVED_STEPS in a row → STARTUP with capacity (and the
@@ -86,6 +92,23 @@ pub const DRAIN_FLOOR: f64 = 0.5;
 pub const QUEUE_DRAINED: f64 = 4.0;
 /// CRUISE holds this share of the measured capacity.
 pub const CRUISE_GAIN: f64 = 0.85;
+/// In STARTUP, a window p99 above `target_p99_ms` (× this) is saturation:
+/// the rate passed the one the target allows.
+pub const STARTUP_P99: f64 = 1.0;
+/// STARTUP grows only while the window p99 is under this share of the
+/// target (between the two, it holds)...
+pub const STARTUP_GROW_BELOW: f64 = 0.6;
+/// ...or while it is not rising: the 3 s p99 under this many times the
+/// 10 s one (Gradient2's short against long latency). A backend whose own
+/// no-queue p99 is near the gate (exponential service times: 4.6 × the
+/// mean) is not loaded yet, and holding there only moves the ramp later,
+/// where it comes all at once.
+pub const STARTUP_RISING: f64 = 1.1;
+/// A cruise resumed on a capacity measured before (not just now) is
+/// judged as STARTUP is for this many steps: one step over the queue
+/// threshold drains. (10, a poll interval, drained healthy cruises on a
+/// one-second queue reading on the real binaries.)
+pub const PROBE_STEPS: u32 = 3;
 /// CRUISE learns the latency it cruises at after this many steps (the
 /// 10 s window then holds no drain)...
 pub const CRUISE_SETTLE_STEPS: u32 = 15;
@@ -96,7 +119,7 @@ pub const UNDERLOAD_DROP: f64 = 0.8;
 /// ...and the smoothed queue below this...
 pub const UNDERLOAD_QUEUE: f64 = 0.5;
 /// ...for this many steps in a row.
-pub const UNDERLOAD_STEPS: u32 = 5;
+pub const UNDERLOAD_STEPS: u32 = 10;
 /// CRUISE: the window served more than this many times the capacity it
 /// cruises on...
 pub const OUTSERVED: f64 = 1.5;
@@ -109,6 +132,18 @@ pub const OUTSERVED_STEPS: u32 = 2;
 /// at the backend's full pace for a few seconds after the queue count
 /// fell under the cruise threshold.
 pub const OUTSERVED_FROM_STEP: u32 = 5;
+
+/// Enters CRUISE on `capacity` (the rate is the caller's).
+fn cruise(d: &mut Decision, capacity: f64) {
+    d.phase = Phase::Cruise;
+    d.cruised = true;
+    d.capacity = Some(capacity);
+    d.cruise_steps = 0;
+    d.underload_steps = 0;
+    d.outserved_steps = 0;
+    d.cruise_latency_ms = None;
+    d.resumed = false;
+}
 
 /// The controller: the next decision from the last one and the latest
 /// measurements. Pure; the caller runs it every [`super::STEP_MS`].
@@ -163,7 +198,13 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         && failures - ERROR_SIGMAS * failures.sqrt()
             > bounds.max_error_ratio * f64::from(m.checkouts);
     let outpaced = m.served_per_second < OUTPACED * rate;
-    let starting = previous.phase == Phase::Startup;
+    // A cruise just resumed on a capacity it did not measure now is
+    // judged as STARTUP is for its first steps: one step over the queue
+    // threshold drains.
+    let starting = previous.phase == Phase::Startup
+        || (previous.phase == Phase::Cruise
+            && previous.resumed
+            && previous.cruise_steps < PROBE_STEPS);
     let over = outpaced
         && queue
             > if starting {
@@ -172,9 +213,17 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                 QUEUE_SATURATED
             };
     let over_steps = if over { previous.over_steps + 1 } else { 0 };
-    let ceiling = P99_CEILING * f64::from(bounds.target_p99_ms);
-    let saturated =
-        errors || over_steps >= if starting { 1 } else { SATURATED_STEPS } || p99 > ceiling;
+    let target = f64::from(bounds.target_p99_ms);
+    let ceiling = P99_CEILING * target;
+    let saturated = errors
+        || over_steps >= if starting { 1 } else { SATURATED_STEPS }
+        || p99 > ceiling
+        // (not a STARTUP resuming a capacity: it goes straight to a
+        // probed cruise, and its window still holds the p99 that ended
+        // the last one)
+        || (previous.phase == Phase::Startup
+            && previous.resume.is_none()
+            && p99 > STARTUP_P99 * target);
     let cut = if errors {
         Reason::Errors
     } else {
@@ -218,11 +267,7 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                 d.phase = Phase::Startup;
                 (rate, Reason::Latency)
             } else {
-                d.phase = Phase::Cruise;
-                d.cruised = true;
-                d.cruise_steps = 0;
-                d.underload_steps = 0;
-                d.cruise_latency_ms = None;
+                cruise(&mut d, capacity);
                 d.capacity_high =
                     Some(previous.capacity_high.map_or(capacity, |h| h.max(capacity)));
                 (CRUISE_GAIN * capacity, Reason::Latency)
@@ -278,14 +323,35 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         }
         Phase::Startup if m.free_slots == 0 => (rate, Reason::Slots),
         Phase::Startup => {
-            let ramp = (rate * (1.0 + STARTUP_GROWTH)).min((served * STARTUP_SERVED).max(rate));
-            let next = match previous.resume {
-                Some(resume) if rate < CRUISE_GAIN * resume => {
-                    (rate * RETURN_MAX).min(CRUISE_GAIN * resume).max(ramp)
-                }
-                _ => ramp,
+            // Growing only while the p99 is well under the target: a
+            // release reaches checkout a poll later, so a rate that grows
+            // on until the p99 passes the target has already released a
+            // poll interval's worth too many.
+            let long = m.long_p99_ms.map_or(p99, |l| f64::from(l.max(1)));
+            let ramp = if p99 < STARTUP_GROW_BELOW * target || p99 < STARTUP_RISING * long {
+                (rate * (1.0 + STARTUP_GROWTH)).min((served * STARTUP_SERVED).max(rate))
+            } else {
+                rate
             };
-            (next, Reason::Latency)
+            match previous.resume {
+                // Back to a capacity it knows, within RETURN_MAX × of the
+                // rate: straight to the cruise on it (STARTUP growing past
+                // it would only drain again a poll interval later); its
+                // first PROBE_STEPS are judged as STARTUP's, and the
+                // out-served rule is what finds a higher capacity.
+                Some(resume) if rate * RETURN_MAX >= CRUISE_GAIN * resume => {
+                    cruise(&mut d, resume);
+                    d.resume = None;
+                    d.resumed = true;
+                    (CRUISE_GAIN * resume, Reason::Latency)
+                }
+                Some(resume) if rate < CRUISE_GAIN * resume => (
+                    (rate * RETURN_MAX).min(CRUISE_GAIN * resume).max(ramp),
+                    Reason::Latency,
+                ),
+                Some(_) => (ramp, Reason::Latency),
+                None => (ramp, Reason::Latency),
+            }
         }
     };
     if next > hi || next < lo {

@@ -73,6 +73,8 @@ pub struct Measurements {
     /// Mean latency of the checkouts that ended in the last
     /// [`window::LONG_MS`]; `None` with none.
     pub long_mean_ms: Option<f64>,
+    /// Their p99 latency; `None` with none.
+    pub long_p99_ms: Option<u32>,
     /// With fewer than [`window::SLOW_ROOM_BELOW`] checkouts in the window
     /// and a horizon spanning [`window::SLOW_ROOM_SPAN_MS`]: the mean
     /// latency of the newest that many; `None` otherwise.
@@ -195,6 +197,10 @@ pub struct Decision {
     pub outserved_steps: u32,
     /// Whether the room has cruised before (a capacity was settled on).
     pub cruised: bool,
+    /// In CRUISE: whether it resumed a capacity measured before (its
+    /// first steps are judged as STARTUP's).
+    #[serde(default)]
+    pub resumed: bool,
 }
 
 impl Decision {
@@ -218,6 +224,7 @@ impl Decision {
             cruise_latency_ms: None,
             outserved_steps: 0,
             cruised: false,
+            resumed: false,
         }
     }
 

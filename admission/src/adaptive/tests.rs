@@ -28,6 +28,7 @@ fn m(checkouts: u32, mean_ms: f64, served: f64, in_flight: f64, started: f64) ->
         served_per_second: served,
         served_last_s: served,
         long_mean_ms: Some(mean_ms),
+        long_p99_ms: Some((mean_ms * 4.0) as u32),
         slow_room_mean_ms: None,
         in_flight: Some(in_flight),
         started_per_second: Some(started),
@@ -189,11 +190,33 @@ fn a_false_alarm_after_a_slowdown_resumes_the_slow_cruise_not_the_highest_capaci
     // ...that never sees a queue: a false alarm, back to STARTUP.
     d = step(&B, &d, &healthy(17.0), 2000);
     assert_eq!((d.phase, d.rate), (Phase::Startup, 17.0));
-    // Nothing says the 100/s came back: STARTUP grows at its own pace
-    // from the slow cruise, it does not jump to 0.85 × 100/s.
+    // Nothing says the 100/s came back: STARTUP goes straight back to the
+    // cruise it interrupted (0.85 × 20/s), not to 0.85 × 100/s.
     d = step(&B, &d, &healthy(17.0), 3000);
+    assert_eq!(d.phase, Phase::Cruise);
+    assert_eq!(d.capacity, Some(20.0));
+    assert!((d.rate - CRUISE_GAIN * 20.0).abs() < 1e-9, "{}", d.rate);
+}
+
+#[test]
+fn startup_ends_when_the_p99_passes_the_target_and_holds_between() {
+    // No queue count at all, a p99 above the target: DRAIN.
+    let mut x = healthy(50.0);
+    x.p99_ms = Some(900);
+    let d = step(&B, &at(50.0, Phase::Startup), &x, 1000);
+    assert_eq!(d.phase, Phase::Drain);
+    // Between STARTUP_GROW_BELOW × the target and the target, rising
+    // (the 10 s p99 at 400 ms): holds.
+    x.p99_ms = Some(700);
+    let d = step(&B, &at(50.0, Phase::Startup), &x, 1000);
+    assert_eq!((d.phase, d.rate), (Phase::Startup, 50.0));
+    // The same p99 not rising (the 10 s one at 680 ms) is the backend's
+    // own spread, a no-queue p99 near the gate: grows.
+    x.long_p99_ms = Some(680);
+    let d = step(&B, &at(50.0, Phase::Startup), &x, 1000);
+    assert_eq!(d.phase, Phase::Startup);
     assert!(
-        (d.rate - 17.0 * (1.0 + STARTUP_GROWTH)).abs() < 1e-9,
+        (d.rate - 50.0 * (1.0 + STARTUP_GROWTH)).abs() < 1e-9,
         "{}",
         d.rate
     );
@@ -304,4 +327,29 @@ fn too_few_checkouts_hold_everything() {
         },
         before
     );
+}
+
+#[test]
+fn a_resumed_cruise_is_judged_as_startup_for_its_first_steps() {
+    // Resumed on a capacity of 100/s (a recovery), released at 85/s: a
+    // queue of 6 at the backend, over QUEUE_STARTUP but under
+    // QUEUE_SATURATED, with the backend serving only 60/s.
+    let mut d = at(85.0, Phase::Cruise);
+    d.base_ms = Some(100.0);
+    d.capacity = Some(100.0);
+    d.capacity_high = Some(100.0);
+    d.cruised = true;
+    d.resumed = true;
+    let queued = m(300, 100.0, 60.0, 85.0 * 0.1 + 6.0, 85.0);
+    // Within PROBE_STEPS: one such step drains.
+    d.cruise_steps = PROBE_STEPS - 1;
+    assert_eq!(step(&B, &d, &queued, 1000).phase, Phase::Drain);
+    // After them, as any cruise: it takes SATURATED_STEPS over
+    // QUEUE_SATURATED, and 6 is not.
+    d.cruise_steps = PROBE_STEPS;
+    assert_eq!(step(&B, &d, &queued, 1000).phase, Phase::Cruise);
+    // A cruise on a capacity it measured just now is never probed.
+    d.resumed = false;
+    d.cruise_steps = 0;
+    assert_eq!(step(&B, &d, &queued, 1000).phase, Phase::Cruise);
 }

@@ -12,8 +12,9 @@
 //! Besides the window's count, p99, mean, failures and served rate, a
 //! measurement carries what the backend served in the last second alone
 //! (the capacity while saturated, without the 3 s window's lag) and the
-//! mean latency over the last [`LONG_MS`] (what CRUISE watches for a
-//! recovery), and, for a room whose window holds fewer than
+//! mean latency and p99 over the last [`LONG_MS`] (what CRUISE watches
+//! for a recovery; what STARTUP compares its p99 with, to see it rise),
+//! and, for a room whose window holds fewer than
 //! [`SLOW_ROOM_BELOW`] checkouts, the mean latency of its newest that many
 //! (what its base latency is learnt on).
 
@@ -27,7 +28,8 @@ pub const WINDOW_MS: u64 = 3000;
 /// window reaches back for the newest this many.
 pub const SAMPLES_WANTED: usize = 20;
 /// The longer window: its mean latency is what CRUISE watches for a
-/// recovery (a 3 s mean swings too much at 25 checkouts a second).
+/// recovery (a 3 s mean swings too much at 25 checkouts a second); its
+/// p99 is what STARTUP's 3 s p99 is compared with.
 pub const LONG_MS: u64 = 10_000;
 /// A room whose window holds fewer checkouts than this (under about 67 a
 /// second) learns its base latency on its newest this many...
@@ -102,13 +104,7 @@ impl CheckoutWindow {
             .map_or(WINDOW_MS, |s| now_ms.saturating_sub(s.at_ms).max(WINDOW_MS));
         let mut latencies: Vec<u32> = window.clone().map(|s| s.latency_ms).collect();
         let failures = window.filter(|s| s.failed).count();
-        let p99_ms = if latencies.is_empty() {
-            None
-        } else {
-            // Nearest rank: the smallest latency at or above 99 % of them.
-            let rank = (latencies.len() * 99).div_ceil(100).max(1) - 1;
-            Some(*latencies.select_nth_unstable(rank).1)
-        };
+        let p99_ms = p99(&mut latencies);
         let mean_ms = mean(latencies.iter().copied());
         let last_s = self
             .samples
@@ -117,13 +113,15 @@ impl CheckoutWindow {
             .take_while(|s| s.at_ms + 1000 > now_ms)
             .filter(|s| !s.failed)
             .count();
-        let long_mean_ms = mean(
-            self.samples
-                .iter()
-                .rev()
-                .take_while(|s| s.at_ms + LONG_MS > now_ms)
-                .map(|s| s.latency_ms),
-        );
+        let mut long: Vec<u32> = self
+            .samples
+            .iter()
+            .rev()
+            .take_while(|s| s.at_ms + LONG_MS > now_ms)
+            .map(|s| s.latency_ms)
+            .collect();
+        let long_mean_ms = mean(long.iter().copied());
+        let long_p99_ms = p99(&mut long);
         // A room whose window holds fewer than a base needs: the newest
         // SLOW_ROOM_BELOW of its horizon, once that spans SLOW_ROOM_SPAN_MS.
         let slow_room_mean_ms = match self.samples.front() {
@@ -150,12 +148,22 @@ impl CheckoutWindow {
             served_per_second: (latencies.len() - failures) as f64 * 1000.0 / span_ms as f64,
             served_last_s: last_s as f64,
             long_mean_ms,
+            long_p99_ms,
             slow_room_mean_ms,
             in_flight: None,
             started_per_second: None,
             free_slots,
         }
     }
+}
+
+/// Nearest rank: the smallest latency at or above 99 % of them.
+fn p99(latencies: &mut [u32]) -> Option<u32> {
+    if latencies.is_empty() {
+        return None;
+    }
+    let rank = (latencies.len() * 99).div_ceil(100).max(1) - 1;
+    Some(*latencies.select_nth_unstable(rank).1)
 }
 
 fn mean(latencies: impl Iterator<Item = u32>) -> Option<f64> {
