@@ -30,6 +30,8 @@ use super::scenario::Scenario;
 pub const IN_FLIGHT_MAX: usize = 4_096;
 /// Polls to get one pass, at most.
 pub const PASS_POLLS_MAX: u32 = 30;
+/// Joins refused `503` (a fleet room warming up) retried at most this often.
+pub const JOIN_RETRIES_MAX: u32 = 10;
 
 #[derive(Debug, Clone)]
 pub struct CapacityOptions {
@@ -256,7 +258,16 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
 
 /// Joins and polls until admitted; the pass.
 async fn pass(http: &reqwest::Client, rec: &Recorder, public: &str) -> Result<String> {
-    let r = send(rec, "join", http.post(format!("{public}/queue/drop/join"))).await;
+    // A fleet room refuses joins `503` while its store warms up (its
+    // first 2 s): wait as told, a bounded number of times.
+    let mut r = send(rec, "join", http.post(format!("{public}/queue/drop/join"))).await;
+    for _ in 0..JOIN_RETRIES_MAX {
+        if r.status != 503 {
+            break;
+        }
+        tokio::time::sleep(r.retry_after().unwrap_or(Duration::from_secs(1))).await;
+        r = send(rec, "join", http.post(format!("{public}/queue/drop/join"))).await;
+    }
     let ticket = r
         .str("ticket")
         .with_context(|| format!("join answered {}", r.status))?
