@@ -37,12 +37,24 @@ pub static PATH_OVERRIDES: [HeaderName; 2] = [
     HeaderName::from_static("x-rewrite-url"),
 ];
 
+/// Headers some frameworks (Rails' and Express's method-override
+/// middleware, Symfony, Laravel, ASP.NET) read as the method to serve
+/// instead of the request's: a `GET` the gateway checked and caches as a
+/// read would reach the origin as a `POST`, `PUT` or `DELETE`, and its
+/// answer could fill the origin cache for the `GET`. Never forwarded,
+/// whoever sends them.
+pub static METHOD_OVERRIDES: [HeaderName; 3] = [
+    HeaderName::from_static("x-http-method-override"),
+    HeaderName::from_static("x-http-method"),
+    HeaderName::from_static("x-method-override"),
+];
+
 /// The headers to drop from a request before it goes to the origin:
-/// [`PATH_OVERRIDES`] always, [`CLIENT_CLAIMS`] unless the peer is a
-/// trusted proxy.
+/// [`PATH_OVERRIDES`] and [`METHOD_OVERRIDES`] always, [`CLIENT_CLAIMS`]
+/// unless the peer is a trusted proxy.
 pub fn not_forwarded(trusted_peer: bool) -> impl Iterator<Item = &'static HeaderName> {
     let claims: &'static [HeaderName] = if trusted_peer { &[] } else { &CLIENT_CLAIMS };
-    PATH_OVERRIDES.iter().chain(claims)
+    PATH_OVERRIDES.iter().chain(&METHOD_OVERRIDES).chain(claims)
 }
 
 /// Those of [`not_forwarded`] that `headers` holds: one pass over the

@@ -51,14 +51,17 @@ async fn echoed(gw: &Gateway, headers: &[(&str, &str)]) -> Value {
     req.send().await.unwrap().json().await.unwrap()
 }
 
-/// Forwarding claims and path overrides a client may send.
-const CLAIMS: [(&str, &str); 6] = [
+/// Forwarding claims, path and method overrides a client may send.
+const CLAIMS: [(&str, &str); 9] = [
     ("x-forwarded-host", "evil.example"),
     ("forwarded", "for=6.6.6.6;host=evil.example;proto=https"),
     ("x-real-ip", "6.6.6.6"),
     ("true-client-ip", "6.6.6.6"),
     ("x-original-url", "/admin/secret"),
     ("x-rewrite-url", "/admin/secret"),
+    ("x-http-method-override", "DELETE"),
+    ("x-http-method", "PUT"),
+    ("x-method-override", "POST"),
 ];
 
 #[tokio::test]
@@ -72,13 +75,21 @@ async fn an_untrusted_peers_forwarding_claims_never_reach_the_origin() {
             "{name} reached the origin: {seen}"
         );
     }
-    // A trusted proxy's own forwarding headers go on; a path override never.
+    // A trusted proxy's own forwarding headers go on; a path or method
+    // override never.
     let gw = gateway(&origin, "trusted_proxies = [\"127.0.0.0/8\"]\n");
     let seen = echoed(&gw, &CLAIMS).await;
     assert_eq!(seen["x-forwarded-host"], "evil.example", "{seen}");
     assert_eq!(seen["x-real-ip"], "6.6.6.6", "{seen}");
-    assert!(seen.get("x-original-url").is_none(), "{seen}");
-    assert!(seen.get("x-rewrite-url").is_none(), "{seen}");
+    for name in [
+        "x-original-url",
+        "x-rewrite-url",
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+    ] {
+        assert!(seen.get(name).is_none(), "{name}: {seen}");
+    }
 }
 
 #[tokio::test]
