@@ -165,11 +165,21 @@ mod tests {
             "x-forwarded-host",
             "x-real-ip",
             "x-original-url",
+            "x-http-method-override",
         ] {
             assert!(untrusted.contains(&name), "{name}");
         }
         let trusted: Vec<&str> = super::not_forwarded(true).map(|h| h.as_str()).collect();
-        assert_eq!(trusted, ["x-original-url", "x-rewrite-url"]);
+        assert_eq!(
+            trusted,
+            [
+                "x-original-url",
+                "x-rewrite-url",
+                "x-http-method-override",
+                "x-http-method",
+                "x-method-override"
+            ]
+        );
     }
 
     use super::*;

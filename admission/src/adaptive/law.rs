@@ -28,7 +28,9 @@
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
 //!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
 //!          (once it has cruised, a drain that never saw queue >
-//!          QUEUE_CAPACITY was a false alarm: back to STARTUP, same rate,
+//!          QUEUE_CAPACITY was a false alarm — once the window p99 is
+//!          back under P99_CEILING × target, waiting at the same rate
+//!          until then —: back to STARTUP, same rate,
 //!          resuming the capacity of the cruise it interrupted, if any: a
 //!          false alarm is no evidence that a lost capacity came back)
 //! CRUISE   rate' = rate
@@ -262,6 +264,13 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
             let capacity = d.capacity.unwrap_or(served);
             if queue >= QUEUE_DRAINED || errors {
                 (drain(capacity), cut)
+            } else if d.capacity_samples == 0 && previous.cruised && p99 > ceiling {
+                // No queue, but the window still holds the checkouts that
+                // ended the last phase: wait for it to roll past, at the
+                // same rate (a STARTUP now would see the same p99 and
+                // drain again, and each new cruise forgets the latency it
+                // would have learnt).
+                (rate, Reason::Steady)
             } else if d.capacity_samples == 0 && previous.cruised {
                 // Never saturated for a whole second: a false alarm.
                 d.phase = Phase::Startup;

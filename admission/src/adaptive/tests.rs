@@ -353,3 +353,20 @@ fn a_resumed_cruise_is_judged_as_startup_for_its_first_steps() {
     d.cruise_steps = 0;
     assert_eq!(step(&B, &d, &queued, 1000).phase, Phase::Cruise);
 }
+
+#[test]
+fn a_false_alarm_waits_for_the_window_p99_to_clear() {
+    // Draining after a cruise, no queue seen, but the window still holds
+    // checkouts slower than the ceiling (3 × 800 ms).
+    let mut d = at(17.0, Phase::Drain);
+    d.base_ms = Some(100.0);
+    d.capacity = Some(20.0);
+    d.cruised = true;
+    let mut x = healthy(17.0);
+    x.p99_ms = Some(3_000);
+    let held = step(&B, &d, &x, 1000);
+    assert_eq!((held.phase, held.rate), (Phase::Drain, 17.0));
+    // Once it has rolled past: the false alarm, back to STARTUP.
+    let d = step(&B, &held, &healthy(17.0), 2000);
+    assert_eq!((d.phase, d.rate), (Phase::Startup, 17.0));
+}
