@@ -430,6 +430,15 @@ fn mean_rate(run: &Run, from_ms: u64, to_ms: u64) -> f64 {
     rates.iter().sum::<f64>() / rates.len() as f64
 }
 
+/// The highest rate decided in `[from_ms, to_ms)`.
+fn max_rate(run: &Run, from_ms: u64, to_ms: u64) -> f64 {
+    run.seconds
+        .iter()
+        .filter(|s| (from_ms..to_ms).contains(&s.at_ms))
+        .map(|s| s.rate)
+        .fold(0.0, f64::max)
+}
+
 fn p99(mut latencies: Vec<u64>) -> u64 {
     latencies.sort_unstable();
     latencies[(latencies.len() * 99).div_ceil(100) - 1]
@@ -551,12 +560,7 @@ fn follows_down_and_up(plant: &Plant) {
         let low = mean_rate(&run, PHASE_MS + SETTLE_MS, 2 * PHASE_MS);
         assert!(low <= 30.0, "seed {seed}: {low:.1}/s released against 30/s");
         // Up: within 30 s of the capacity coming back, above 60 % of it.
-        let back = run
-            .seconds
-            .iter()
-            .filter(|s| (2 * PHASE_MS..2 * PHASE_MS + SETTLE_MS).contains(&s.at_ms))
-            .map(|s| s.rate)
-            .fold(0.0, f64::max);
+        let back = max_rate(&run, 2 * PHASE_MS, 2 * PHASE_MS + SETTLE_MS);
         assert!(
             back >= 60.0,
             "seed {seed}: at most {back:.1}/s in the 30 s after recovery"
@@ -722,12 +726,7 @@ fn line_follows(seed: u64) -> Result<(), String> {
     if low > 30.0 {
         return Err(format!("seed {seed}: {low:.1}/s released against 30/s"));
     }
-    let back = run
-        .seconds
-        .iter()
-        .filter(|s| (2 * PHASE_MS..2 * PHASE_MS + SETTLE_MS).contains(&s.at_ms))
-        .map(|s| s.rate)
-        .fold(0.0, f64::max);
+    let back = max_rate(&run, 2 * PHASE_MS, 2 * PHASE_MS + SETTLE_MS);
     if back < 60.0 {
         return Err(format!(
             "seed {seed}: at most {back:.1}/s in the 30 s after recovery"
