@@ -332,10 +332,10 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         }
         Phase::Startup if m.free_slots == 0 => (rate, Reason::Slots),
         Phase::Startup => {
-            // Growing only while the p99 is well under the target: a
-            // release reaches checkout a poll later, so a rate that grows
-            // on until the p99 passes the target has already released a
-            // poll interval's worth too many.
+            // Growing only while the p99 is well under the target or not
+            // rising: a release reaches checkout a poll later, so a rate
+            // that grows on until the p99 passes the target has already
+            // released a poll interval's worth too many.
             let long = m.long_p99_ms.map_or(p99, |l| f64::from(l.max(1)));
             let ramp = if p99 < STARTUP_GROW_BELOW * target || p99 < STARTUP_RISING * long {
                 (rate * (1.0 + STARTUP_GROWTH)).min((served * STARTUP_SERVED).max(rate))
@@ -354,11 +354,11 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                     d.resumed = true;
                     (CRUISE_GAIN * resume, Reason::Latency)
                 }
-                Some(resume) if rate < CRUISE_GAIN * resume => (
+                // Further: × RETURN_MAX a step towards it.
+                Some(resume) => (
                     (rate * RETURN_MAX).min(CRUISE_GAIN * resume).max(ramp),
                     Reason::Latency,
                 ),
-                Some(_) => (ramp, Reason::Latency),
                 None => (ramp, Reason::Latency),
             }
         }
