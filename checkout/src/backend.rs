@@ -10,8 +10,9 @@
 //!   (`[cluster] postgres_url`), its SQL in `backend/postgres/`.
 //!
 //! The trait is synchronous on purpose: both back ends run on the gateway's
-//! bounded blocking pool (`gateway/src/orders/pool.rs`), and the payment
-//! provider seam ([`crate::PaymentProvider`]) is synchronous too. A
+//! bounded blocking pool (`gateway/src/orders/pool.rs`), and their payment
+//! drivers wait there for each call of the async provider seam
+//! ([`crate::PaymentProvider`], [`crate::http_client::wait`]). A
 //! checkout is the same three durable waits on both (see
 //! `docs/orders.md`); no transaction is open across a provider call.
 

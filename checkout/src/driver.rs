@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
 use crate::clock::{Clock, SystemClock, UnixMs};
 use crate::error::StoreError;
+use crate::http_client::wait;
 use crate::idempotency::ClaimedKey;
 use crate::limits::PAYMENT_STEPS_MAX;
 use crate::metrics::Metrics;
@@ -189,7 +190,7 @@ impl Driver {
             }
             tries += 1;
             if look_up_first {
-                match self.provider.lookup(&attempt.idempotency_key) {
+                match wait(self.provider.lookup(&attempt.idempotency_key)) {
                     Ok(Some(outcome)) => return (Learned::Definite(outcome), tries),
                     // Never received: sending it is safe.
                     Ok(None) => {}
@@ -230,40 +231,33 @@ impl Driver {
         let provider = self.provider.as_ref();
         let started = self.clock.now_ms();
         let answer = match attempt.operation {
-            Operation::Authorize => provider
-                .authorize(
-                    key,
-                    &attempt.order_id,
-                    amount,
-                    attempt.payment_method.as_deref().unwrap_or(""),
-                )
-                .map(|outcome| match outcome {
-                    AuthorizeOutcome::Authorized { payment_id } => {
-                        OperationOutcome::Succeeded { payment_id }
-                    }
-                    AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
-                }),
-            Operation::Capture => {
-                provider
-                    .capture(key, payment_id, amount)
-                    .map(|()| OperationOutcome::Succeeded {
-                        payment_id: payment_id.to_owned(),
-                    })
-            }
+            Operation::Authorize => wait(provider.authorize(
+                key,
+                &attempt.order_id,
+                amount,
+                attempt.payment_method.as_deref().unwrap_or(""),
+            ))
+            .map(|outcome| match outcome {
+                AuthorizeOutcome::Authorized { payment_id } => {
+                    OperationOutcome::Succeeded { payment_id }
+                }
+                AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
+            }),
+            Operation::Capture => wait(provider.capture(key, payment_id, amount)).map(|()| {
+                OperationOutcome::Succeeded {
+                    payment_id: payment_id.to_owned(),
+                }
+            }),
             Operation::Void => {
-                provider
-                    .void(key, payment_id, amount)
-                    .map(|()| OperationOutcome::Succeeded {
-                        payment_id: payment_id.to_owned(),
-                    })
+                wait(provider.void(key, payment_id, amount)).map(|()| OperationOutcome::Succeeded {
+                    payment_id: payment_id.to_owned(),
+                })
             }
-            Operation::Refund => {
-                provider
-                    .refund(key, payment_id, amount)
-                    .map(|()| OperationOutcome::Succeeded {
-                        payment_id: payment_id.to_owned(),
-                    })
-            }
+            Operation::Refund => wait(provider.refund(key, payment_id, amount)).map(|()| {
+                OperationOutcome::Succeeded {
+                    payment_id: payment_id.to_owned(),
+                }
+            }),
         };
         let answer = match answer {
             Err(PaymentError::Refused(reason)) => Ok(match attempt.operation {

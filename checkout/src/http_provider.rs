@@ -1,6 +1,6 @@
 //! [`HttpProvider`]: the provider adapter for a card-provider-shaped HTTP
-//! API (the one `paysim` implements). Blocking (`ureq` 3, the gateway's
-//! client too), like the trait.
+//! API (the one `paysim` implements), on the workspace's one HTTP client
+//! ([`crate::http_client`]: `reqwest`, async, on a thread of its own).
 //!
 //! | call | request | answer |
 //! | --- | --- | --- |
@@ -19,11 +19,13 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::http_client::{ClientError, HttpClient};
 use crate::payment::{
     AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider,
 };
@@ -64,7 +66,7 @@ impl Default for HttpProviderConfig {
 }
 
 pub struct HttpProvider {
-    agent: ureq::Agent,
+    http: HttpClient,
     config: HttpProviderConfig,
 }
 
@@ -131,68 +133,49 @@ struct Answer {
 }
 
 impl HttpProvider {
-    pub fn new(config: HttpProviderConfig) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(Duration::from_millis(config.connect_timeout_ms)))
-            .timeout_global(Some(Duration::from_millis(config.call_timeout_ms)))
-            // Statuses are classified here, not turned into errors.
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        Self { agent, config }
+    pub fn new(config: HttpProviderConfig) -> Result<Self, ClientError> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .timeout(Duration::from_millis(config.call_timeout_ms))
+            // Every redirect would be a second call under the same key.
+            .redirect(reqwest::redirect::Policy::none());
+        let http = HttpClient::new(builder, "sluice-provider")?;
+        Ok(Self { http, config })
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.config.base_url.trim_end_matches('/'))
     }
 
-    fn call(
+    async fn call(
         &self,
-        method: &str,
+        method: reqwest::Method,
         path: &str,
         idempotency_key: Option<&str>,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, PaymentError> {
-        let url = self.url(path);
-        let mut headers: Vec<(&str, String)> = vec![("Accept", "application/json".into())];
+        let mut request = self
+            .http
+            .client()
+            .request(method.clone(), self.url(path))
+            .header("Accept", "application/json");
         if let Some(key) = idempotency_key {
-            headers.push(("Idempotency-Key", key.to_owned()));
+            request = request.header("Idempotency-Key", key);
         }
         if let Some(api_key) = &self.config.api_key {
-            headers.push(("Authorization", format!("Bearer {api_key}")));
+            request = request.bearer_auth(api_key);
         }
-        let result = match (method, body) {
-            ("GET", _) => {
-                let mut request = self.agent.get(&url);
-                for (name, value) in &headers {
-                    request = request.header(*name, value);
-                }
-                request.call()
-            }
-            (_, body) => {
-                let mut request = self
-                    .agent
-                    .post(&url)
-                    .header("Content-Type", "application/json");
-                for (name, value) in &headers {
-                    request = request.header(*name, value);
-                }
-                request.send(body.unwrap_or_default().to_string())
-            }
-        };
-        // Connect failure, reset, timeout: nobody knows what happened.
-        let mut response = result.map_err(|_| PaymentError::Ambiguous)?;
-        let status = response.status().as_u16();
-        let body = match response
-            .body_mut()
-            .with_config()
-            .limit(PROVIDER_ANSWER_BYTES_MAX)
-            .read_to_string()
-        {
-            Ok(body) => body,
-            // The answer broke off mid-body (or is too large to be one).
-            Err(_) => return Err(PaymentError::Ambiguous),
-        };
+        if method != reqwest::Method::GET {
+            request = request
+                .header("Content-Type", "application/json")
+                .body(body.unwrap_or_default().to_string());
+        }
+        let (status, body) = self
+            .http
+            .spawn(read_answer(request))
+            .await
+            // The client's runtime stopped mid-call: nobody knows.
+            .ok_or(PaymentError::Ambiguous)??;
         let error_code = serde_json::from_str::<ErrorAnswer>(&body)
             .map(|e| e.error)
             .ok();
@@ -216,7 +199,7 @@ impl HttpProvider {
         serde_json::from_str(body).map_err(|_| PaymentError::Ambiguous)
     }
 
-    fn movement(
+    async fn movement(
         &self,
         key: &str,
         payment_id: &str,
@@ -228,12 +211,14 @@ impl HttpProvider {
             "/v1/authorizations/{}/{action}",
             utf8_percent_encode(payment_id, NON_ALPHANUMERIC)
         );
-        let answer = self.call(
-            "POST",
-            &path,
-            Some(key),
-            Some(json!({ "amount_cents": amount_cents, "currency": self.config.currency })),
-        )?;
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                &path,
+                Some(key),
+                Some(json!({ "amount_cents": amount_cents, "currency": self.config.currency })),
+            )
+            .await?;
         if answer.class == StatusClass::NotFound {
             return Err(PaymentError::Refused(format!("no payment {payment_id}")));
         }
@@ -249,12 +234,13 @@ impl HttpProvider {
     }
 }
 
+#[async_trait]
 impl PaymentProvider for HttpProvider {
     fn name(&self) -> &str {
         &self.config.name
     }
 
-    fn authorize(
+    async fn authorize(
         &self,
         idempotency_key: &str,
         order_id: &str,
@@ -267,12 +253,14 @@ impl PaymentProvider for HttpProvider {
             "currency": self.config.currency,
             "payment_method": payment_method,
         });
-        let answer = self.call(
-            "POST",
-            "/v1/authorizations",
-            Some(idempotency_key),
-            Some(body),
-        )?;
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/authorizations",
+                Some(idempotency_key),
+                Some(body),
+            )
+            .await?;
         if answer.class == StatusClass::NotFound {
             return Err(PaymentError::Refused(
                 "authorizations endpoint not found".into(),
@@ -290,24 +278,45 @@ impl PaymentProvider for HttpProvider {
         }
     }
 
-    fn capture(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn capture(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "capture", "captured")
+            .await
     }
 
-    fn void(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn void(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "void", "voided")
+            .await
     }
 
-    fn refund(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn refund(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "refund", "refunded")
+            .await
     }
 
-    fn lookup(&self, idempotency_key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+    async fn lookup(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<OperationOutcome>, PaymentError> {
         let path = format!(
             "/v1/operations/{}",
             utf8_percent_encode(idempotency_key, NON_ALPHANUMERIC)
         );
-        let answer = self.call("GET", &path, None, None)?;
+        let answer = self.call(reqwest::Method::GET, &path, None, None).await?;
         if answer.class == StatusClass::NotFound {
             return Ok(None);
         }
@@ -328,9 +337,9 @@ impl PaymentProvider for HttpProvider {
         }))
     }
 
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
         let path = format!("/v1/events?after={cursor}&limit={limit}");
-        let answer = self.call("GET", &path, None, None)?;
+        let answer = self.call(reqwest::Method::GET, &path, None, None).await?;
         if answer.class == StatusClass::NotFound {
             return Err(PaymentError::Refused("events endpoint not found".into()));
         }
@@ -347,4 +356,26 @@ impl PaymentProvider for HttpProvider {
             next: page.next,
         })
     }
+}
+
+/// Sends `request` and reads its answer, at most
+/// [`PROVIDER_ANSWER_BYTES_MAX`] of it. A connect failure, reset, timeout
+/// or an answer broken off mid-body (or too large to be one) is ambiguous:
+/// nobody knows what happened.
+async fn read_answer(request: reqwest::RequestBuilder) -> Result<(u16, String), PaymentError> {
+    let mut response = request.send().await.map_err(|_| PaymentError::Ambiguous)?;
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|_| PaymentError::Ambiguous)?
+    {
+        if (body.len() + chunk.len()) as u64 > PROVIDER_ANSWER_BYTES_MAX {
+            return Err(PaymentError::Ambiguous);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8(body).map_err(|_| PaymentError::Ambiguous)?;
+    Ok((status, body))
 }

@@ -34,11 +34,14 @@
 //! - [`order`]: the durable order row and its transitions, each writing its
 //!   outbox event in the same transaction.
 //! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
-//! - [`payment`]: the `PaymentProvider` trait: authorize, capture, void,
-//!   refund, look-up by key, the event list; ambiguous vs definite errors.
+//! - [`payment`]: the async `PaymentProvider` trait: authorize, capture,
+//!   void, refund, look-up by key, the event list; ambiguous vs definite
+//!   errors.
 //! - [`simulator`]: the in-process provider (test cards, seeded faults,
 //!   a readable ledger).
 //! - [`http_provider`]: the adapter for a card-provider-shaped HTTP API.
+//! - [`http_client`]: the workspace's one HTTP client (`reqwest`) on a
+//!   runtime of its own, and [`http_client::wait`] for blocking callers.
 //! - [`attempt`]: durable payment attempts (key, parameters, transport
 //!   state, outcome), stored before they are sent.
 //! - `settle`: the payment state machine: what an attempt's outcome does
@@ -75,6 +78,7 @@ pub mod driver;
 pub mod error;
 mod events;
 pub mod group_commit;
+pub mod http_client;
 pub mod http_provider;
 pub mod idempotency;
 pub mod limits;
@@ -104,6 +108,7 @@ pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
 pub use driver::PaymentsConfig;
 pub use error::{CheckoutError, StoreError};
 pub use group_commit::{GroupCommitConfig, Pending, ReserveRequest, WriterError};
+pub use http_client::{ClientError, HttpClient};
 pub use http_provider::{classify_status, HttpProvider, HttpProviderConfig, StatusClass};
 pub use idempotency::{IdempotencyKey, InvalidKey};
 pub use metrics::{AuthLatency, LabeledCounters, LatencyHistogram, Metrics};

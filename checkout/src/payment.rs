@@ -2,13 +2,17 @@
 //! implements (the in-process [`crate::simulator::SimulatedProvider`], the
 //! [`crate::http_provider::HttpProvider`] for a card-provider-shaped HTTP API).
 //!
-//! The trait is synchronous on purpose: the checkout runs on a blocking
-//! thread (SQLite is synchronous), and each call must be finished — or known
+//! The calls are async: the HTTP adapter's are futures on the workspace's
+//! one HTTP client ([`crate::http_client`]), awaitable from any executor.
+//! The checkout drivers are synchronous (their store steps are), run on a
+//! blocking thread and wait for each call there
+//! ([`crate::http_client::wait`]): each call must be finished — or known
 //! to be ambiguous — before the next durable step is written. Every call
 //! carries an idempotency key derived from (order, operation) (see
 //! [`crate::attempt`]), so a retry after an ambiguous answer never charges
 //! twice.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::webhook::WebhookEvent;
@@ -60,29 +64,30 @@ pub struct EventPage {
     pub next: u64,
 }
 
+#[async_trait]
 pub trait PaymentProvider: Send + Sync {
     /// A short name for metrics labels (`sluice_payment_auth_seconds{provider}`).
     fn name(&self) -> &str;
-    fn authorize(
+    async fn authorize(
         &self,
         idempotency_key: &str,
         order_id: &str,
         amount_cents: u64,
         payment_method: &str,
     ) -> Result<AuthorizeOutcome, PaymentError>;
-    fn capture(
+    async fn capture(
         &self,
         idempotency_key: &str,
         payment_id: &str,
         amount_cents: u64,
     ) -> Result<(), PaymentError>;
-    fn void(
+    async fn void(
         &self,
         idempotency_key: &str,
         payment_id: &str,
         amount_cents: u64,
     ) -> Result<(), PaymentError>;
-    fn refund(
+    async fn refund(
         &self,
         idempotency_key: &str,
         payment_id: &str,
@@ -90,7 +95,8 @@ pub trait PaymentProvider: Send + Sync {
     ) -> Result<(), PaymentError>;
     /// What became of the operation sent with `idempotency_key`; `None`
     /// when the provider never received it (safe to send again).
-    fn lookup(&self, idempotency_key: &str) -> Result<Option<OperationOutcome>, PaymentError>;
+    async fn lookup(&self, idempotency_key: &str)
+        -> Result<Option<OperationOutcome>, PaymentError>;
     /// Events after `cursor`, at most `limit`, oldest first.
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError>;
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError>;
 }

@@ -27,6 +27,7 @@ use crate::attempt::{self, AttemptOutcome};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::events;
+use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PROVIDER_EVENTS_PAGE_MAX};
 use crate::service::CheckoutService;
 use crate::webhook::WebhookOutcome;
@@ -93,11 +94,11 @@ impl CheckoutService {
                 Ok(u64::try_from(stored.unwrap_or(0)).unwrap_or(0))
             })?
         };
-        let page = match self
-            .driver
-            .provider
-            .events_since(cursor, limit.min(PROVIDER_EVENTS_PAGE_MAX))
-        {
+        let page = match wait(
+            self.driver
+                .provider
+                .events_since(cursor, limit.min(PROVIDER_EVENTS_PAGE_MAX)),
+        ) {
             Ok(page) => page,
             Err(_) => {
                 outcome.events_unavailable = true;

@@ -16,10 +16,16 @@
 //! parameters it is refused (`idempotency_mismatch`). Faults (timeouts —
 //! before or after the effect —, 5xx, latency) apply to every call,
 //! look-ups and the event list included.
+//!
+//! Its calls are futures that finish when first polled: latency and
+//! `pm_slow` are the injected [`Sleeper`]'s pause on the polling thread,
+//! which is a blocking thread (the checkout drivers wait for provider calls
+//! on the gateway's bounded pool, see [`crate::payment`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -373,12 +379,13 @@ fn failed(reason: String) -> OperationOutcome {
     OperationOutcome::Failed { reason }
 }
 
+#[async_trait]
 impl PaymentProvider for SimulatedProvider {
     fn name(&self) -> &str {
         "simulated"
     }
 
-    fn authorize(
+    async fn authorize(
         &self,
         idempotency_key: &str,
         order_id: &str,
@@ -433,19 +440,37 @@ impl PaymentProvider for SimulatedProvider {
         }
     }
 
-    fn capture(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn capture(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "capture")
     }
 
-    fn void(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn void(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "void")
     }
 
-    fn refund(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn refund(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "refund")
     }
 
-    fn lookup(&self, idempotency_key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+    async fn lookup(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<OperationOutcome>, PaymentError> {
         if self.roll(0) != Fate::Normal {
             return Err(PaymentError::Ambiguous);
         }
@@ -455,7 +480,7 @@ impl PaymentProvider for SimulatedProvider {
             .map(|(_, outcome)| outcome.clone()))
     }
 
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
         if self.roll(0) != Fate::Normal {
             return Err(PaymentError::Ambiguous);
         }
@@ -476,6 +501,7 @@ impl PaymentProvider for SimulatedProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http_client::wait;
 
     #[test]
     fn the_hook_gets_every_event_as_it_is_emitted() {
@@ -486,14 +512,14 @@ mod tests {
             sink.lock().unwrap().push(e.clone())
         }));
         let AuthorizeOutcome::Authorized { payment_id } =
-            sim.authorize("k1", "ord_1", 500, PM_OK).unwrap()
+            wait(sim.authorize("k1", "ord_1", 500, PM_OK)).unwrap()
         else {
             panic!("pm_ok authorizes");
         };
-        sim.capture("k2", &payment_id, 500).unwrap();
+        wait(sim.capture("k2", &payment_id, 500)).unwrap();
         // A replay emits nothing new.
-        sim.capture("k2", &payment_id, 500).unwrap();
-        sim.authorize("k3", "ord_2", 700, PM_DECLINE).unwrap();
+        wait(sim.capture("k2", &payment_id, 500)).unwrap();
+        wait(sim.authorize("k3", "ord_2", 700, PM_DECLINE)).unwrap();
         let seen = seen.lock().unwrap();
         let types: Vec<EventType> = seen.iter().map(|e| e.event_type).collect();
         assert_eq!(

@@ -13,6 +13,7 @@
 
 mod common;
 
+use async_trait::async_trait;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -51,13 +52,13 @@ struct Crash;
 impl Crashing {
     /// Dies before the call, or lets it happen and dies before the answer
     /// is used.
-    fn around<T>(&self, call: impl FnOnce() -> T) -> T {
+    async fn around<T>(&self, call: impl std::future::Future<Output = T>) -> T {
         let per_mille = *self.crash_per_mille.lock().unwrap();
         let dice: u32 = self.rng.lock().unwrap().random_range(0..2_000);
         if dice < per_mille {
             std::panic::panic_any(Crash);
         }
-        let answer = call();
+        let answer = call.await;
         if dice < per_mille * 2 {
             std::panic::panic_any(Crash);
         }
@@ -65,33 +66,34 @@ impl Crashing {
     }
 }
 
+#[async_trait]
 impl PaymentProvider for Crashing {
     fn name(&self) -> &str {
         "simulated"
     }
-    fn authorize(
+    async fn authorize(
         &self,
         k: &str,
         o: &str,
         a: u64,
         m: &str,
     ) -> Result<AuthorizeOutcome, PaymentError> {
-        self.around(|| self.inner.authorize(k, o, a, m))
+        self.around(self.inner.authorize(k, o, a, m)).await
     }
-    fn capture(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
-        self.around(|| self.inner.capture(k, p, a))
+    async fn capture(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
+        self.around(self.inner.capture(k, p, a)).await
     }
-    fn void(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
-        self.around(|| self.inner.void(k, p, a))
+    async fn void(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
+        self.around(self.inner.void(k, p, a)).await
     }
-    fn refund(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
-        self.around(|| self.inner.refund(k, p, a))
+    async fn refund(&self, k: &str, p: &str, a: u64) -> Result<(), PaymentError> {
+        self.around(self.inner.refund(k, p, a)).await
     }
-    fn lookup(&self, k: &str) -> Result<Option<OperationOutcome>, PaymentError> {
-        self.around(|| self.inner.lookup(k))
+    async fn lookup(&self, k: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+        self.around(self.inner.lookup(k)).await
     }
-    fn events_since(&self, c: u64, l: usize) -> Result<EventPage, PaymentError> {
-        self.around(|| self.inner.events_since(c, l))
+    async fn events_since(&self, c: u64, l: usize) -> Result<EventPage, PaymentError> {
+        self.around(self.inner.events_since(c, l)).await
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+use sluice_checkout::http_client::wait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -212,20 +213,20 @@ fn client(base_url: &str) -> HttpProvider {
         currency: "EUR".into(),
         name: "paysim".into(),
     })
+    .unwrap()
 }
 
 #[test]
 fn every_call_carries_the_api_key_and_the_configured_currency() {
     let (fake, url) = start();
     let p = client(&url);
-    let AuthorizeOutcome::Authorized { payment_id } = p
-        .authorize("ord_1:authorize", "ord_1", 500, "pm_ok")
-        .unwrap()
+    let AuthorizeOutcome::Authorized { payment_id } =
+        wait(p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok")).unwrap()
     else {
         panic!("not authorized");
     };
-    p.capture("ord_1:capture", &payment_id, 500).unwrap();
-    p.refund("ord_1:refund", &payment_id, 500).unwrap();
+    wait(p.capture("ord_1:capture", &payment_id, 500)).unwrap();
+    wait(p.refund("ord_1:refund", &payment_id, 500)).unwrap();
     let calls = fake.lock().unwrap().calls.clone();
     assert_eq!(calls.len(), 3, "{calls:?}");
     for (auth, currency) in calls {
@@ -238,48 +239,45 @@ fn every_call_carries_the_api_key_and_the_configured_currency() {
 fn keyed_calls_replay_refuse_mismatches_and_can_be_looked_up() {
     let (fake, url) = start();
     let p = client(&url);
-    let first = p
-        .authorize("ord_1:authorize", "ord_1", 500, "pm_ok")
-        .unwrap();
+    let first = wait(p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok")).unwrap();
     let AuthorizeOutcome::Authorized { payment_id } = first.clone() else {
         panic!("{first:?}");
     };
     assert_eq!(
-        p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok")
-            .unwrap(),
+        wait(p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok")).unwrap(),
         first
     );
     assert_eq!(
-        p.authorize("ord_1:authorize", "ord_1", 501, "pm_ok"),
+        wait(p.authorize("ord_1:authorize", "ord_1", 501, "pm_ok")),
         Err(PaymentError::Refused("idempotency_mismatch".into()))
     );
     assert!(matches!(
-        p.authorize("ord_2:authorize", "ord_2", 500, "pm_decline"),
+        wait(p.authorize("ord_2:authorize", "ord_2", 500, "pm_decline")),
         Ok(AuthorizeOutcome::Declined { .. })
     ));
-    p.capture("ord_1:capture", &payment_id, 500).unwrap();
-    p.capture("ord_1:capture", &payment_id, 500).unwrap();
+    wait(p.capture("ord_1:capture", &payment_id, 500)).unwrap();
+    wait(p.capture("ord_1:capture", &payment_id, 500)).unwrap();
     assert_eq!(fake.lock().unwrap().captures, 1);
     assert!(matches!(
-        p.void("ord_1:void", &payment_id, 500),
+        wait(p.void("ord_1:void", &payment_id, 500)),
         Err(PaymentError::Refused(_))
     ));
     assert_eq!(
-        p.lookup("ord_1:capture").unwrap(),
+        wait(p.lookup("ord_1:capture")).unwrap(),
         Some(OperationOutcome::Succeeded {
             payment_id: payment_id.clone()
         })
     );
-    assert_eq!(p.lookup("ord_9:authorize").unwrap(), None);
+    assert_eq!(wait(p.lookup("ord_9:authorize")).unwrap(), None);
     // A kind this version does not know is skipped, the cursor moves on.
     fake.lock().unwrap().events.push(json!({
         "seq": 3, "id": "evt_3", "type": "payment.disputed", "created": 1,
         "data": {"payment_id": payment_id, "order_id": "ord_1", "amount_cents": 500},
     }));
-    let page = p.events_since(0, 10).unwrap();
+    let page = wait(p.events_since(0, 10)).unwrap();
     assert_eq!(page.events.len(), 2);
     assert_eq!(page.next, 3);
-    assert_eq!(p.events_since(3, 10).unwrap().events.len(), 0);
+    assert_eq!(wait(p.events_since(3, 10)).unwrap().events.len(), 0);
 }
 
 #[test]
@@ -288,23 +286,23 @@ fn a_lost_response_5xx_and_a_dead_port_are_ambiguous() {
     let p = client(&url);
     fake.lock().unwrap().lose_next = true;
     assert_eq!(
-        p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok"),
+        wait(p.authorize("ord_1:authorize", "ord_1", 500, "pm_ok")),
         Err(PaymentError::Ambiguous)
     );
     assert!(matches!(
-        p.lookup("ord_1:authorize").unwrap(),
+        wait(p.lookup("ord_1:authorize")).unwrap(),
         Some(OperationOutcome::Succeeded { .. })
     ));
     fake.lock().unwrap().down = true;
     assert_eq!(
-        p.authorize("ord_2:authorize", "ord_2", 500, "pm_ok"),
+        wait(p.authorize("ord_2:authorize", "ord_2", 500, "pm_ok")),
         Err(PaymentError::Ambiguous)
     );
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
     assert_eq!(
-        client(&dead).authorize("ord_3:authorize", "ord_3", 500, "pm_ok"),
+        wait(client(&dead).authorize("ord_3:authorize", "ord_3", 500, "pm_ok")),
         Err(PaymentError::Ambiguous)
     );
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use async_trait::async_trait;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -92,11 +93,12 @@ impl Probe {
     }
 }
 
+#[async_trait]
 impl PaymentProvider for Probe {
     fn name(&self) -> &str {
         "probe"
     }
-    fn authorize(
+    async fn authorize(
         &self,
         key: &str,
         order_id: &str,
@@ -104,25 +106,25 @@ impl PaymentProvider for Probe {
         method: &str,
     ) -> Result<AuthorizeOutcome, PaymentError> {
         self.saw(&format!("authorize {order_id} {amount} {method}"), key);
-        self.inner.authorize(key, order_id, amount, method)
+        self.inner.authorize(key, order_id, amount, method).await
     }
-    fn capture(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+    async fn capture(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
         self.saw(&format!("capture {payment_id} {amount}"), key);
-        self.inner.capture(key, payment_id, amount)
+        self.inner.capture(key, payment_id, amount).await
     }
-    fn void(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+    async fn void(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
         self.saw(&format!("void {payment_id} {amount}"), key);
-        self.inner.void(key, payment_id, amount)
+        self.inner.void(key, payment_id, amount).await
     }
-    fn refund(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+    async fn refund(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
         self.saw(&format!("refund {payment_id} {amount}"), key);
-        self.inner.refund(key, payment_id, amount)
+        self.inner.refund(key, payment_id, amount).await
     }
-    fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
-        self.inner.lookup(key)
+    async fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+        self.inner.lookup(key).await
     }
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
-        self.inner.events_since(cursor, limit)
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+        self.inner.events_since(cursor, limit).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod common;
 
+use sluice_checkout::http_client::wait;
 use std::sync::Arc;
 
 use common::{key, request, seeds, test_payments, T0_MS};
@@ -19,12 +20,15 @@ fn checkout_cancel_and_events_against_paysim() {
         ..paysim::Config::default()
     })
     .unwrap();
-    let provider = Arc::new(HttpProvider::new(HttpProviderConfig {
-        base_url: paysim.url(),
-        call_timeout_ms: 2_000,
-        name: "paysim".into(),
-        ..HttpProviderConfig::default()
-    }));
+    let provider = Arc::new(
+        HttpProvider::new(HttpProviderConfig {
+            base_url: paysim.url(),
+            call_timeout_ms: 2_000,
+            name: "paysim".into(),
+            ..HttpProviderConfig::default()
+        })
+        .unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path()).unwrap());
     store.seed_products(&seeds(&[("sku-a", 10)])).unwrap();
@@ -46,10 +50,10 @@ fn checkout_cancel_and_events_against_paysim() {
     // Capturing a refunded payment again is a definite refusal.
     let payment_id = refunded.payment_id.clone().unwrap();
     assert!(matches!(
-        provider.capture("other-key-1", &payment_id, refunded.amount_cents),
+        wait(provider.capture("other-key-1", &payment_id, refunded.amount_cents)),
         Err(sluice_checkout::PaymentError::Refused(_))
     ));
-    let page = provider.events_since(0, 100).unwrap();
+    let page = wait(provider.events_since(0, 100)).unwrap();
     assert!(page.events.len() >= 5, "{page:?}");
     let pass = service.reconcile_payments_once(T0_MS + 2, 100).unwrap();
     assert_eq!(pass.attempts_driven, 0);

@@ -4,6 +4,7 @@
 
 mod common;
 
+use async_trait::async_trait;
 use std::sync::{Arc, OnceLock};
 
 use common::{key, request, seeds, test_payments, Harness, PM_LOST, PRICE_CENTS, T0_MS};
@@ -205,13 +206,13 @@ fn contradictions_are_refused_counted_and_change_nothing() {
 fn money_for_an_order_we_do_not_know_is_voided_as_an_orphan() {
     let h = Harness::new(&[("sku-a", 10)]);
     // A charge made at the provider for an order this store never wrote.
-    let auth = sluice_checkout::PaymentProvider::authorize(
+    let auth = sluice_checkout::http_client::wait(sluice_checkout::PaymentProvider::authorize(
         &h.provider.sim,
         "ord_ghost:authorize",
         "ord_ghost",
         500,
         "pm_ok",
-    )
+    ))
     .unwrap();
     let sluice_checkout::AuthorizeOutcome::Authorized { payment_id } = auth else {
         panic!("authorized");
@@ -277,18 +278,22 @@ struct WebhookBeforeAnswer {
     reconciler_took_capture: bool,
 }
 
+#[async_trait]
 impl PaymentProvider for WebhookBeforeAnswer {
     fn name(&self) -> &str {
         "webhook-first"
     }
-    fn authorize(
+    async fn authorize(
         &self,
         key: &str,
         order_id: &str,
         amount_cents: u64,
         method: &str,
     ) -> Result<AuthorizeOutcome, PaymentError> {
-        let answer = self.sim.authorize(key, order_id, amount_cents, method)?;
+        let answer = self
+            .sim
+            .authorize(key, order_id, amount_cents, method)
+            .await?;
         if let AuthorizeOutcome::Authorized { payment_id } = &answer {
             let authorized = WebhookEvent {
                 id: format!("evt_{order_id}"),
@@ -321,20 +326,35 @@ impl PaymentProvider for WebhookBeforeAnswer {
         }
         Ok(answer)
     }
-    fn capture(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
-        self.sim.capture(key, payment_id, amount_cents)
+    async fn capture(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
+        self.sim.capture(key, payment_id, amount_cents).await
     }
-    fn void(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
-        self.sim.void(key, payment_id, amount_cents)
+    async fn void(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
+        self.sim.void(key, payment_id, amount_cents).await
     }
-    fn refund(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
-        self.sim.refund(key, payment_id, amount_cents)
+    async fn refund(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
+        self.sim.refund(key, payment_id, amount_cents).await
     }
-    fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
-        self.sim.lookup(key)
+    async fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+        self.sim.lookup(key).await
     }
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
-        self.sim.events_since(cursor, limit)
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+        self.sim.events_since(cursor, limit).await
     }
 }
 

@@ -79,28 +79,26 @@ pub fn classify(status: u16) -> Sent {
     }
 }
 
-fn agent() -> ureq::Agent {
-    // The gateway calls its own listener: with TLS, its certificate names
-    // the public host, not loopback, so it is not checked here.
-    let tls = ureq::tls::TlsConfig::builder()
-        .disable_verification(true)
-        .build();
-    ureq::Agent::config_builder()
-        .timeout_global(Some(SEND_TIMEOUT))
-        .http_status_as_error(false)
-        .tls_config(tls)
+fn client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .timeout(SEND_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        // The gateway calls its own listener: with TLS, its certificate
+        // names the public host, not loopback, so it is not checked here.
+        .danger_accept_invalid_certs(true)
         .build()
-        .new_agent()
 }
 
-/// One signed `POST` (blocking).
-fn send(agent: &ureq::Agent, url: &str, secret: &[u8], body: &[u8], now_s: i64) -> Sent {
+/// One signed `POST`.
+async fn send(client: &reqwest::Client, url: &str, secret: &[u8], body: &[u8], now_s: i64) -> Sent {
     let signature = sign(secret, now_s, body);
-    match agent
+    match client
         .post(url)
         .header("content-type", "application/json")
         .header(SIGNATURE_HEADER, &signature)
-        .send(body)
+        .body(body.to_vec())
+        .send()
+        .await
     {
         Ok(answer) => classify(answer.status().as_u16()),
         Err(_) => Sent::Retry,
@@ -109,7 +107,7 @@ fn send(agent: &ureq::Agent, url: &str, secret: &[u8], body: &[u8], now_s: i64) 
 
 impl SimWebhooks {
     /// Sends one event, retrying as [`classify`] says; the final result.
-    async fn deliver(&self, agent: &ureq::Agent, url: &str, event: &WebhookEvent) -> Sent {
+    async fn deliver(&self, client: &reqwest::Client, url: &str, event: &WebhookEvent) -> Sent {
         let metrics = &self.shared.metrics.webhook_deliveries;
         let body = serde_json::to_vec(event).expect("events serialize");
         let mut backoff = Backoff::default();
@@ -126,12 +124,8 @@ impl SimWebhooks {
             let Some(secret) = secret else {
                 return Sent::Unsigned;
             };
-            let (agent, url, body) = (agent.clone(), url.to_string(), body.clone());
             let now_s = (now_ms() / 1000) as i64;
-            let sent =
-                tokio::task::spawn_blocking(move || send(&agent, &url, &secret, &body, now_s))
-                    .await
-                    .unwrap_or(Sent::Retry);
+            let sent = send(client, url, &secret, &body, now_s).await;
             if sent != Sent::Retry || attempt == ATTEMPTS_MAX {
                 return sent;
             }
@@ -156,7 +150,13 @@ impl BackgroundService for SimWebhooks {
         }
         let url = self_url(rt.config.gateway.listen, self.shared.tls);
         drop(rt);
-        let agent = agent();
+        let client = match client() {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::error!("simulator webhooks not sent: no HTTP client: {e}");
+                return;
+            }
+        };
         let metrics = &self.shared.metrics.webhook_deliveries;
         loop {
             let event = tokio::select! {
@@ -168,7 +168,7 @@ impl BackgroundService for SimWebhooks {
             };
             let result = tokio::select! {
                 _ = shutdown.changed() => return,
-                sent = self.deliver(&agent, &url, &event) => sent,
+                sent = self.deliver(&client, &url, &event) => sent,
             };
             let label = match result {
                 Sent::Delivered => "delivered",

@@ -2,6 +2,7 @@
 //! test, and a provider whose behaviour the test scripts.
 #![allow(dead_code)] // each test binary uses a different subset
 
+use async_trait::async_trait;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,11 +34,12 @@ pub struct ScriptedProvider {
     lost_keys: Mutex<HashSet<String>>,
 }
 
+#[async_trait]
 impl PaymentProvider for ScriptedProvider {
     fn name(&self) -> &str {
         "scripted"
     }
-    fn authorize(
+    async fn authorize(
         &self,
         key: &str,
         order_id: &str,
@@ -47,39 +49,56 @@ impl PaymentProvider for ScriptedProvider {
         if method == PM_LOST {
             self.lost_keys.lock().unwrap().insert(key.to_owned());
         }
-        self.sim.authorize(key, order_id, amount_cents, method)
+        self.sim
+            .authorize(key, order_id, amount_cents, method)
+            .await
     }
-    fn capture(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn capture(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         if self.fail_capture.load(Ordering::SeqCst) {
             return Err(PaymentError::Refused("scripted capture failure".into()));
         }
         if self.lose_captures.load(Ordering::SeqCst) {
-            let _ = self.sim.capture(key, payment_id, amount_cents);
+            let _ = self.sim.capture(key, payment_id, amount_cents).await;
             return Err(PaymentError::Ambiguous);
         }
-        self.sim.capture(key, payment_id, amount_cents)
+        self.sim.capture(key, payment_id, amount_cents).await
     }
-    fn void(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
-        self.sim.void(key, payment_id, amount_cents)
+    async fn void(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
+        self.sim.void(key, payment_id, amount_cents).await
     }
-    fn refund(&self, key: &str, payment_id: &str, amount_cents: u64) -> Result<(), PaymentError> {
+    async fn refund(
+        &self,
+        key: &str,
+        payment_id: &str,
+        amount_cents: u64,
+    ) -> Result<(), PaymentError> {
         if self.fail_refund.load(Ordering::SeqCst) {
             return Err(PaymentError::Ambiguous);
         }
-        self.sim.refund(key, payment_id, amount_cents)
+        self.sim.refund(key, payment_id, amount_cents).await
     }
-    fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+    async fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
         let capture_lost = key.ends_with(":capture") && self.lose_captures.load(Ordering::SeqCst);
         if capture_lost || self.lost_keys.lock().unwrap().contains(key) {
             return Err(PaymentError::Ambiguous);
         }
-        self.sim.lookup(key)
+        self.sim.lookup(key).await
     }
-    fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
         if self.lose_captures.load(Ordering::SeqCst) {
             return Err(PaymentError::Ambiguous);
         }
-        self.sim.events_since(cursor, limit)
+        self.sim.events_since(cursor, limit).await
     }
 }
 

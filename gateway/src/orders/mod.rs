@@ -139,7 +139,7 @@ impl Orders {
     /// (first time only).
     pub fn open(config: &Config, metrics: &Metrics) -> Result<Self, String> {
         let dropped = metrics.webhook_deliveries.with_label_values(&["dropped"]);
-        let (provider, sim_events) = payments::provider(&config.payments, dropped);
+        let (provider, sim_events) = payments::provider(&config.payments, dropped)?;
         let backend: Arc<dyn OrderBackend> = match &config.cluster.postgres_url {
             Some(url) => {
                 // Still this gateway's own: the outbox file, the signing key.

@@ -20,15 +20,16 @@ const CONNECT_TIMEOUT_MS_MAX: u64 = 1_000;
 /// the simulator's event list.
 pub const SIM_WEBHOOK_QUEUE_EVENTS_MAX: usize = 1024;
 
-/// The provider, and for the simulator the queue of events its webhooks
-/// carry (see `crate::sim_webhooks`).
-pub fn provider(
-    config: &Payments,
-    dropped: IntCounter,
-) -> (
+/// The provider the config names, and for the simulator the queue of
+/// events its webhooks carry (see `crate::sim_webhooks`).
+pub type Provider = (
     Arc<dyn PaymentProvider>,
     Option<mpsc::Receiver<WebhookEvent>>,
-) {
+);
+
+/// The [`Provider`] the config names; an error when the HTTP provider's
+/// client cannot be built.
+pub fn provider(config: &Payments, dropped: IntCounter) -> Result<Provider, String> {
     match config.provider {
         PaymentProviderKind::Simulated => {
             let per_mille = |ratio: f64| (ratio * 1000.0).round() as u32;
@@ -50,7 +51,7 @@ pub fn provider(
                     dropped.inc();
                 }
             }));
-            (Arc::new(provider), Some(rx))
+            Ok((Arc::new(provider), Some(rx)))
         }
         PaymentProviderKind::Http => {
             let timeout_ms = config.timeout.as_millis() as u64;
@@ -61,8 +62,9 @@ pub fn provider(
                 api_key: config.api_key.as_ref().map(|k| k.expose().to_string()),
                 currency: config.currency.clone(),
                 name: "http".into(),
-            });
-            (Arc::new(provider), None)
+            })
+            .map_err(|e| format!("[payments] provider = \"http\": {e}"))?;
+            Ok((Arc::new(provider), None))
         }
     }
 }

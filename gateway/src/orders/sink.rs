@@ -4,27 +4,30 @@
 //! event in it, anything else (or no answer within the timeout) leaves them
 //! pending, and the worker tries again later with backoff. Delivery is at
 //! least once: the storefront deduplicates by event `id`.
+//!
+//! The relay pass is synchronous (it reads and marks rows on the store),
+//! so the `POST` goes out on the workspace's HTTP client
+//! ([`sluice_checkout::HttpClient`]) and the pass waits for it.
 
 use std::time::Duration;
 
-use sluice_checkout::{OutboxEvent, Sink, SinkError};
+use sluice_checkout::http_client::wait;
+use sluice_checkout::{ClientError, HttpClient, OutboxEvent, Sink, SinkError};
 
 pub struct HttpSink {
     url: String,
-    agent: ureq::Agent,
+    http: HttpClient,
 }
 
 impl HttpSink {
-    pub fn new(url: &str, timeout: Duration) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        Self {
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none());
+        Ok(Self {
             url: url.to_string(),
-            agent,
-        }
+            http: HttpClient::new(builder, "sluice-outbox")?,
+        })
     }
 }
 
@@ -32,13 +35,18 @@ impl Sink for HttpSink {
     fn publish(&mut self, events: &[OutboxEvent]) -> Result<(), SinkError> {
         let body = serde_json::to_vec(&serde_json::json!({ "events": events }))
             .map_err(|e| SinkError::Refused(e.to_string()))?;
-        let response = self
-            .agent
+        let request = self
+            .http
+            .client()
             .post(&self.url)
             .header("content-type", "application/json")
-            .send(&body[..])
-            .map_err(|e| SinkError::Refused(format!("POST {}: {e}", self.url)))?;
-        let status = response.status().as_u16();
+            .body(body)
+            .send();
+        let status = wait(self.http.spawn(request))
+            .ok_or_else(|| SinkError::Refused(format!("POST {}: client stopped", self.url)))?
+            .map_err(|e| SinkError::Refused(format!("POST {}: {e}", self.url)))?
+            .status()
+            .as_u16();
         if (200..300).contains(&status) {
             Ok(())
         } else {

@@ -48,7 +48,13 @@ impl OrdersWorker {
     fn sink(&self) -> Option<Box<dyn Sink + Send>> {
         let outbox = self.orders.outbox_config();
         match &outbox.url {
-            Some(url) => Some(Box::new(HttpSink::new(url, outbox.timeout))),
+            Some(url) => match HttpSink::new(url, outbox.timeout) {
+                Ok(sink) => Some(Box::new(sink)),
+                Err(e) => {
+                    tracing::error!("outbox sink unavailable, events stay pending: {e}");
+                    None
+                }
+            },
             None => match JsonLinesSink::open(self.orders.data_dir()) {
                 Ok(sink) => Some(Box::new(sink)),
                 Err(e) => {

@@ -25,6 +25,7 @@ use super::webhook::apply_event;
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
+use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PAYMENT_IN_FLIGHT_MS, PROVIDER_EVENTS_PAGE_MAX};
 use crate::payment_reconciler::PaymentsReconcileOutcome;
 use crate::webhook::WebhookOutcome;
@@ -94,10 +95,11 @@ fn recover_events(
             .map_or(0, |row| row.get(0)))
     })?;
     let cursor = u64::try_from(cursor).unwrap_or(0);
-    let page = match backend
-        .provider()
-        .events_since(cursor, limit.min(PROVIDER_EVENTS_PAGE_MAX))
-    {
+    let page = match wait(
+        backend
+            .provider()
+            .events_since(cursor, limit.min(PROVIDER_EVENTS_PAGE_MAX)),
+    ) {
         Ok(page) => page,
         Err(_) => {
             outcome.events_unavailable = true;

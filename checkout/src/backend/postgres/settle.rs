@@ -29,6 +29,7 @@ use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
+use crate::http_client::wait;
 use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
 use crate::order::Order;
@@ -386,7 +387,7 @@ pub(super) fn send(
 ) -> Option<OperationOutcome> {
     let key = attempt.key.as_str();
     if lookup_first {
-        if let Ok(Some(known)) = provider.lookup(key) {
+        if let Ok(Some(known)) = wait(provider.lookup(key)) {
             return Some(known);
         }
     }
@@ -396,28 +397,27 @@ pub(super) fn send(
     };
     for _ in 0..SEND_TRIES_MAX {
         let sent = match attempt.operation {
-            Operation::Authorize => provider
-                .authorize(
-                    key,
-                    &attempt.order_id,
-                    attempt.amount_cents,
-                    attempt.payment_method.as_deref().unwrap_or(""),
-                )
-                .map(|outcome| match outcome {
-                    AuthorizeOutcome::Authorized { payment_id } => {
-                        OperationOutcome::Succeeded { payment_id }
-                    }
-                    AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
-                }),
-            Operation::Capture => provider
-                .capture(key, &pid, attempt.amount_cents)
-                .map(|()| done()),
-            Operation::Void => provider
-                .void(key, &pid, attempt.amount_cents)
-                .map(|()| done()),
-            Operation::Refund => provider
-                .refund(key, &pid, attempt.amount_cents)
-                .map(|()| done()),
+            Operation::Authorize => wait(provider.authorize(
+                key,
+                &attempt.order_id,
+                attempt.amount_cents,
+                attempt.payment_method.as_deref().unwrap_or(""),
+            ))
+            .map(|outcome| match outcome {
+                AuthorizeOutcome::Authorized { payment_id } => {
+                    OperationOutcome::Succeeded { payment_id }
+                }
+                AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
+            }),
+            Operation::Capture => {
+                wait(provider.capture(key, &pid, attempt.amount_cents)).map(|()| done())
+            }
+            Operation::Void => {
+                wait(provider.void(key, &pid, attempt.amount_cents)).map(|()| done())
+            }
+            Operation::Refund => {
+                wait(provider.refund(key, &pid, attempt.amount_cents)).map(|()| done())
+            }
         };
         match sent {
             Ok(outcome) => return Some(outcome),
@@ -425,7 +425,7 @@ pub(super) fn send(
             Err(PaymentError::Ambiguous) => Metrics::inc(&metrics.payment_ambiguous),
         }
         // Never received, or the look-up failed too: send again.
-        if let Ok(Some(known)) = provider.lookup(key) {
+        if let Ok(Some(known)) = wait(provider.lookup(key)) {
             return Some(known);
         }
     }
