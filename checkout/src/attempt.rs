@@ -409,17 +409,20 @@ pub(crate) fn record_unresolved(
     Ok(())
 }
 
-/// Takes over an attempt a provider event stored due at once and nobody
-/// has sent yet (never tried, still `pending`, due at its creation): due
-/// again only after [`PAYMENT_IN_FLIGHT_MS`], as if the caller had stored
-/// it, because the caller sends it now. False (nothing written) for any
-/// other attempt: answered, tried, being retried, or already taken over.
+/// Takes over an attempt a provider event stored and nobody has sent yet
+/// (never tried, still `pending`, due sooner than the in-flight bound
+/// from its creation: at once, or when the attempt it follows was due —
+/// a call stores its own due exactly that bound later, so one a call is
+/// sending is never taken): due again only after
+/// [`PAYMENT_IN_FLIGHT_MS`], as if the caller had stored it, because the
+/// caller sends it now. False (nothing written) for any other attempt:
+/// answered, tried, being retried, or already taken over.
 pub(crate) fn adopt(tx: &Transaction<'_>, key: &str, now_ms: UnixMs) -> Result<bool, StoreError> {
     let changed = tx
         .prepare_cached(
             "UPDATE payment_attempts SET next_try_at_ms = ?2 + ?3, updated_at_ms = ?2
              WHERE idempotency_key = ?1 AND outcome = 'unknown' AND transport = 'pending'
-                AND tries = 0 AND next_try_at_ms <= created_at_ms",
+                AND tries = 0 AND next_try_at_ms < created_at_ms + ?3",
         )?
         .execute(params![key, now_ms, PAYMENT_IN_FLIGHT_MS])?;
     Ok(changed == 1)

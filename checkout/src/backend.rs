@@ -9,16 +9,23 @@
 //! - [`postgres::PgBackend`]: one PostgreSQL database shared by a fleet
 //!   (`[cluster] postgres_url`), its SQL in `backend/postgres/`.
 //!
-//! The trait is synchronous on purpose: both back ends run on the gateway's
-//! bounded blocking pool (`gateway/src/orders/pool.rs`), and their payment
-//! drivers wait there for each call of the async provider seam
-//! ([`crate::PaymentProvider`], [`crate::http_client::wait`]). A
+//! The trait is synchronous but for the checkout: both stores are
+//! synchronous (SQLite, the `postgres` driver), and the gateway runs their
+//! calls on its bounded blocking pool (`gateway/src/orders/pool.rs`). The
+//! checkout ([`OrderBackend::checkout_on`]) is async: its store steps go
+//! to the gateway's blocking threads one by one ([`crate::blocking`]) and
+//! its provider calls ([`crate::PaymentProvider`]) are awaited in between,
+//! so a slow provider holds no thread; the synchronous
+//! [`OrderBackend::checkout_within`] waits for the same future. A
 //! checkout is the same three durable waits on both (see
 //! `docs/orders.md`); no transaction is open across a provider call.
 
 pub mod postgres;
 pub mod sqlite;
 
+use async_trait::async_trait;
+
+use crate::blocking::Blocking;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
@@ -40,6 +47,7 @@ pub use postgres::{PgBackend, PgConfig, SessionTimeouts};
 pub use sqlite::SqliteBackend;
 
 /// One stock and order authority, as the checkout hot path sees it.
+#[async_trait]
 pub trait OrderBackend: Send + Sync {
     /// `"sqlite"` or `"postgres"` (logs, `/admin/state`, test names).
     fn kind(&self) -> &'static str;
@@ -57,6 +65,20 @@ pub trait OrderBackend: Send + Sync {
     /// the payment, in three durable waits for a confirmed order.
     fn checkout_within(
         &self,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError>;
+
+    /// [`OrderBackend::checkout_within`] as the gateway runs it: each
+    /// store step on `steps` (its blocking threads), the provider calls
+    /// and the pauses between retries awaited between them, so no thread
+    /// waits for the provider. The same durable waits, in the same order.
+    async fn checkout_on(
+        &self,
+        steps: &dyn Blocking,
         subject: &str,
         key: &IdempotencyKey,
         request: &CheckoutRequest,

@@ -12,17 +12,22 @@
 //! first) changes nothing, and the drive goes on with the follow-up that
 //! event stored (`settle::adopt_follow_up`), so the checkout still ends
 //! `confirmed` in the same call.
+//!
+//! The drive is async ([`Driver::drive_on`]): each store step goes to the
+//! caller's [`Blocking`], the provider calls and the pauses between tries
+//! are awaited; [`Driver::drive`] runs it whole on the calling thread.
 
 use std::sync::Arc;
 
 use crate::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
+use crate::blocking::{step, Blocking, Inline};
 use crate::clock::{Clock, SystemClock, UnixMs};
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::idempotency::ClaimedKey;
 use crate::limits::PAYMENT_STEPS_MAX;
 use crate::metrics::Metrics;
-use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
+use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
 use crate::retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
 use crate::settle::{self, FollowUp};
 use crate::store::Store;
@@ -105,8 +110,12 @@ impl Driver {
     /// reconciler takes over), so the end costs no write of its own.
     /// Returns whether it did; when not (nothing was left to drive), the
     /// caller completes the key itself.
-    pub(crate) fn drive(
+    ///
+    /// Each store step runs on `steps`; the provider calls and the pauses
+    /// between tries are awaited, holding no thread.
+    pub(crate) async fn drive_on(
         &self,
+        steps: &dyn Blocking,
         key: String,
         now_ms: UnixMs,
         fresh: bool,
@@ -116,48 +125,58 @@ impl Driver {
         let mut key = key;
         let mut fresh = fresh;
         for _ in 0..PAYMENT_STEPS_MAX {
-            let Some(attempt) = self.store.read(|conn| attempt::load(conn, &key))? else {
+            let (store, k) = (Arc::clone(&self.store), key.clone());
+            let loaded = step(steps, move || store.read(|conn| attempt::load(conn, &k))).await??;
+            let Some(attempt) = loaded else {
                 return Ok(false);
             };
             if attempt.outcome != AttemptOutcome::Unknown {
                 return Ok(false);
             }
-            let (learned, tries) = self.learn(&attempt, fresh);
+            let (learned, tries) = self.learn(&attempt, fresh).await;
             // Follow-ups are stored by the settle below, never sent yet.
             fresh = true;
             let at_ms = now_ms.saturating_add(self.clock.now_ms().saturating_sub(started).max(0));
             let ends_key = finish.cloned();
             let next = match learned {
                 Learned::Definite(outcome) => {
-                    let k = key.clone();
-                    self.store.write(move |tx, metrics| {
-                        let follow = FollowUp::Driven;
-                        let settled_first = attempt::load(tx, &k)?
-                            .is_some_and(|a| a.outcome != AttemptOutcome::Unknown);
-                        let next = if settled_first {
-                            // A webhook got there before our answer: go on
-                            // with what it left for the reconciler.
-                            settle::adopt_follow_up(tx, &k, at_ms)?
-                        } else {
-                            settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?
-                        };
-                        if let (None, Some(claimed)) = (&next, &ends_key) {
-                            claimed.complete(tx, at_ms)?;
-                        }
-                        Ok::<_, StoreError>(next)
-                    })?
+                    let (store, k) = (Arc::clone(&self.store), key.clone());
+                    step(steps, move || {
+                        store.write(move |tx, metrics| {
+                            let follow = FollowUp::Driven;
+                            let settled_first = attempt::load(tx, &k)?
+                                .is_some_and(|a| a.outcome != AttemptOutcome::Unknown);
+                            let next = if settled_first {
+                                // A webhook got there before our answer: go on
+                                // with what it left for the reconciler.
+                                settle::adopt_follow_up(tx, &k, at_ms)?
+                            } else {
+                                settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?
+                            };
+                            if let (None, Some(claimed)) = (&next, &ends_key) {
+                                claimed.complete(tx, at_ms)?;
+                            }
+                            Ok::<_, StoreError>(next)
+                        })
+                    })
+                    .await??
                 }
                 Learned::Unresolved { error } => {
                     let pause = self.jitter.pause_ms(&self.retry, attempt.tries + tries);
                     let next_at = at_ms.saturating_add(i64::try_from(pause).unwrap_or(i64::MAX));
-                    let k = key.clone();
-                    self.store.write(move |tx, metrics| {
-                        attempt::record_unresolved(tx, metrics, &k, tries, &error, next_at, at_ms)?;
-                        match &ends_key {
-                            Some(claimed) => claimed.complete(tx, at_ms),
-                            None => Ok(()),
-                        }
-                    })?;
+                    let (store, k) = (Arc::clone(&self.store), key.clone());
+                    step(steps, move || {
+                        store.write(move |tx, metrics| {
+                            attempt::record_unresolved(
+                                tx, metrics, &k, tries, &error, next_at, at_ms,
+                            )?;
+                            match &ends_key {
+                                Some(claimed) => claimed.complete(tx, at_ms),
+                                None => Ok(()),
+                            }
+                        })
+                    })
+                    .await??;
                     None
                 }
             };
@@ -169,11 +188,23 @@ impl Driver {
         Ok(false)
     }
 
+    /// [`Driver::drive_on`] with every step on the calling thread, for the
+    /// synchronous callers (the reconciler, cancel, `pay`).
+    pub(crate) fn drive(
+        &self,
+        key: String,
+        now_ms: UnixMs,
+        fresh: bool,
+        finish: Option<&ClaimedKey>,
+    ) -> Result<bool, StoreError> {
+        wait(self.drive_on(&Inline, key, now_ms, fresh, finish))
+    }
+
     /// Tries to learn the attempt's outcome: one send for a fresh attempt,
     /// a look-up first for one that may have been sent, then the same
     /// request again, up to the retry bound. Returns what it learned and
     /// the tries it used.
-    fn learn(&self, attempt: &Attempt, fresh: bool) -> (Learned, u32) {
+    async fn learn(&self, attempt: &Attempt, fresh: bool) -> (Learned, u32) {
         if attempt.params_hash != attempt.expected_hash() {
             // Never send other parameters under a stored key, and never
             // guess an outcome: it stays unresolved and the audit flags it.
@@ -186,11 +217,11 @@ impl Driver {
         loop {
             if tries > 0 {
                 let pause = self.jitter.pause_ms(&self.retry, tries);
-                self.sleeper.sleep_ms(pause);
+                self.sleeper.pause(pause).await;
             }
             tries += 1;
             if look_up_first {
-                match wait(self.provider.lookup(&attempt.idempotency_key)) {
+                match self.provider.lookup(&attempt.idempotency_key).await {
                     Ok(Some(outcome)) => return (Learned::Definite(outcome), tries),
                     // Never received: sending it is safe.
                     Ok(None) => {}
@@ -204,7 +235,7 @@ impl Driver {
                     }
                 }
             }
-            match self.send(attempt) {
+            match self.send(attempt).await {
                 Ok(outcome) => return (Learned::Definite(outcome), tries),
                 Err(e) => {
                     self.ambiguous(&e);
@@ -224,41 +255,19 @@ impl Driver {
 
     /// Sends the attempt's stored parameters once. `Err` only for an
     /// ambiguous answer; a refusal is a definite `Failed`.
-    fn send(&self, attempt: &Attempt) -> Result<OperationOutcome, PaymentError> {
+    async fn send(&self, attempt: &Attempt) -> Result<OperationOutcome, PaymentError> {
         let key = attempt.idempotency_key.as_str();
-        let amount = attempt.amount_cents;
-        let payment_id = attempt.payment_id.as_deref().unwrap_or("");
         let provider = self.provider.as_ref();
         let started = self.clock.now_ms();
-        let answer = match attempt.operation {
-            Operation::Authorize => wait(provider.authorize(
-                key,
-                &attempt.order_id,
-                amount,
-                attempt.payment_method.as_deref().unwrap_or(""),
-            ))
-            .map(|outcome| match outcome {
-                AuthorizeOutcome::Authorized { payment_id } => {
-                    OperationOutcome::Succeeded { payment_id }
-                }
-                AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
-            }),
-            Operation::Capture => wait(provider.capture(key, payment_id, amount)).map(|()| {
-                OperationOutcome::Succeeded {
-                    payment_id: payment_id.to_owned(),
-                }
-            }),
-            Operation::Void => {
-                wait(provider.void(key, payment_id, amount)).map(|()| OperationOutcome::Succeeded {
-                    payment_id: payment_id.to_owned(),
-                })
-            }
-            Operation::Refund => wait(provider.refund(key, payment_id, amount)).map(|()| {
-                OperationOutcome::Succeeded {
-                    payment_id: payment_id.to_owned(),
-                }
-            }),
+        let call = Call {
+            operation: attempt.operation,
+            key,
+            order_id: &attempt.order_id,
+            amount_cents: attempt.amount_cents,
+            payment_method: attempt.payment_method.as_deref().unwrap_or(""),
+            payment_id: attempt.payment_id.as_deref().unwrap_or(""),
         };
+        let answer = send_once(provider, call).await;
         let answer = match answer {
             Err(PaymentError::Refused(reason)) => Ok(match attempt.operation {
                 Operation::Authorize => OperationOutcome::Declined { reason },

@@ -1,9 +1,12 @@
 //! Sluice checkout: the embedded reservation and payment core.
 //!
-//! This crate has no HTTP; the gateway calls it. Calls that write block
+//! This crate serves no HTTP; the gateway calls it. Calls that write block
 //! until their transaction is durable, so the gateway runs them on
-//! `spawn_blocking`; the hot-path [`Store::try_submit_reservation`] answers
-//! through a future ([`Pending::recv`]) instead.
+//! `spawn_blocking`; the checkout ([`OrderBackend::checkout_on`]) is async
+//! instead: its store steps go to the caller's blocking threads one by one
+//! ([`blocking`]) and its provider calls are awaited in between; the
+//! hot-path [`Store::try_submit_reservation`] answers through a future
+//! ([`Pending::recv`]).
 //!
 //! A checkout waits for three durable writes (see [`service`]): claim the
 //! idempotency key, create the order holding its stock (or `rejected`) and
@@ -60,6 +63,8 @@
 //! - [`retention`]: `prune_once`: what the store forgets and when, in
 //!   bounded passes.
 //! - [`mod@audit`]: read-only offline checks of a data directory.
+//! - [`blocking`]: where an async call's store steps run (the gateway's
+//!   blocking threads, or inline for a synchronous caller).
 //! - [`books`]: stock and order counts in memory, published after each
 //!   commit, for scrapes and `/admin/state`.
 //! - [`group_commit`]: the single writer thread: every write (hot-path holds
@@ -72,6 +77,7 @@
 pub mod attempt;
 pub mod audit;
 pub mod backend;
+pub mod blocking;
 pub mod books;
 pub mod clock;
 pub mod driver;
@@ -103,6 +109,7 @@ pub mod webhook;
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
 pub use backend::{OrderBackend, PgBackend, PgConfig, SessionTimeouts, SqliteBackend};
+pub use blocking::{Blocking, Inline};
 pub use books::Books;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMs};
 pub use driver::PaymentsConfig;

@@ -15,6 +15,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::attempt::Operation;
 use crate::webhook::WebhookEvent;
 
 /// The provider's answer to an authorization.
@@ -99,4 +100,46 @@ pub trait PaymentProvider: Send + Sync {
         -> Result<Option<OperationOutcome>, PaymentError>;
     /// Events after `cursor`, at most `limit`, oldest first.
     async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError>;
+}
+
+/// One provider operation with its stored parameters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub operation: Operation,
+    pub key: &'a str,
+    pub order_id: &'a str,
+    pub amount_cents: u64,
+    /// An authorization's; empty for the others.
+    pub payment_method: &'a str,
+    /// The payment a capture, void or refund moves; empty for an
+    /// authorization.
+    pub payment_id: &'a str,
+}
+
+/// Sends `call` once; its answer as an outcome (`Err`: ambiguous, or
+/// refused — the callers read a refusal per operation).
+pub(crate) async fn send_once(
+    provider: &dyn PaymentProvider,
+    call: Call<'_>,
+) -> Result<OperationOutcome, PaymentError> {
+    let (key, amount, payment_id) = (call.key, call.amount_cents, call.payment_id);
+    let moved = match call.operation {
+        Operation::Authorize => {
+            let authorized = provider
+                .authorize(key, call.order_id, amount, call.payment_method)
+                .await?;
+            return Ok(match authorized {
+                AuthorizeOutcome::Authorized { payment_id } => {
+                    OperationOutcome::Succeeded { payment_id }
+                }
+                AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
+            });
+        }
+        Operation::Capture => provider.capture(key, payment_id, amount).await,
+        Operation::Void => provider.void(key, payment_id, amount).await,
+        Operation::Refund => provider.refund(key, payment_id, amount).await,
+    };
+    moved.map(|()| OperationOutcome::Succeeded {
+        payment_id: payment_id.to_owned(),
+    })
 }

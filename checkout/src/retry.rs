@@ -2,6 +2,8 @@
 //! seeded RNG, and pauses through an injected [`Sleeper`] so tests and
 //! simulations move a manual clock instead of sleeping.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -72,15 +74,32 @@ impl Jitter {
 /// Waits between tries.
 pub trait Sleeper: Send + Sync {
     fn sleep_ms(&self, ms: u64);
+
+    /// The same wait inside an async call. By default it is
+    /// [`Sleeper::sleep_ms`] when polled (a sleeper that only moves a
+    /// clock does not block).
+    fn pause(&self, ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move { self.sleep_ms(ms) })
+    }
 }
 
-/// Really sleeps the thread (production).
+/// Really waits (production): a thread sleep, or a timer of the tokio
+/// runtime the pause is polled in, so an async checkout's retry pause
+/// holds no thread.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadSleeper;
 
 impl Sleeper for ThreadSleeper {
     fn sleep_ms(&self, ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+
+    fn pause(&self, ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let wait = Duration::from_millis(ms);
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => Box::pin(tokio::time::sleep(wait)),
+            Err(_) => Box::pin(async move { std::thread::sleep(wait) }),
+        }
     }
 }
 

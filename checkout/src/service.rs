@@ -25,9 +25,11 @@ use std::sync::Arc;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::attempt::{self, NewAttempt, Operation};
+use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::driver::{Driver, PaymentsConfig};
 use crate::error::{CheckoutError, StoreError};
+use crate::http_client::wait;
 use crate::idempotency::{request_hash, ClaimedKey, IdempotencyKey};
 use crate::limits::{
     IDEMPOTENCY_LOCK_STALE_MS, ORDER_QUANTITY_MAX, PAYMENT_METHOD_LEN_MAX, SUBJECT_LEN_MAX,
@@ -139,9 +141,11 @@ enum Claim {
     Replay(String),
 }
 
+/// Cheap to clone: the store and the driver are shared.
+#[derive(Clone)]
 pub struct CheckoutService {
     store: Arc<Store>,
-    pub(crate) driver: Driver,
+    pub(crate) driver: Arc<Driver>,
 }
 
 impl CheckoutService {
@@ -157,7 +161,7 @@ impl CheckoutService {
         provider: Arc<dyn PaymentProvider>,
         payments: PaymentsConfig,
     ) -> Self {
-        let driver = Driver::new(Arc::clone(&store), provider, payments);
+        let driver = Arc::new(Driver::new(Arc::clone(&store), provider, payments));
         Self { store, driver }
     }
 
@@ -188,7 +192,26 @@ impl CheckoutService {
         limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
-        let begun = self.claim_and_create(subject, key, request, limits, true, now_ms)?;
+        wait(self.checkout_on(&Inline, subject, key, request, limits, now_ms))
+    }
+
+    /// [`CheckoutService::checkout_within`] with each store step on
+    /// `steps` and the provider calls awaited between them.
+    pub async fn checkout_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        let this = self.clone();
+        let (s, k, r) = (subject.to_owned(), key.clone(), request.clone());
+        let begun = step(steps, move || {
+            this.claim_and_create(&s, &k, &r, limits, true, now_ms)
+        })
+        .await??;
         let (order, attempt_key) = match begun {
             Begun::Replay(order) => return Ok((order, Created::Replay)),
             Begun::Created { order, attempt_key } => (order, attempt_key),
@@ -201,16 +224,22 @@ impl CheckoutService {
             subject: subject.to_owned(),
             key: key.clone(),
         };
-        if !self
+        let finished = self
             .driver
-            .drive(attempt_key, now_ms, true, Some(&claimed))?
-        {
-            // Someone else settled the attempt first (a webhook): the key
-            // still has to be completed.
-            let done = claimed.clone();
-            self.store.write(move |tx, _| done.complete(tx, now_ms))?;
-        }
-        Ok((self.load(&order.order_id)?, Created::Created))
+            .drive_on(steps, attempt_key, now_ms, true, Some(&claimed))
+            .await?;
+        let this = self.clone();
+        let order = step(steps, move || {
+            if !finished {
+                // Someone else settled the attempt first (a webhook): the
+                // key still has to be completed.
+                this.store
+                    .write(move |tx, _| claimed.complete(tx, now_ms))?;
+            }
+            this.load(&order.order_id)
+        })
+        .await??;
+        Ok((order, Created::Created))
     }
 
     /// Step 1 without the payment, with no bound on orders per subject.

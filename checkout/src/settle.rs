@@ -23,7 +23,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::attempt::{self, Attempt, AttemptOutcome, NewAttempt, Operation};
+use crate::attempt::{self, Attempt, AttemptOutcome, NewAttempt, Operation, Transport};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::PAYMENT_IN_FLIGHT_MS;
@@ -42,8 +42,13 @@ pub(crate) enum FollowUp {
     /// The caller drives it now; the reconciler waits out the in-flight
     /// bound.
     Driven,
-    /// Nobody is about to send it (a provider event): due at once.
+    /// Nobody stored it to send it (a provider event): due at once, or
+    /// when the attempt it follows was due if a call stored that one
+    /// before and may still be waiting for its answer (the call adopts
+    /// the follow-up when the answer comes; see [`settle`]).
     Due,
+    /// Due at this time (a [`FollowUp::Due`] inheriting its attempt's).
+    Until(UnixMs),
 }
 
 /// Applies a definite outcome to the attempt `key` and everything it
@@ -77,6 +82,19 @@ pub(crate) fn settle(
     if !attempt::record_outcome(tx, key, outcome, payment_id, detail, tries, now_ms)? {
         return Ok(None);
     }
+    // An event settled an attempt a call stored earlier and may still be
+    // sending (never answered, never given up on, its in-flight bound not
+    // run out): its follow-up is due when the attempt was, not at once
+    // (the call adopts it when its answer comes; the reconciler would send
+    // it meanwhile, a second time).
+    let in_flight = attempt.created_at_ms < now_ms
+        && attempt.tries == 0
+        && attempt.transport == Transport::Pending
+        && attempt.next_try_at_ms > now_ms;
+    let follow = match follow {
+        FollowUp::Due if in_flight => FollowUp::Until(attempt.next_try_at_ms),
+        other => other,
+    };
     // The payment this attempt is about, as now recorded.
     let payment_id = attempt
         .payment_id
@@ -321,6 +339,7 @@ fn follow_up(
     let due_at_ms = match follow {
         FollowUp::Driven => now_ms.saturating_add(PAYMENT_IN_FLIGHT_MS),
         FollowUp::Due => now_ms,
+        FollowUp::Until(due_at_ms) => due_at_ms.max(now_ms),
     };
     attempt::insert_due(
         tx,

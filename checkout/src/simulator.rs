@@ -17,10 +17,9 @@
 //! before or after the effect —, 5xx, latency) apply to every call,
 //! look-ups and the event list included.
 //!
-//! Its calls are futures that finish when first polled: latency and
-//! `pm_slow` are the injected [`Sleeper`]'s pause on the polling thread,
-//! which is a blocking thread (the checkout drivers wait for provider calls
-//! on the gateway's bounded pool, see [`crate::payment`]).
+//! Latency and `pm_slow` are the injected [`Sleeper`]'s pause
+//! ([`Sleeper::pause`]: a timer when polled on a tokio runtime, as in the
+//! gateway's async checkout, so a slow answer holds no thread).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -227,12 +226,15 @@ impl SimulatedProvider {
         lock(&self.ledger).events.clone()
     }
 
-    fn roll(&self, extra_ms: u64) -> Fate {
-        let config = *lock(&self.config);
-        let pause = config.faults.latency_ms.saturating_add(extra_ms);
+    /// The call's latency (the configured one plus `extra_ms`), then its
+    /// fate.
+    async fn roll(&self, extra_ms: u64) -> Fate {
+        let latency_ms = lock(&self.config).faults.latency_ms;
+        let pause = latency_ms.saturating_add(extra_ms);
         if pause > 0 {
-            self.sleeper.sleep_ms(pause);
+            self.sleeper.pause(pause).await;
         }
+        let config = *lock(&self.config);
         let dice: u32 = lock(&self.rng).random_range(0..2_000);
         let (timeouts, errors) = (
             config.faults.timeout_per_mille.min(1_000) * 2,
@@ -258,17 +260,18 @@ impl SimulatedProvider {
 
     /// Runs one keyed operation with faults: a replay answers what the
     /// first call did; `effect` runs at most once per key.
-    fn keyed(
+    async fn keyed(
         &self,
         key: &str,
         params_hash: String,
         extra_ms: u64,
         effect: impl FnOnce(
-            &mut Ledger,
-            &mut dyn FnMut(&mut Ledger, EventType, &SimPayment),
-        ) -> OperationOutcome,
+                &mut Ledger,
+                &mut dyn FnMut(&mut Ledger, EventType, &SimPayment),
+            ) -> OperationOutcome
+            + Send,
     ) -> Result<OperationOutcome, PaymentError> {
-        let fate = self.roll(extra_ms);
+        let fate = self.roll(extra_ms).await;
         if matches!(fate, Fate::TimeoutBefore | Fate::ServerError) {
             return Err(PaymentError::Ambiguous);
         }
@@ -314,7 +317,7 @@ impl SimulatedProvider {
     }
 
     /// Moves a payment between states (capture, void, refund).
-    fn movement(
+    async fn movement(
         &self,
         key: &str,
         payment_id: &str,
@@ -323,49 +326,51 @@ impl SimulatedProvider {
     ) -> Result<(), PaymentError> {
         let hash = request_hash(&[op, payment_id, &amount_cents.to_string()]);
         let refuse_capture = op == "capture" && self.refuse_capture();
-        let outcome = self.keyed(key, hash, 0, |ledger, emit| {
-            let Some(payment) = ledger.payments.get(payment_id).cloned() else {
-                return failed(format!("no payment {payment_id}"));
-            };
-            if payment.amount_cents != amount_cents {
-                return failed("amount does not match the authorization".into());
-            }
-            let (from, to, event) = match op {
-                "capture" => (
-                    SimPaymentState::Authorized,
-                    SimPaymentState::Captured,
-                    EventType::Captured,
-                ),
-                "void" => (
-                    SimPaymentState::Authorized,
-                    SimPaymentState::Voided,
-                    EventType::Voided,
-                ),
-                _ => (
-                    SimPaymentState::Captured,
-                    SimPaymentState::Refunded,
-                    EventType::Refunded,
-                ),
-            };
-            if payment.state != from {
-                return failed(format!("payment {payment_id} is {:?}", payment.state));
-            }
-            if refuse_capture {
-                return failed("authorization expired".into());
-            }
-            let mut moved = payment;
-            moved.state = to;
-            match to {
-                SimPaymentState::Captured => moved.captures += 1,
-                SimPaymentState::Voided => moved.voids += 1,
-                _ => moved.refunds += 1,
-            }
-            ledger.payments.insert(payment_id.to_owned(), moved.clone());
-            emit(ledger, event, &moved);
-            OperationOutcome::Succeeded {
-                payment_id: payment_id.to_owned(),
-            }
-        })?;
+        let outcome = self
+            .keyed(key, hash, 0, |ledger, emit| {
+                let Some(payment) = ledger.payments.get(payment_id).cloned() else {
+                    return failed(format!("no payment {payment_id}"));
+                };
+                if payment.amount_cents != amount_cents {
+                    return failed("amount does not match the authorization".into());
+                }
+                let (from, to, event) = match op {
+                    "capture" => (
+                        SimPaymentState::Authorized,
+                        SimPaymentState::Captured,
+                        EventType::Captured,
+                    ),
+                    "void" => (
+                        SimPaymentState::Authorized,
+                        SimPaymentState::Voided,
+                        EventType::Voided,
+                    ),
+                    _ => (
+                        SimPaymentState::Captured,
+                        SimPaymentState::Refunded,
+                        EventType::Refunded,
+                    ),
+                };
+                if payment.state != from {
+                    return failed(format!("payment {payment_id} is {:?}", payment.state));
+                }
+                if refuse_capture {
+                    return failed("authorization expired".into());
+                }
+                let mut moved = payment;
+                moved.state = to;
+                match to {
+                    SimPaymentState::Captured => moved.captures += 1,
+                    SimPaymentState::Voided => moved.voids += 1,
+                    _ => moved.refunds += 1,
+                }
+                ledger.payments.insert(payment_id.to_owned(), moved.clone());
+                emit(ledger, event, &moved);
+                OperationOutcome::Succeeded {
+                    payment_id: payment_id.to_owned(),
+                }
+            })
+            .await?;
         match outcome {
             OperationOutcome::Succeeded { .. } => Ok(()),
             OperationOutcome::Declined { reason } | OperationOutcome::Failed { reason } => {
@@ -398,36 +403,38 @@ impl PaymentProvider for SimulatedProvider {
         } else {
             0
         };
-        let outcome = self.keyed(idempotency_key, hash, extra_ms, |ledger, emit| {
-            ledger.next_id += 1;
-            let payment_id = format!("pay_sim_{:08x}_{}", ledger.run, ledger.next_id);
-            let payment = SimPayment {
-                payment_id: payment_id.clone(),
-                order_id: order_id.to_owned(),
-                amount_cents,
-                state: SimPaymentState::Authorized,
-                captures: 0,
-                refunds: 0,
-                voids: 0,
-            };
-            match payment_method {
-                PM_OK | PM_LOST_RESPONSE | PM_SLOW => {
-                    ledger.payments.insert(payment_id.clone(), payment.clone());
-                    emit(ledger, EventType::Authorized, &payment);
-                    OperationOutcome::Succeeded { payment_id }
-                }
-                _ => {
-                    emit(ledger, EventType::Declined, &payment);
-                    OperationOutcome::Declined {
-                        reason: if payment_method == PM_DECLINE {
-                            "card_declined".into()
-                        } else {
-                            "unknown_payment_method".into()
-                        },
+        let outcome = self
+            .keyed(idempotency_key, hash, extra_ms, |ledger, emit| {
+                ledger.next_id += 1;
+                let payment_id = format!("pay_sim_{:08x}_{}", ledger.run, ledger.next_id);
+                let payment = SimPayment {
+                    payment_id: payment_id.clone(),
+                    order_id: order_id.to_owned(),
+                    amount_cents,
+                    state: SimPaymentState::Authorized,
+                    captures: 0,
+                    refunds: 0,
+                    voids: 0,
+                };
+                match payment_method {
+                    PM_OK | PM_LOST_RESPONSE | PM_SLOW => {
+                        ledger.payments.insert(payment_id.clone(), payment.clone());
+                        emit(ledger, EventType::Authorized, &payment);
+                        OperationOutcome::Succeeded { payment_id }
+                    }
+                    _ => {
+                        emit(ledger, EventType::Declined, &payment);
+                        OperationOutcome::Declined {
+                            reason: if payment_method == PM_DECLINE {
+                                "card_declined".into()
+                            } else {
+                                "unknown_payment_method".into()
+                            },
+                        }
                     }
                 }
-            }
-        })?;
+            })
+            .await?;
         if payment_method == PM_LOST_RESPONSE {
             return Err(PaymentError::Ambiguous);
         }
@@ -447,6 +454,7 @@ impl PaymentProvider for SimulatedProvider {
         amount_cents: u64,
     ) -> Result<(), PaymentError> {
         self.movement(key, payment_id, amount_cents, "capture")
+            .await
     }
 
     async fn void(
@@ -455,7 +463,7 @@ impl PaymentProvider for SimulatedProvider {
         payment_id: &str,
         amount_cents: u64,
     ) -> Result<(), PaymentError> {
-        self.movement(key, payment_id, amount_cents, "void")
+        self.movement(key, payment_id, amount_cents, "void").await
     }
 
     async fn refund(
@@ -464,14 +472,14 @@ impl PaymentProvider for SimulatedProvider {
         payment_id: &str,
         amount_cents: u64,
     ) -> Result<(), PaymentError> {
-        self.movement(key, payment_id, amount_cents, "refund")
+        self.movement(key, payment_id, amount_cents, "refund").await
     }
 
     async fn lookup(
         &self,
         idempotency_key: &str,
     ) -> Result<Option<OperationOutcome>, PaymentError> {
-        if self.roll(0) != Fate::Normal {
+        if self.roll(0).await != Fate::Normal {
             return Err(PaymentError::Ambiguous);
         }
         Ok(lock(&self.ledger)
@@ -481,7 +489,7 @@ impl PaymentProvider for SimulatedProvider {
     }
 
     async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
-        if self.roll(0) != Fate::Normal {
+        if self.roll(0).await != Fate::Normal {
             return Err(PaymentError::Ambiguous);
         }
         let limit = limit.clamp(1, PROVIDER_EVENTS_PAGE_MAX);

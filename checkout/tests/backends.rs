@@ -13,12 +13,15 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use common::{key, request, test_payments, PRICE_CENTS, T0_MS, TTL_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use sluice_checkout::blocking::{Blocking, Job};
 use sluice_checkout::{
-    CheckoutError, CheckoutService, Created, Metrics, OrderBackend, OrderLimits, OrderState,
-    OutboxEvent, PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink,
+    AuthorizeOutcome, CheckoutError, CheckoutService, Created, EventPage, Metrics,
+    OperationOutcome, OrderBackend, OrderLimits, OrderState, OutboxEvent, PaymentError,
+    PaymentProvider, PaymentState, PgBackend, PgConfig, ProductSeed, SimulatedProvider, Sink,
     SinkError, SqliteBackend, Store, PM_DECLINE, PM_OK,
 };
 use sluice_loadtest::relay::{Link, Relay};
@@ -34,10 +37,20 @@ struct Fixture {
 
 impl Fixture {
     fn sqlite() -> Self {
+        let provider = Arc::new(SimulatedProvider::default());
+        Self::sqlite_with(provider.clone(), provider)
+    }
+
+    fn postgres() -> Self {
+        let provider = Arc::new(SimulatedProvider::default());
+        Self::postgres_with(provider.clone(), provider)
+    }
+
+    /// The back end pays through `payments`, which charges `provider`.
+    fn sqlite_with(provider: Arc<SimulatedProvider>, payments: Arc<dyn PaymentProvider>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Arc::new(Store::open(dir.path()).expect("open store"));
-        let provider = Arc::new(SimulatedProvider::default());
-        let service = CheckoutService::with_payments(store, provider.clone(), test_payments());
+        let service = CheckoutService::with_payments(store, payments, test_payments());
         Self {
             backend: Arc::new(SqliteBackend::new(Arc::new(service))),
             provider,
@@ -46,13 +59,12 @@ impl Fixture {
         }
     }
 
-    fn postgres() -> Self {
+    fn postgres_with(provider: Arc<SimulatedProvider>, payments: Arc<dyn PaymentProvider>) -> Self {
         let cluster = pg::shared();
         let url = cluster.create_database();
-        let provider = Arc::new(SimulatedProvider::default());
         let mut config = PgConfig::new(url.clone());
         config.pool_max = 24;
-        let backend = PgBackend::open(&config, provider.clone()).expect("open postgres");
+        let backend = PgBackend::open(&config, payments).expect("open postgres");
         Self {
             backend: Arc::new(backend),
             provider,
@@ -1930,4 +1942,253 @@ fn postgres_fleet_payments_passes_drive_each_attempt_once() {
     let stock = fleet[2].stock("sku-p").unwrap();
     assert_eq!((stock.committed, stock.reserved), (30, 0));
     assert!(fleet[1].check_books(now).unwrap().is_empty());
+}
+
+/// Runs every store step on one thread of its own, in order.
+struct OneStoreThread(std::sync::Mutex<std::sync::mpsc::Sender<Job>>);
+
+impl OneStoreThread {
+    fn start() -> Self {
+        let (jobs, inbox) = std::sync::mpsc::channel::<Job>();
+        thread::spawn(move || inbox.into_iter().for_each(|job| job()));
+        Self(std::sync::Mutex::new(jobs))
+    }
+}
+
+impl Blocking for OneStoreThread {
+    fn spawn(&self, job: Job) {
+        self.0
+            .lock()
+            .unwrap()
+            .send(job)
+            .expect("the store thread runs");
+    }
+}
+
+/// The simulator, with the answer to every authorization held (the
+/// provider has processed it and sent its events) until the test lets it
+/// through.
+struct HeldAuthorizations {
+    sim: Arc<SimulatedProvider>,
+    entered: std::sync::atomic::AtomicUsize,
+    arrived: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+#[async_trait]
+impl PaymentProvider for HeldAuthorizations {
+    fn name(&self) -> &str {
+        "held"
+    }
+    async fn authorize(
+        &self,
+        key: &str,
+        order_id: &str,
+        amount: u64,
+        method: &str,
+    ) -> Result<AuthorizeOutcome, PaymentError> {
+        let answer = self.sim.authorize(key, order_id, amount, method).await;
+        self.entered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.arrived.notify_one();
+        self.release.acquire().await.expect("open").forget();
+        answer
+    }
+    async fn capture(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+        self.sim.capture(key, payment_id, amount).await
+    }
+    async fn void(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+        self.sim.void(key, payment_id, amount).await
+    }
+    async fn refund(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
+        self.sim.refund(key, payment_id, amount).await
+    }
+    async fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
+        self.sim.lookup(key).await
+    }
+    async fn events_since(&self, cursor: u64, limit: usize) -> Result<EventPage, PaymentError> {
+        self.sim.events_since(cursor, limit).await
+    }
+}
+
+/// A back end paying through [`HeldAuthorizations`], with 100 units of
+/// `sku-a`, one store thread and a runtime for its async checkouts.
+struct Held {
+    f: Fixture,
+    sim: Arc<SimulatedProvider>,
+    held: Arc<HeldAuthorizations>,
+    steps: Arc<OneStoreThread>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Held {
+    fn open(open: fn(Arc<SimulatedProvider>, Arc<dyn PaymentProvider>) -> Fixture) -> Self {
+        let sim = Arc::new(SimulatedProvider::default());
+        let held = Arc::new(HeldAuthorizations {
+            sim: sim.clone(),
+            entered: Default::default(),
+            arrived: tokio::sync::Notify::new(),
+            release: tokio::sync::Semaphore::new(0),
+        });
+        let f = open(sim.clone(), held.clone());
+        f.seed(&[("sku-a", 100, 1)]);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        Self {
+            f,
+            sim,
+            held,
+            steps: Arc::new(OneStoreThread::start()),
+            runtime,
+        }
+    }
+}
+
+/// Eight async checkouts whose store steps share one thread are all
+/// waiting for the provider at once: no checkout holds the thread while
+/// its authorization is out. (A checkout run whole on a blocking thread,
+/// as before, would let one in at a time.) Let through, all are confirmed
+/// with the books balanced.
+fn checkouts_waiting_for_the_provider_hold_no_store_thread(
+    open: fn(Arc<SimulatedProvider>, Arc<dyn PaymentProvider>) -> Fixture,
+) {
+    const BUYERS: usize = 8;
+    let Held {
+        f,
+        held,
+        steps,
+        runtime,
+        ..
+    } = Held::open(open);
+    runtime.block_on(async {
+        let checkouts: Vec<_> = (0..BUYERS)
+            .map(|i| {
+                let (backend, steps) = (Arc::clone(&f.backend), Arc::clone(&steps));
+                tokio::spawn(async move {
+                    let key = key(&format!("async-{i:04}"));
+                    let request = request("sku-a", 1, PM_OK);
+                    backend
+                        .checkout_on(
+                            steps.as_ref(),
+                            &format!("buyer-{i}"),
+                            &key,
+                            &request,
+                            OrderLimits::UNLIMITED,
+                            T0_MS,
+                        )
+                        .await
+                })
+            })
+            .collect();
+        while held.entered.load(std::sync::atomic::Ordering::SeqCst) < BUYERS {
+            tokio::time::timeout(Duration::from_secs(30), held.arrived.notified())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "only {} of {BUYERS} checkouts reached the provider",
+                        held.entered.load(std::sync::atomic::Ordering::SeqCst)
+                    )
+                });
+        }
+        // A synchronous read (the `postgres` driver blocks).
+        let authorizing = tokio::task::block_in_place(|| f.count(OrderState::Authorizing));
+        assert_eq!(authorizing, BUYERS as u64);
+        held.release.add_permits(BUYERS);
+        for checkout in checkouts {
+            let (order, created) = checkout.await.unwrap().unwrap();
+            assert_eq!(
+                (order.state, created),
+                (OrderState::Confirmed, Created::Created)
+            );
+        }
+    });
+    assert_eq!(f.count(OrderState::Confirmed), BUYERS as u64);
+    assert_eq!(f.provider.total_captures(), BUYERS as u32);
+    f.assert_books_balance();
+}
+
+/// The provider's `authorized` event arrives while the checkout still
+/// waits for its answer: the capture it stores is the checkout's to send,
+/// not the next payments pass's (which, on a fleet, runs on any gateway:
+/// a second send, and with one simulator per gateway, to one that never
+/// saw the payment). The checkout, answered, captures once.
+fn an_event_ahead_of_the_answer_leaves_the_capture_to_the_checkout(
+    open: fn(Arc<SimulatedProvider>, Arc<dyn PaymentProvider>) -> Fixture,
+) {
+    use sluice_checkout::webhook::WebhookOutcome;
+    let Held {
+        f,
+        sim,
+        held,
+        steps,
+        runtime,
+    } = Held::open(open);
+    runtime.block_on(async {
+        let checkout = {
+            let (backend, steps) = (Arc::clone(&f.backend), Arc::clone(&steps));
+            tokio::spawn(async move {
+                let (key, request) = (key("ahead-0001"), request("sku-a", 1, PM_OK));
+                backend
+                    .checkout_on(
+                        steps.as_ref(),
+                        "buyer",
+                        &key,
+                        &request,
+                        OrderLimits::UNLIMITED,
+                        T0_MS,
+                    )
+                    .await
+            })
+        };
+        tokio::time::timeout(Duration::from_secs(30), held.arrived.notified())
+            .await
+            .expect("the checkout reached the provider");
+        // Synchronous calls (the `postgres` driver blocks).
+        tokio::task::block_in_place(|| {
+            let authorized = sim.events().pop().expect("the provider's event").event;
+            assert_eq!(
+                f.backend.apply_webhook(&authorized, T0_MS + 1_000).unwrap(),
+                WebhookOutcome::Processed
+            );
+            let pass = f
+                .backend
+                .reconcile_payments_once(T0_MS + 2_000, 100)
+                .unwrap();
+            assert_eq!(pass.attempts_driven, 0, "{pass:?}");
+            assert_eq!(sim.total_captures(), 0);
+        });
+        held.release.add_permits(1);
+        let (order, _) = checkout.await.unwrap().unwrap();
+        assert_eq!(order.state, OrderState::Confirmed);
+    });
+    assert_eq!(sim.total_captures(), 1);
+    f.assert_books_balance();
+}
+
+mod async_checkout {
+    #[test]
+    fn sqlite() {
+        super::checkouts_waiting_for_the_provider_hold_no_store_thread(super::Fixture::sqlite_with);
+    }
+    #[test]
+    fn postgres() {
+        super::checkouts_waiting_for_the_provider_hold_no_store_thread(
+            super::Fixture::postgres_with,
+        );
+    }
+    #[test]
+    fn sqlite_event_ahead_of_the_answer() {
+        super::an_event_ahead_of_the_answer_leaves_the_capture_to_the_checkout(
+            super::Fixture::sqlite_with,
+        );
+    }
+    #[test]
+    fn postgres_event_ahead_of_the_answer() {
+        super::an_event_ahead_of_the_answer_leaves_the_capture_to_the_checkout(
+            super::Fixture::postgres_with,
+        );
+    }
 }

@@ -6,8 +6,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use crate::audit::audit;
 use crate::backend::OrderBackend;
+use crate::blocking::Blocking;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
@@ -44,6 +47,7 @@ impl SqliteBackend {
     }
 }
 
+#[async_trait]
 impl OrderBackend for SqliteBackend {
     fn kind(&self) -> &'static str {
         "sqlite"
@@ -67,6 +71,20 @@ impl OrderBackend for SqliteBackend {
     ) -> Result<(Order, Created), CheckoutError> {
         self.service
             .checkout_within(subject, key, request, limits, now_ms)
+    }
+
+    async fn checkout_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        self.service
+            .checkout_on(steps, subject, key, request, limits, now_ms)
+            .await
     }
 
     fn begin_within(

@@ -2,19 +2,20 @@
 //! `POST /orders/{id}/cancel`, the admin inventory adjustment, the orders
 //! worker and the sold-out hook.
 //!
-//! The core (`sluice-checkout`) is synchronous and durable: each call
-//! returns once its transaction is committed. Every call goes through its
+//! The core (`sluice-checkout`) is durable: each call returns once its
+//! transaction is committed. Every call goes through its
 //! store boundary (`OrderBackend`): the embedded SQLite back end in
 //! `gateway.data_dir` by default, or one PostgreSQL database shared by a
 //! fleet with `[cluster] postgres_url` (stock, orders, webhooks,
 //! adjustments, the worker's passes and the books alike). An unreachable
 //! PostgreSQL answers `503 store_unavailable` with `Retry-After`. Every
 //! call, and the sold-out
-//! refresh after it, runs on a bounded blocking pool (`pool`): checkouts,
-//! which wait on the provider, on their own budget
-//! (`gateway.checkouts_in_flight_max`), the short store calls on another;
-//! nothing of it runs on a proxy worker thread, and a full pool answers
-//! `503 overloaded` at once.
+//! refresh after it, runs on a bounded blocking pool (`pool`): checkouts
+//! on their own budget (`gateway.checkouts_in_flight_max`), each a task
+//! holding a permit whose store steps go to blocking threads one by one and
+//! whose provider calls are awaited in between (no thread waits for the
+//! provider); the short store calls on another; nothing of it runs on a
+//! proxy worker thread, and a full pool answers `503 overloaded` at once.
 //!
 //! A pass is a bounded right: it may start a checkout only while its room
 //! says it holds its active slot, and at most the room's
@@ -53,7 +54,7 @@ use crate::queue::{now_ms, Rooms};
 use crate::route::LocalResponse;
 pub use collector::OrdersCollector;
 pub use payments::{simulator_outside_demo, SIM_WEBHOOK_QUEUE_EVENTS_MAX};
-use pool::{BlockingPool, Overloaded};
+use pool::{BlockingPool, BlockingThreads, Overloaded};
 pub use sink::Backoff;
 pub use stock::StoreStock;
 use subject_gate::SubjectGate;
@@ -548,26 +549,47 @@ impl Orders {
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
         let _in_flight = rooms.checkout_started(room);
-        let ran = self.checkouts.run(move || {
-            let result = backend.checkout_within(&subject, &key, &request, limits, now_ms() as i64);
-            if unreachable(&result) {
-                // Nothing changed, and the store would not answer more now.
-                return (result, None);
-            }
-            // A shared store is re-read only when this checkout found the
-            // stock gone (the room should stop admitting now); otherwise
-            // by the worker's pass each second, sparing the pool a read per
-            // checkout.
-            let sold_out = matches!(&result, Ok((o, _)) if o.state == OrderState::Rejected);
-            if backend.books_in_memory() || sold_out {
-                refresh(&stock, backend.as_ref());
-            }
-            // Counted after refusals too: a pass over a limit lowered by a
-            // reload gives its slot back here.
-            let orders = Some(backend.subject_orders(&subject));
-            (result, orders)
-        });
-        let ran = ran.await;
+        let ran = match self.checkouts.try_hold() {
+            // A task of its own: a client that hangs up does not stop a
+            // checkout between its durable steps, nor free its permit.
+            Ok(permit) => tokio::spawn(async move {
+                let _permit = permit;
+                let now = now_ms() as i64;
+                let result = backend
+                    .checkout_on(&BlockingThreads, &subject, &key, &request, limits, now)
+                    .await;
+                if unreachable(&result) {
+                    // Nothing changed, and the store would not answer more now.
+                    return Ok((result, None));
+                }
+                // A shared store is re-read only when this checkout found
+                // the stock gone (the room should stop admitting now);
+                // otherwise by the worker's pass each second, sparing the
+                // pool a read per checkout.
+                let sold_out = matches!(&result, Ok((o, _)) if o.state == OrderState::Rejected);
+                let after = tokio::task::spawn_blocking(move || {
+                    if backend.books_in_memory() || sold_out {
+                        refresh(&stock, backend.as_ref());
+                    }
+                    // Counted after refusals too: a pass over a limit
+                    // lowered by a reload gives its slot back here.
+                    backend.subject_orders(&subject)
+                })
+                .await;
+                match after {
+                    Ok(orders) => Ok((result, Some(orders))),
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(_) => Ok((result, None)),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Cancelled: the runtime is shutting down.
+                Err(_) => Err(Overloaded),
+            }),
+            Err(Overloaded) => Err(Overloaded),
+        };
         let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
         let Ok((result, orders)) = ran else {
             count("overloaded");

@@ -1,17 +1,25 @@
-//! The bounded pool the reservation core runs on.
+//! The bounded pools the reservation core runs on.
 //!
-//! The core is synchronous: SQLite calls, provider calls over blocking
-//! HTTP, and the retry waits between them. None of it may run on a pingora
-//! worker thread, so each call goes to tokio's blocking pool, and tokio's
-//! blocking queue has no bound. A semaphore in front of it does: a call
-//! that finds every permit taken is refused at once (the caller answers
-//! `503 overloaded` with `Retry-After`) instead of waiting in a queue
-//! without end. The permit moves into the blocking closure, so a client
-//! that hangs up does not free a slot whose work is still running.
+//! The stores are synchronous (SQLite, the `postgres` driver). None of it
+//! may run on a pingora worker thread, so each call goes to tokio's
+//! blocking pool, and tokio's blocking queue has no bound. A semaphore in
+//! front of it does: a call that finds every permit taken is refused at
+//! once (the caller answers `503 overloaded` with `Retry-After`) instead
+//! of waiting in a queue without end. The permit moves into the blocking
+//! closure, so a client that hangs up does not free a slot whose work is
+//! still running.
+//!
+//! A checkout is async (its provider calls are awaited): it holds a permit
+//! for its whole length ([`BlockingPool::try_hold`]) in a task of its own,
+//! and hands each store step to [`BlockingThreads`]; so the permits still
+//! bound the checkouts in flight (and with them their store steps), while
+//! a checkout waiting for the provider holds no thread.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
+use sluice_checkout::blocking::{Blocking, Job};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Every permit is taken: the call was not started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +48,15 @@ impl BlockingPool {
         self.limit - self.permits.available_permits()
     }
 
+    /// A permit, held until dropped, if one is free; refuses at once
+    /// otherwise.
+    pub fn try_hold(&self) -> Result<OwnedSemaphorePermit, Overloaded> {
+        self.permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Overloaded)
+    }
+
     /// Runs `f` on the blocking pool if a permit is free; refuses at once
     /// otherwise. A panic in `f` is resumed in the caller.
     pub async fn run<T: Send + 'static>(
@@ -62,6 +79,22 @@ impl BlockingPool {
             // Cancelled: the runtime is shutting down.
             Err(_) => Err(Overloaded),
         }
+    }
+}
+
+/// tokio's blocking threads, for the store steps of an async checkout (as
+/// many at once as the checkouts holding a permit).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BlockingThreads;
+
+impl Blocking for BlockingThreads {
+    fn spawn(&self, job: Job) {
+        tokio::task::spawn_blocking(move || {
+            // The step's caller sees it as unavailable; say why here.
+            if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                tracing::error!("a store step panicked");
+            }
+        });
     }
 }
 

@@ -31,8 +31,10 @@ use std::collections::{HashMap, HashSet};
 use super::conn::{Db, Tx};
 use super::{order, pg_err, settle, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
+use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
+use crate::http_client::wait;
 use crate::idempotency::IdempotencyKey;
 use crate::limits::IDEMPOTENCY_LOCK_STALE_MS;
 use crate::order::Order;
@@ -111,26 +113,57 @@ pub(super) fn checkout(
     start_payment: bool,
     now_ms: UnixMs,
 ) -> Result<(Order, Created), CheckoutError> {
+    wait(checkout_on(
+        backend,
+        &Inline,
+        subject,
+        key,
+        request,
+        limits,
+        start_payment,
+        now_ms,
+    ))
+}
+
+/// [`checkout`] with each store step on `steps` and the provider calls
+/// awaited between them.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn checkout_on(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    subject: &str,
+    key: &IdempotencyKey,
+    request: &CheckoutRequest,
+    limits: OrderLimits,
+    start_payment: bool,
+    now_ms: UnixMs,
+) -> Result<(Order, Created), CheckoutError> {
     validate_subject(subject)?;
     request.validate()?;
     validate_sku(&request.sku)?;
-    let begun = backend.begin_batched(Claim {
+    let claim = Claim {
         subject: subject.to_owned(),
         key: key.clone(),
         request: request.clone(),
         limits,
         start_payment,
         now_ms,
-    })?;
+    };
+    let b = backend.clone();
+    let begun = step(steps, move || b.begin_batched(claim)).await??;
     let order = match begun {
         Begun::Replay(order_id) => {
-            let order = backend.read(|client| order::load_existing(client, &order_id))?;
+            let b = backend.clone();
+            let order = step(steps, move || {
+                b.read(|client| order::load_existing(client, &order_id))
+            })
+            .await??;
             return Ok((order, Created::Replay));
         }
         Begun::Done(order) => return Ok((order, Created::Created)),
         Begun::Pay(order) => order,
     };
-    let order = pay(backend, order, now_ms)?;
+    let order = pay(backend, steps, order, now_ms).await?;
     Ok((order, Created::Created))
 }
 
@@ -569,13 +602,22 @@ pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreE
 
 /// Steps 2 and 3: the authorization, then the capture (or what their
 /// answers decide instead), each answer settled in one transaction.
-fn pay(backend: &PgBackend, order: Order, now_ms: UnixMs) -> Result<Order, CheckoutError> {
+async fn pay(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    order: Order,
+    now_ms: UnixMs,
+) -> Result<Order, CheckoutError> {
     let id = order.order_id.clone();
     let auth_key = attempt_key(&id, Operation::Authorize);
-    if !settle::drive(backend, auth_key, false, now_ms)? {
+    if !settle::drive_on(backend, steps, auth_key, false, now_ms).await? {
         tracing::debug!(order = %id, "payment answer ambiguous; left to the payments reconciler");
     }
-    Ok(backend.read_answer(|client| order::load_existing(client, &id))?)
+    let b = backend.clone();
+    Ok(step(steps, move || {
+        b.read_answer(|client| order::load_existing(client, &id))
+    })
+    .await??)
 }
 
 #[cfg(test)]

@@ -67,11 +67,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
 use self::conn::{Conn, Tx};
 use crate::backend::OrderBackend;
+use crate::blocking::Blocking;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
@@ -260,6 +262,9 @@ impl PgConfig {
 }
 
 /// Stock, orders, holds, attempts and outbox in one PostgreSQL database.
+/// Cheap to clone: every part is shared (an async checkout's store steps
+/// each take a clone to their thread).
+#[derive(Clone)]
 pub struct PgBackend {
     pool: Pool,
     /// A few connections of their own for recording provider answers, so
@@ -270,9 +275,9 @@ pub struct PgBackend {
     /// written.
     probe: Pool,
     /// Step 1 of checkouts, batched (on `pool`).
-    checkouts: batch::Batcher,
+    checkouts: Arc<batch::Batcher>,
     /// Provider answers settled, batched (on `answers`).
-    settles: batch::Batcher,
+    settles: Arc<batch::Batcher>,
     batch_counters: Arc<batch::Counters>,
     provider: Arc<dyn PaymentProvider>,
     durable_writes: Arc<AtomicU64>,
@@ -459,8 +464,8 @@ impl PgBackend {
             pool,
             answers,
             probe,
-            checkouts,
-            settles,
+            checkouts: Arc::new(checkouts),
+            settles: Arc::new(settles),
             batch_counters,
             provider,
             durable_writes,
@@ -591,6 +596,7 @@ impl PgBackend {
     }
 }
 
+#[async_trait]
 impl OrderBackend for PgBackend {
     fn kind(&self) -> &'static str {
         "postgres"
@@ -614,6 +620,18 @@ impl OrderBackend for PgBackend {
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
         checkout::checkout(self, subject, key, request, limits, true, now_ms)
+    }
+
+    async fn checkout_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        key: &IdempotencyKey,
+        request: &CheckoutRequest,
+        limits: OrderLimits,
+        now_ms: UnixMs,
+    ) -> Result<(Order, Created), CheckoutError> {
+        checkout::checkout_on(self, steps, subject, key, request, limits, true, now_ms).await
     }
 
     fn begin_within(

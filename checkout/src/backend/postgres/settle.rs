@@ -27,13 +27,14 @@ use super::conn::{Db, Tx};
 use super::tally::Tally;
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
+use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
 use crate::order::Order;
-use crate::payment::{AuthorizeOutcome, OperationOutcome, PaymentError, PaymentProvider};
+use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
 pub(super) use crate::settle::FollowUp;
 use crate::state::{OrderState, PaymentState};
 
@@ -77,10 +78,17 @@ pub(super) fn insert_attempt(
 /// follow-up no call is about to send (a provider event stored it), as
 /// the embedded store's `FollowUp::Due`.
 pub(super) fn make_due(tx: &mut Tx<'_>, key: &str, now_ms: UnixMs) -> Result<(), StoreError> {
+    lease_from(tx, key, now_ms.saturating_sub(PAYMENT_IN_FLIGHT_MS))
+}
+
+/// Dates a stored, still pending attempt's lease from `leased_at_ms` at
+/// the latest: the reconciler takes it once its in-flight bound from
+/// then has run out.
+fn lease_from(tx: &mut Tx<'_>, key: &str, leased_at_ms: UnixMs) -> Result<(), StoreError> {
     tx.execute(
         "UPDATE payment_attempts SET updated_at_ms = LEAST(updated_at_ms, $2)
          WHERE idempotency_key = $1 AND outcome = 'pending'",
-        &[&key, &now_ms.saturating_sub(PAYMENT_IN_FLIGHT_MS)],
+        &[&key, &leased_at_ms],
     )
     .map_err(pg_err)?;
     Ok(())
@@ -217,12 +225,16 @@ pub(super) fn settle(
         return Ok(Settled::Before);
     };
     let order: Option<Order> = order::load_for_update(tx, &order_id)?;
+    // `was`: the row before this statement (its lease, see below).
     let Some(row) = tx
         .query_opt(
-            "UPDATE payment_attempts SET outcome = $2, payment_id = COALESCE(payment_id, $3),
-                    updated_at_ms = $4
-             WHERE idempotency_key = $1 AND outcome = 'pending'
-             RETURNING operation, payment_id, amount_cents",
+            "UPDATE payment_attempts a SET outcome = $2,
+                    payment_id = COALESCE(a.payment_id, $3), updated_at_ms = $4
+             FROM payment_attempts was
+             WHERE a.idempotency_key = $1 AND a.outcome = 'pending'
+               AND was.idempotency_key = a.idempotency_key
+             RETURNING a.operation, a.payment_id, a.amount_cents, was.updated_at_ms,
+                       a.created_at_ms",
             &[&key, &outcome, &answered_id, &now_ms],
         )
         .map_err(pg_err)?
@@ -237,13 +249,27 @@ pub(super) fn settle(
     let payment_id: String = row.get::<_, Option<String>>(1).unwrap_or_default();
     let amount: i64 = row.get(2);
     let amount = u64::try_from(amount).unwrap_or(0);
+    // Leased by a call before this transaction (not stored by it).
+    let leased_at_ms: Option<i64> =
+        Some(row.get::<_, i64>(3)).filter(|_| row.get::<_, i64>(4) < now_ms);
     let state = order.as_ref().map(|o| o.state);
     let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
     let succeeded = outcome == "succeeded";
     let follow = |tx: &mut Tx<'_>, op: Operation| {
         let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
         if follow_up == FollowUp::Due {
-            make_due(tx, &next, now_ms)?;
+            // A provider event settled it: nobody stored the follow-up to
+            // send it, but a call that stored this attempt before may be
+            // waiting for its answer still, and will adopt the follow-up
+            // when it comes. It is due when this attempt was: at once for
+            // one nobody drives, after the in-flight bound of a call still
+            // under way (on a fleet, another gateway's pass would send it
+            // meanwhile, twice, and with one simulator per gateway to one
+            // that never saw the payment).
+            match leased_at_ms {
+                Some(leased_at_ms) => lease_from(tx, &next, leased_at_ms)?,
+                None => make_due(tx, &next, now_ms)?,
+            }
         }
         Ok(Settled::Next(next))
     };
@@ -379,7 +405,7 @@ pub(super) fn settle(
 /// up before the next send with the same key). With `lookup_first`, the
 /// provider is asked what became of it before anything is sent (the
 /// reconciler: a crashed gateway may have sent it).
-pub(super) fn send(
+pub(super) async fn send(
     provider: &dyn PaymentProvider,
     metrics: &Metrics,
     attempt: &StoredAttempt,
@@ -387,45 +413,27 @@ pub(super) fn send(
 ) -> Option<OperationOutcome> {
     let key = attempt.key.as_str();
     if lookup_first {
-        if let Ok(Some(known)) = wait(provider.lookup(key)) {
+        if let Ok(Some(known)) = provider.lookup(key).await {
             return Some(known);
         }
     }
-    let pid = attempt.payment_id.clone().unwrap_or_default();
-    let done = || OperationOutcome::Succeeded {
-        payment_id: pid.clone(),
+    let call = Call {
+        operation: attempt.operation,
+        key,
+        order_id: &attempt.order_id,
+        amount_cents: attempt.amount_cents,
+        payment_method: attempt.payment_method.as_deref().unwrap_or(""),
+        payment_id: attempt.payment_id.as_deref().unwrap_or(""),
     };
     for _ in 0..SEND_TRIES_MAX {
-        let sent = match attempt.operation {
-            Operation::Authorize => wait(provider.authorize(
-                key,
-                &attempt.order_id,
-                attempt.amount_cents,
-                attempt.payment_method.as_deref().unwrap_or(""),
-            ))
-            .map(|outcome| match outcome {
-                AuthorizeOutcome::Authorized { payment_id } => {
-                    OperationOutcome::Succeeded { payment_id }
-                }
-                AuthorizeOutcome::Declined { reason } => OperationOutcome::Declined { reason },
-            }),
-            Operation::Capture => {
-                wait(provider.capture(key, &pid, attempt.amount_cents)).map(|()| done())
-            }
-            Operation::Void => {
-                wait(provider.void(key, &pid, attempt.amount_cents)).map(|()| done())
-            }
-            Operation::Refund => {
-                wait(provider.refund(key, &pid, attempt.amount_cents)).map(|()| done())
-            }
-        };
+        let sent = send_once(provider, call).await;
         match sent {
             Ok(outcome) => return Some(outcome),
             Err(PaymentError::Refused(reason)) => return Some(OperationOutcome::Failed { reason }),
             Err(PaymentError::Ambiguous) => Metrics::inc(&metrics.payment_ambiguous),
         }
         // Never received, or the look-up failed too: send again.
-        if let Ok(Some(known)) = wait(provider.lookup(key)) {
+        if let Ok(Some(known)) = provider.lookup(key).await {
             return Some(known);
         }
     }
@@ -458,10 +466,27 @@ pub(super) fn drive(
     lookup_first: bool,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
+    wait(drive_on(backend, &Inline, key, lookup_first, now_ms))
+}
+
+/// [`drive`] with each store step on `steps` and the provider calls
+/// awaited between them.
+pub(super) async fn drive_on(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    key: String,
+    lookup_first: bool,
+    now_ms: UnixMs,
+) -> Result<bool, StoreError> {
     let mut key = key;
     let mut lookup_first = lookup_first;
     for _ in 0..=PAYMENT_STEPS_MAX {
-        let Some(attempt) = backend.read_answer(|client| load_attempt(client, &key))? else {
+        let (b, k) = (backend.clone(), key.clone());
+        let loaded = step(steps, move || {
+            b.read_answer(|client| load_attempt(client, &k))
+        })
+        .await??;
+        let Some(attempt) = loaded else {
             return Ok(true);
         };
         let settled = if attempt.pending {
@@ -470,17 +495,23 @@ pub(super) fn drive(
                 backend.metrics(),
                 &attempt,
                 lookup_first,
-            ) else {
+            )
+            .await
+            else {
                 return Ok(false);
             };
             // Batched with this gateway's other answers: the hot stock
             // row a capture moves is locked once per batch.
-            let job_key = key.clone();
-            let (settled, tally) = backend.write_answer_batched(move |tx| {
-                let mut tally = Tally::default();
-                let settled = settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
-                Ok((settled, tally))
-            })?;
+            let (b, job_key) = (backend.clone(), key.clone());
+            let (settled, tally) = step(steps, move || {
+                b.write_answer_batched(move |tx| {
+                    let mut tally = Tally::default();
+                    let settled =
+                        settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
+                    Ok((settled, tally))
+                })
+            })
+            .await??;
             tally.apply(backend.metrics());
             settled
         } else {
@@ -495,7 +526,12 @@ pub(super) fn drive(
             Settled::Before => {
                 // Someone else's follow-up may be waiting: adopt it (it may
                 // have been sent already, so ask the provider first).
-                match backend.read_answer(|client| pending_of(client, &attempt.order_id))? {
+                let (b, order_id) = (backend.clone(), attempt.order_id.clone());
+                let pending = step(steps, move || {
+                    b.read_answer(|client| pending_of(client, &order_id))
+                })
+                .await??;
+                match pending {
                     Some(next) if next != attempt.key => {
                         lookup_first = true;
                         next
