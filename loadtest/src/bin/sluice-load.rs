@@ -97,6 +97,10 @@ enum Command {
         /// Stock and orders on a throwaway PostgreSQL (`[cluster] postgres_url`).
         #[arg(long)]
         postgres: bool,
+        /// Pay through `paysim` over HTTP, each call answered after this
+        /// many milliseconds, instead of the in-process simulator.
+        #[arg(long)]
+        paysim_latency_ms: Option<u32>,
         /// Stock rows of the SKU (`partitions`).
         #[arg(long, default_value_t = 1)]
         partitions: u32,
@@ -233,6 +237,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             postgres,
             partitions,
             passes,
+            paysim_latency_ms,
         } => {
             let o = CapacityOptions {
                 sluice,
@@ -248,6 +253,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 postgres,
                 partitions,
                 passes,
+                paysim_latency_ms,
                 ..CapacityOptions::default()
             };
             let c = capacity::run(&o).await?;

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::fleet::Fleet;
-use super::gateway::find_sluice;
+use super::gateway::{find_sluice, sibling};
 use super::http::{send, send_at};
 use super::record::{quantile, Recorder};
 use super::scenario::Scenario;
@@ -60,6 +60,9 @@ pub struct CapacityOptions {
     pub postgres: bool,
     /// Stock rows of the one SKU (`partitions`).
     pub partitions: u32,
+    /// Pay through `paysim` over HTTP, answering each call after this
+    /// long, instead of the gateway's in-process simulator.
+    pub paysim_latency_ms: Option<u32>,
 }
 
 impl Default for CapacityOptions {
@@ -79,6 +82,7 @@ impl Default for CapacityOptions {
             gateways: 1,
             postgres: false,
             partitions: 1,
+            paysim_latency_ms: None,
         }
     }
 }
@@ -153,11 +157,17 @@ fn scenario(o: &CapacityOptions) -> Result<Scenario> {
     } else {
         String::new()
     };
+    let paysim = o
+        .paysim_latency_ms
+        .map(|ms| {
+            format!("[paysim]\nprovider_timeout_ms = 5000\n[paysim.faults]\nlatency_ms = {ms}\n")
+        })
+        .unwrap_or_default();
     let text = format!(
         "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n{fleet}\
          [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\nmax_orders_per_pass = 1000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\
          [[products]]\nsku = \"capacity-sku\"\nstock = 1000000000\npartitions = {}\n\
-         [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n",
+         [arrivals]\nprofile = \"spike\"\nshoppers = 1\nover_s = 1\n{paysim}",
         o.partitions.max(1)
     );
     Ok(Scenario::parse(&text, "capacity")?)
@@ -170,7 +180,9 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
     }
     let sc = scenario(o)?;
     let sluice = o.sluice.clone().unwrap_or_else(find_sluice);
-    let fleet = Fleet::start(&sluice, None, &sc).await?;
+    // paysim beside this binary, as `run` finds it.
+    let paysim = sc.needs_paysim().then(|| sibling("paysim"));
+    let fleet = Fleet::start(&sluice, paysim.as_deref(), &sc).await?;
     let publics = fleet.publics();
     let rec = Arc::new(Recorder::new(Instant::now()));
     let http = reqwest::Client::builder()
