@@ -13,6 +13,7 @@ use pingora::protocols::http::ServerSession;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
+use crate::body;
 use crate::error::{ApiError, ErrorCode};
 use crate::readiness;
 use crate::state::Shared;
@@ -66,27 +67,11 @@ impl ServeHttp for Admin {
             if method != Method::POST {
                 return method_not_allowed("Adjust with POST.", "POST");
             }
-            let mut body = Vec::new();
-            loop {
-                match session.read_request_body().await {
-                    Ok(Some(chunk)) if body.len() + chunk.len() <= ADJUST_BODY_BYTES_MAX => {
-                        body.extend_from_slice(&chunk)
-                    }
-                    Ok(Some(_)) => {
-                        return error(&ApiError::new(
-                            ErrorCode::PayloadTooLarge,
-                            "The adjustment body is too large.",
-                        ))
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        return error(&ApiError::new(
-                            ErrorCode::BadRequest,
-                            "The request body could not be read.",
-                        ))
-                    }
-                }
-            }
+            let deadline = self.shared.runtime().config.gateway.header_timeout;
+            let body = match body::read(session, ADJUST_BODY_BYTES_MAX, deadline).await {
+                Ok(body) => body,
+                Err(e) => return error(&e.answer("The adjustment body is too large.", deadline)),
+            };
             let (status, value) = self.shared.orders.adjust(sku, &body).await;
             let mut r = json_response(status, &value);
             if status == StatusCode::SERVICE_UNAVAILABLE {

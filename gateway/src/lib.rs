@@ -7,7 +7,8 @@
 //!   resolves an origin given by host name off the proxy threads.
 //! - [`connections`] caps open public connections, per gateway and per
 //!   client (and raises the fd limit); [`head_deadline`] bounds the time a
-//!   request head may take to arrive (slowloris); [`proxy_protocol`] reads a load balancer's PROXY header;
+//!   request head may take to arrive (slowloris), [`body`] the size and
+//!   time of a body the gateway reads itself; [`proxy_protocol`] reads a load balancer's PROXY header;
 //!   [`client`] decides who the client of a request is.
 //! - [`error`] is the contract's JSON error shape; [`headers`] the
 //!   forwarding headers; [`metrics`] the Prometheus registry (every
@@ -21,6 +22,7 @@
 //! - [`sim_webhooks`] sends the in-process payment simulator's signed
 //!   webhooks to the gateway's own `/webhooks/simulated`.
 pub mod admin;
+pub mod body;
 pub mod catalog;
 pub mod client;
 pub mod connections;

@@ -29,6 +29,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
 use sluice_admission::tokens::Claims;
 
+use crate::body::{self, BodyError};
 use crate::client::{self, Client};
 use crate::error::{ApiError, ErrorCode};
 use crate::headers;
@@ -473,17 +474,12 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
-    /// Reads a bounded body; `None` when it is over `max_bytes`.
-    async fn read_body(&self, session: &mut Session, max_bytes: usize) -> Result<Option<Bytes>> {
-        let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_request_body().await? {
-            if body.len() + chunk.len() > max_bytes {
-                self.shared.metrics.body_too_large.inc();
-                return Ok(None);
-            }
-            body.extend_from_slice(&chunk);
+    /// Counts a body refused for its size (its time is counted as a 408
+    /// in the access log and the answers' metrics).
+    fn body_refused(&self, e: BodyError) {
+        if e == BodyError::TooLarge {
+            self.shared.metrics.body_too_large.inc();
         }
-        Ok(Some(body.freeze()))
     }
 
     /// Provider events: POST only, signature first.
@@ -497,11 +493,20 @@ impl Proxy {
                 .push((header::ALLOW, http::HeaderValue::from_static("POST")));
             return Ok(r);
         }
-        let Some(body) = self.read_body(session, WEBHOOK_BODY_BYTES_MAX).await? else {
-            return Ok(LocalResponse::error(&ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                "A provider event is small; this body is not.",
-            )));
+        let deadline = ctx.runtime.config.gateway.header_timeout;
+        let body = match body::read(
+            session.as_downstream_mut(),
+            WEBHOOK_BODY_BYTES_MAX,
+            deadline,
+        )
+        .await
+        {
+            Ok(body) => body,
+            Err(e) => {
+                self.body_refused(e);
+                let too_large = "A provider event is small; this body is not.";
+                return Ok(LocalResponse::error(&e.answer(too_large, deadline)));
+            }
         };
         let req = session.req_header();
         let provider = req.uri.path().strip_prefix("/webhooks/").unwrap_or("");
@@ -514,17 +519,21 @@ impl Proxy {
 
     /// Reads the (small, bounded) body and lets the reservation core answer.
     async fn orders(&self, session: &mut Session, ctx: &mut Ctx) -> Result<LocalResponse> {
-        let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_request_body().await? {
-            if body.len() + chunk.len() > CHECKOUT_BODY_BYTES_MAX {
-                self.shared.metrics.body_too_large.inc();
-                return Ok(LocalResponse::error(&ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "An order body is a few short fields; this one is too large.",
-                )));
+        let deadline = ctx.runtime.config.gateway.header_timeout;
+        let body = match body::read(
+            session.as_downstream_mut(),
+            CHECKOUT_BODY_BYTES_MAX,
+            deadline,
+        )
+        .await
+        {
+            Ok(body) => body,
+            Err(e) => {
+                self.body_refused(e);
+                let too_large = "An order body is a few short fields; this one is too large.";
+                return Ok(LocalResponse::error(&e.answer(too_large, deadline)));
             }
-            body.extend_from_slice(&chunk);
-        }
+        };
         let req = session.req_header();
         let path = ctx.path.as_ref().map_or("", |p| p.decoded());
         let Some(route) = OrderRoute::of(path) else {
@@ -540,7 +549,7 @@ impl Proxy {
                 route,
                 &req.method,
                 &req.headers,
-                body.freeze(),
+                body,
                 ctx.pass.take(),
                 &Env {
                     rooms: &self.shared.rooms,

@@ -1,7 +1,8 @@
 //! The public connection cap through the real gateway: idle connections
 //! beyond `max_connections` are closed at once, and the admin listener,
 //! the store and later shoppers keep being served; a request head dripped
-//! byte by byte (slowloris) is cut off at `header_timeout_s`; one client
+//! byte by byte (slowloris) is cut off at `header_timeout_s`, a body the
+//! gateway reads itself answered `408` at it; one client
 //! address holds at most `max_connections_per_client`.
 
 mod common;
@@ -196,6 +197,55 @@ fn a_request_head_dripped_byte_by_byte_is_cut_off_at_the_header_timeout() {
         .is_some(),
         "the cut connection still holds its slot"
     );
+}
+
+/// A body the gateway reads itself (here a provider webhook's), dripped
+/// byte by byte, is answered `408 request_timeout` at the header timeout,
+/// and the connection is closed after the answer.
+#[test]
+fn a_body_dripped_byte_by_byte_is_answered_408_at_the_header_timeout() {
+    let gw = Gateway::start(GatewayOptions {
+        extra_gateway: "header_timeout_s = 2\n".into(),
+        ..Default::default()
+    });
+    let mut s = TcpStream::connect(gw.listen).unwrap();
+    let started = Instant::now();
+    s.write_all(
+        b"POST /webhooks/simulated HTTP/1.1\r\nHost: shop\r\n\
+          Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+    )
+    .unwrap();
+    // One byte every 200 ms: each read is far inside pingora's per-read
+    // timeout, so only a deadline on the whole body ends this.
+    let mut answer = Vec::new();
+    while started.elapsed() < Duration::from_secs(8) && answer.is_empty() {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = s.write_all(b" ");
+        s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+        let mut buf = [0u8; 4096];
+        if let Ok(n) = s.read(&mut buf) {
+            answer.extend_from_slice(&buf[..n]);
+        }
+    }
+    let answered_after = started.elapsed();
+    // The rest of the answer, then the end of the connection.
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let closed = s.read_to_end(&mut answer).is_ok();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "after {answered_after:?}: {answer:?}"
+    );
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(
+        answered_after >= Duration::from_millis(1800),
+        "answered after {answered_after:?}, before the 2 s timeout"
+    );
+    assert!(
+        answered_after < Duration::from_secs(4),
+        "answered after {answered_after:?}; timeout 2 s"
+    );
+    assert!(closed, "the connection stays open after the 408");
 }
 
 #[test]
