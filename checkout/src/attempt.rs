@@ -414,13 +414,16 @@ pub(crate) fn record_unresolved(
 /// from its creation: at once, or when the attempt it follows was due —
 /// a call stores its own due exactly that bound later, so one a call is
 /// sending is never taken): due again only after
-/// [`PAYMENT_IN_FLIGHT_MS`], as if the caller had stored it, because the
+/// [`PAYMENT_IN_FLIGHT_MS`] (from its creation at the earliest: the
+/// caller's time may lag the event's, and a taken-over attempt must not
+/// look takeable again), as if the caller had stored it, because the
 /// caller sends it now. False (nothing written) for any other attempt:
 /// answered, tried, being retried, or already taken over.
 pub(crate) fn adopt(tx: &Transaction<'_>, key: &str, now_ms: UnixMs) -> Result<bool, StoreError> {
     let changed = tx
         .prepare_cached(
-            "UPDATE payment_attempts SET next_try_at_ms = ?2 + ?3, updated_at_ms = ?2
+            "UPDATE payment_attempts SET next_try_at_ms = MAX(?2, created_at_ms) + ?3,
+                    updated_at_ms = ?2
              WHERE idempotency_key = ?1 AND outcome = 'unknown' AND transport = 'pending'
                 AND tries = 0 AND next_try_at_ms < created_at_ms + ?3",
         )?
