@@ -6,7 +6,7 @@
 //! client dripping one byte at a time would keep its connection and the
 //! handler for as long as it liked (the head has its own deadline,
 //! [`crate::head_deadline`]). A body read here must arrive whole within
-//! `gateway.header_timeout_s` of its first read; past it the request is
+//! `gateway.header_timeout_s` of its first read (the end of its head); past it the request is
 //! answered `408 request_timeout` ([`BodyError::TimedOut`]) and the
 //! connection is closed after the answer. Bodies the gateway forwards to
 //! the origin are the origin's business (pingora streams them).
