@@ -121,9 +121,15 @@ impl Browser {
 }
 
 fn gateway(extra: &str) -> Gateway {
+    gateway_passing(3, extra)
+}
+
+/// The test room with passes (and so the window to collect a released
+/// place) lasting `pass_ttl_s`.
+fn gateway_passing(pass_ttl_s: u64, extra: &str) -> Gateway {
     Gateway::start(GatewayOptions {
         rest: format!(
-            "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrelease_per_second = 20\nmax_active = 1\nqueue_capacity = 5\npass_ttl_s = 3\npoll_min_s = 1\npoll_max_s = 5\n{extra}"
+            "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrelease_per_second = 20\nmax_active = 1\nqueue_capacity = 5\npass_ttl_s = {pass_ttl_s}\npoll_min_s = 1\npoll_max_s = 5\n{extra}"
         ),
         ..Default::default()
     })
@@ -312,12 +318,15 @@ async fn paused_sold_out_and_full_are_shown_in_portuguese() {
 
 #[tokio::test]
 async fn a_full_line_is_said_clearly() {
-    let gw = gateway("");
+    // The admitted place is never collected here; it is given up after the
+    // claim window (at most the pass), which would let the line move and
+    // the page in. A pass of 60 s keeps the line full however slowly the
+    // browser loads (with 3 s it once did not, on a loaded CI machine).
+    let gw = gateway_passing(60, "");
     let Some(browser) = Browser::start("en-US").await else {
         return;
     };
-    // One admitted and five waiting fill the room's capacity of five (the
-    // browser is started first: the admitted pass lasts only 3 s).
+    // One admitted and five waiting fill the room's capacity of five.
     let join = || client().post(gw.url("/queue/drop/join")).send();
     assert_eq!(join().await.unwrap().status(), 202);
     // Released (its pass is collected at its first poll): out of the line.
