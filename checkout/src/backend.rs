@@ -108,6 +108,16 @@ pub trait OrderBackend: Send + Sync {
     fn cancel(&self, subject: &str, order_id: &str, now_ms: UnixMs)
         -> Result<Order, CheckoutError>;
 
+    /// [`OrderBackend::cancel`] as the gateway runs it: each store step on
+    /// `steps`, a refund's provider calls awaited between them.
+    async fn cancel_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError>;
+
     /// The orders `subject` has created, and how many are still open
     /// (`reserved` or `authorizing`): whether a pass is spent.
     fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError>;

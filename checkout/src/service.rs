@@ -121,6 +121,14 @@ pub struct SubjectOrders {
     pub open: u32,
 }
 
+/// What a cancel's store side left to do.
+enum CancelNext {
+    /// Answer with this order.
+    Show(Order),
+    /// Send the order's refund.
+    Refund,
+}
+
 /// What step 1 did.
 enum Begun {
     /// The key already named an order: it, as it is now.
@@ -377,6 +385,34 @@ impl CheckoutService {
         order_id: &str,
         now_ms: UnixMs,
     ) -> Result<Order, CheckoutError> {
+        wait(self.cancel_on(&Inline, subject, order_id, now_ms))
+    }
+
+    /// [`CheckoutService::cancel`] with each store step on `steps` and the
+    /// refund's provider calls awaited between them.
+    pub async fn cancel_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        let (this, s, id) = (self.clone(), subject.to_owned(), order_id.to_owned());
+        let decided = step(steps, move || this.decide_cancel(&s, &id, now_ms)).await??;
+        match decided {
+            CancelNext::Show(order) => Ok(order),
+            CancelNext::Refund => self.refund_on(steps, order_id, now_ms).await,
+        }
+    }
+
+    /// The cancel's store side: what it changed, and whether a refund is
+    /// left to send.
+    fn decide_cancel(
+        &self,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<CancelNext, CheckoutError> {
         let order = self.get_order(subject, order_id)?;
         let id = order_id.to_owned();
         match order.state {
@@ -394,8 +430,8 @@ impl CheckoutService {
                     }
                 })?;
                 match cancelled {
-                    Some(order) => Ok(order),
-                    None => self.load(order_id),
+                    Some(order) => Ok(CancelNext::Show(order)),
+                    None => self.load(order_id).map(CancelNext::Show),
                 }
             }
             OrderState::Confirmed => {
@@ -415,15 +451,13 @@ impl CheckoutService {
                     attempt::insert(tx, &new, now_ms)
                 });
                 match started {
-                    // A concurrent cancel got there first; refund() looks
-                    // at where the order really is.
-                    Ok(_) | Err(StoreError::IllegalTransition { .. }) => {
-                        self.refund(order_id, now_ms)
-                    }
+                    // A concurrent cancel got there first; the refund
+                    // looks at where the order really is.
+                    Ok(_) | Err(StoreError::IllegalTransition { .. }) => Ok(CancelNext::Refund),
                     Err(e) => Err(e.into()),
                 }
             }
-            OrderState::Refunding => self.refund(order_id, now_ms),
+            OrderState::Refunding => Ok(CancelNext::Refund),
             OrderState::Authorizing => {
                 // The payment is in flight (or its answer was lost): the
                 // cancel is recorded, and whatever the provider answers is
@@ -436,41 +470,50 @@ impl CheckoutService {
                     .execute(params![id, now_ms])?;
                     Ok::<_, StoreError>(())
                 })?;
-                self.load(order_id)
+                self.load(order_id).map(CancelNext::Show)
             }
-            _ => Ok(order),
+            _ => Ok(CancelNext::Show(order)),
         }
     }
 
     /// Refunds a `refunding` order through its one refund attempt (stored
     /// now if the move to `refunding` did not store it); any other state is
     /// returned as it is.
-    fn refund(&self, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
-        let id = order_id.to_owned();
-        let key = self.store.write(move |tx, _| {
-            let order = order::load_existing(tx, &id)?;
-            if order.state != OrderState::Refunding {
-                return Ok::<_, StoreError>(None);
-            }
-            let Some(payment_id) = order.payment_id.as_deref() else {
-                return Err(StoreError::Corrupt {
-                    table: "orders",
-                    detail: format!("order {id} is {} without a payment id", order.state),
-                });
-            };
-            let new = NewAttempt {
-                order_id: &id,
-                operation: Operation::Refund,
-                amount_cents: order.amount_cents,
-                payment_method: None,
-                payment_id: Some(payment_id),
-            };
-            attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
-        })?;
+    async fn refund_on(
+        &self,
+        steps: &dyn Blocking,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        let (this, id) = (self.clone(), order_id.to_owned());
+        let key = step(steps, move || {
+            this.store.write(move |tx, _| {
+                let order = order::load_existing(tx, &id)?;
+                if order.state != OrderState::Refunding {
+                    return Ok::<_, StoreError>(None);
+                }
+                let Some(payment_id) = order.payment_id.as_deref() else {
+                    return Err(StoreError::Corrupt {
+                        table: "orders",
+                        detail: format!("order {id} is {} without a payment id", order.state),
+                    });
+                };
+                let new = NewAttempt {
+                    order_id: &id,
+                    operation: Operation::Refund,
+                    amount_cents: order.amount_cents,
+                    payment_method: None,
+                    payment_id: Some(payment_id),
+                };
+                attempt::insert(tx, &new, now_ms).map(|a| Some(a.idempotency_key))
+            })
+        })
+        .await??;
         if let Some(key) = key {
-            self.driver.drive(key, now_ms, true, None)?;
+            self.driver.drive_on(steps, key, now_ms, true, None).await?;
         }
-        self.load(order_id)
+        let (this, id) = (self.clone(), order_id.to_owned());
+        step(steps, move || this.load(&id)).await?
     }
 
     fn load(&self, order_id: &str) -> Result<Order, CheckoutError> {

@@ -1965,18 +1965,47 @@ impl Blocking for OneStoreThread {
     }
 }
 
-/// The simulator, with the answer to every authorization held (the
-/// provider has processed it and sent its events) until the test lets it
-/// through.
-struct HeldAuthorizations {
+/// The simulator, with the answer to every authorization (or, once
+/// `refunds` is set, every refund instead) held — the provider has
+/// processed it and sent its events — until the test lets it through.
+struct HeldCalls {
     sim: Arc<SimulatedProvider>,
     entered: std::sync::atomic::AtomicUsize,
     arrived: tokio::sync::Notify,
     release: tokio::sync::Semaphore,
+    refunds: std::sync::atomic::AtomicBool,
+}
+
+impl HeldCalls {
+    /// Counts the call in and waits until the test lets it through.
+    async fn hold(&self) {
+        self.entered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.arrived.notify_one();
+        self.release.acquire().await.expect("open").forget();
+    }
+
+    fn holds_refunds(&self) -> bool {
+        self.refunds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until `n` calls are held.
+    async fn until_held(&self, n: usize, what: &str) {
+        while self.entered.load(std::sync::atomic::Ordering::SeqCst) < n {
+            tokio::time::timeout(Duration::from_secs(30), self.arrived.notified())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "only {} of {n} {what} reached the provider",
+                        self.entered.load(std::sync::atomic::Ordering::SeqCst)
+                    )
+                });
+        }
+    }
 }
 
 #[async_trait]
-impl PaymentProvider for HeldAuthorizations {
+impl PaymentProvider for HeldCalls {
     fn name(&self) -> &str {
         "held"
     }
@@ -1988,10 +2017,9 @@ impl PaymentProvider for HeldAuthorizations {
         method: &str,
     ) -> Result<AuthorizeOutcome, PaymentError> {
         let answer = self.sim.authorize(key, order_id, amount, method).await;
-        self.entered
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.arrived.notify_one();
-        self.release.acquire().await.expect("open").forget();
+        if !self.holds_refunds() {
+            self.hold().await;
+        }
         answer
     }
     async fn capture(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
@@ -2001,7 +2029,11 @@ impl PaymentProvider for HeldAuthorizations {
         self.sim.void(key, payment_id, amount).await
     }
     async fn refund(&self, key: &str, payment_id: &str, amount: u64) -> Result<(), PaymentError> {
-        self.sim.refund(key, payment_id, amount).await
+        let answer = self.sim.refund(key, payment_id, amount).await;
+        if self.holds_refunds() {
+            self.hold().await;
+        }
+        answer
     }
     async fn lookup(&self, key: &str) -> Result<Option<OperationOutcome>, PaymentError> {
         self.sim.lookup(key).await
@@ -2011,12 +2043,12 @@ impl PaymentProvider for HeldAuthorizations {
     }
 }
 
-/// A back end paying through [`HeldAuthorizations`], with 100 units of
+/// A back end paying through [`HeldCalls`], with 100 units of
 /// `sku-a`, one store thread and a runtime for its async checkouts.
 struct Held {
     f: Fixture,
     sim: Arc<SimulatedProvider>,
-    held: Arc<HeldAuthorizations>,
+    held: Arc<HeldCalls>,
     steps: Arc<OneStoreThread>,
     runtime: tokio::runtime::Runtime,
 }
@@ -2024,11 +2056,12 @@ struct Held {
 impl Held {
     fn open(open: fn(Arc<SimulatedProvider>, Arc<dyn PaymentProvider>) -> Fixture) -> Self {
         let sim = Arc::new(SimulatedProvider::default());
-        let held = Arc::new(HeldAuthorizations {
+        let held = Arc::new(HeldCalls {
             sim: sim.clone(),
             entered: Default::default(),
             arrived: tokio::sync::Notify::new(),
             release: tokio::sync::Semaphore::new(0),
+            refunds: Default::default(),
         });
         let f = open(sim.clone(), held.clone());
         f.seed(&[("sku-a", 100, 1)]);
@@ -2083,16 +2116,7 @@ fn checkouts_waiting_for_the_provider_hold_no_store_thread(
                 })
             })
             .collect();
-        while held.entered.load(std::sync::atomic::Ordering::SeqCst) < BUYERS {
-            tokio::time::timeout(Duration::from_secs(30), held.arrived.notified())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "only {} of {BUYERS} checkouts reached the provider",
-                        held.entered.load(std::sync::atomic::Ordering::SeqCst)
-                    )
-                });
-        }
+        held.until_held(BUYERS, "checkouts").await;
         // A synchronous read (the `postgres` driver blocks).
         let authorizing = tokio::task::block_in_place(|| f.count(OrderState::Authorizing));
         assert_eq!(authorizing, BUYERS as u64);
@@ -2107,6 +2131,71 @@ fn checkouts_waiting_for_the_provider_hold_no_store_thread(
     });
     assert_eq!(f.count(OrderState::Confirmed), BUYERS as u64);
     assert_eq!(f.provider.total_captures(), BUYERS as u32);
+    f.assert_books_balance();
+}
+
+/// Eight async cancels of confirmed orders, their store steps on one
+/// thread, are all waiting for their refunds at once (a cancel run whole
+/// on a blocking thread, as before, would let one in at a time). Let
+/// through, every order is `refunded` and its units are back on sale.
+fn cancels_waiting_for_a_refund_hold_no_store_thread(
+    open: fn(Arc<SimulatedProvider>, Arc<dyn PaymentProvider>) -> Fixture,
+) {
+    const BUYERS: usize = 8;
+    let Held {
+        f,
+        sim,
+        held,
+        steps,
+        runtime,
+    } = Held::open(open);
+    held.refunds
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let orders: Vec<sluice_checkout::Order> = (0..BUYERS)
+        .map(|i| {
+            let (order, _) = f
+                .backend
+                .checkout_within(
+                    &format!("buyer-{i}"),
+                    &key(&format!("refund-{i:04}")),
+                    &request("sku-a", 1, PM_OK),
+                    OrderLimits::UNLIMITED,
+                    T0_MS,
+                )
+                .unwrap();
+            assert_eq!(order.state, OrderState::Confirmed);
+            order
+        })
+        .collect();
+    let before = f.backend.stock("sku-a").unwrap();
+    runtime.block_on(async {
+        let cancels: Vec<_> = orders
+            .iter()
+            .enumerate()
+            .map(|(i, order)| {
+                let (backend, steps) = (Arc::clone(&f.backend), Arc::clone(&steps));
+                let id = order.order_id.clone();
+                tokio::spawn(async move {
+                    backend
+                        .cancel_on(steps.as_ref(), &format!("buyer-{i}"), &id, T0_MS + 1_000)
+                        .await
+                })
+            })
+            .collect();
+        held.until_held(BUYERS, "refunds").await;
+        let refunding = tokio::task::block_in_place(|| f.count(OrderState::Refunding));
+        assert_eq!(refunding, BUYERS as u64);
+        held.release.add_permits(BUYERS);
+        for cancel in cancels {
+            let order = cancel.await.unwrap().unwrap();
+            assert_eq!(order.state, OrderState::Refunded);
+        }
+    });
+    assert_eq!(f.count(OrderState::Refunded), BUYERS as u64);
+    let refunds: u32 = sim.payments().iter().map(|p| p.refunds).sum();
+    assert_eq!(refunds, BUYERS as u32);
+    let after = f.backend.stock("sku-a").unwrap();
+    assert_eq!(after.available, before.available + BUYERS as i64);
     f.assert_books_balance();
 }
 
@@ -2178,6 +2267,14 @@ mod async_checkout {
         super::checkouts_waiting_for_the_provider_hold_no_store_thread(
             super::Fixture::postgres_with,
         );
+    }
+    #[test]
+    fn sqlite_cancels() {
+        super::cancels_waiting_for_a_refund_hold_no_store_thread(super::Fixture::sqlite_with);
+    }
+    #[test]
+    fn postgres_cancels() {
+        super::cancels_waiting_for_a_refund_hold_no_store_thread(super::Fixture::postgres_with);
     }
     #[test]
     fn sqlite_event_ahead_of_the_answer() {

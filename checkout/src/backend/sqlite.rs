@@ -112,6 +112,18 @@ impl OrderBackend for SqliteBackend {
         self.service.cancel(subject, order_id, now_ms)
     }
 
+    async fn cancel_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        self.service
+            .cancel_on(steps, subject, order_id, now_ms)
+            .await
+    }
+
     fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
         self.service.subject_orders(subject)
     }

@@ -11,10 +11,11 @@
 //! PostgreSQL answers `503 store_unavailable` with `Retry-After`. Every
 //! call, and the sold-out
 //! refresh after it, runs on a bounded blocking pool (`pool`): checkouts
-//! on their own budget (`gateway.checkouts_in_flight_max`), each a task
-//! holding a permit whose store steps go to blocking threads one by one and
-//! whose provider calls are awaited in between (no thread waits for the
-//! provider); the short store calls on another; nothing of it runs on a
+//! and cancels on their own budget (`gateway.checkouts_in_flight_max`),
+//! each a task holding a permit whose store steps go to blocking threads
+//! one by one and whose provider calls (a refund's, for a cancel) are
+//! awaited in between (no thread waits for the provider); the short store
+//! calls on another; nothing of it runs on a
 //! proxy worker thread, and a full pool answers `503 overloaded` at once.
 //!
 //! A pass is a bounded right: it may start a checkout only while its room
@@ -64,7 +65,7 @@ pub use worker::OrdersWorker;
 pub const CHECKOUT_BODY_BYTES_MAX: usize = 16 * 1024;
 /// Largest webhook body read; a provider event is a few hundred bytes.
 pub const WEBHOOK_BODY_BYTES_MAX: usize = 64 * 1024;
-/// Short store calls (order reads, cancels, webhooks, adjustments) in
+/// Short store calls (order reads, webhooks, adjustments) in
 /// flight at once, at most; checkouts have their own budget.
 pub const STORE_CALLS_IN_FLIGHT_MAX: usize = 64;
 /// PostgreSQL connections one gateway keeps for new checkouts, reads and
@@ -450,13 +451,23 @@ impl Orders {
             OrderRoute::Cancel(id) => {
                 let id = id.to_string();
                 let stock = self.stock.clone();
-                let cancelled = self.calls.run(move || {
-                    let result = backend.cancel(&subject, &id, now_ms() as i64);
-                    if !unreachable(&result) {
-                        refresh(&stock, backend.as_ref());
+                // Async, like a checkout: a refund's provider calls hold no
+                // thread, and the cancel runs on if the client hangs up.
+                let cancelled = self.checkouts.spawn_held(async move {
+                    let now = now_ms() as i64;
+                    let result = backend
+                        .cancel_on(&BlockingThreads, &subject, &id, now)
+                        .await;
+                    if unreachable(&result) {
+                        return (result, None);
                     }
-                    let orders = result.is_ok().then(|| backend.subject_orders(&subject));
-                    (result, orders)
+                    let ok = result.is_ok();
+                    let after = tokio::task::spawn_blocking(move || {
+                        refresh(&stock, backend.as_ref());
+                        ok.then(|| backend.subject_orders(&subject))
+                    })
+                    .await;
+                    (result, after_step(after).flatten())
                 });
                 let Ok((result, orders)) = cancelled.await else {
                     return overloaded();
@@ -549,18 +560,16 @@ impl Orders {
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
         let _in_flight = rooms.checkout_started(room);
-        let ran = match self.checkouts.try_hold() {
-            // A task of its own: a client that hangs up does not stop a
-            // checkout between its durable steps, nor free its permit.
-            Ok(permit) => tokio::spawn(async move {
-                let _permit = permit;
+        let ran = self
+            .checkouts
+            .spawn_held(async move {
                 let now = now_ms() as i64;
                 let result = backend
                     .checkout_on(&BlockingThreads, &subject, &key, &request, limits, now)
                     .await;
                 if unreachable(&result) {
                     // Nothing changed, and the store would not answer more now.
-                    return Ok((result, None));
+                    return (result, None);
                 }
                 // A shared store is re-read only when this checkout found
                 // the stock gone (the room should stop admitting now);
@@ -576,20 +585,9 @@ impl Orders {
                     backend.subject_orders(&subject)
                 })
                 .await;
-                match after {
-                    Ok(orders) => Ok((result, Some(orders))),
-                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                    Err(_) => Ok((result, None)),
-                }
+                (result, after_step(after))
             })
-            .await
-            .unwrap_or_else(|e| match e.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Cancelled: the runtime is shutting down.
-                Err(_) => Err(Overloaded),
-            }),
-            Err(Overloaded) => Err(Overloaded),
-        };
+            .await;
         let latency_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
         let Ok((result, orders)) = ran else {
             count("overloaded");
@@ -770,6 +768,16 @@ fn unreachable<T>(result: &Result<T, CheckoutError>) -> bool {
 
 /// After a checkout or cancel: the pass's slot goes back to the line once
 /// it has started every checkout it may and none is still running.
+/// What the store read after a call found; a panic in it is resumed, and
+/// nothing is found when the runtime is shutting down.
+fn after_step<T>(joined: Result<T, tokio::task::JoinError>) -> Option<T> {
+    match joined {
+        Ok(t) => Some(t),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
+    }
+}
+
 fn give_back_if_spent(
     rooms: &Rooms,
     room: &str,

@@ -9,11 +9,12 @@
 //! closure, so a client that hangs up does not free a slot whose work is
 //! still running.
 //!
-//! A checkout is async (its provider calls are awaited): it holds a permit
-//! for its whole length ([`BlockingPool::try_hold`]) in a task of its own,
-//! and hands each store step to [`BlockingThreads`]; so the permits still
-//! bound the checkouts in flight (and with them their store steps), while
-//! a checkout waiting for the provider holds no thread.
+//! A checkout or a cancel is async (its provider calls are awaited): it
+//! holds a permit for its whole length in a task of its own
+//! ([`BlockingPool::spawn_held`]), and hands each store step to
+//! [`BlockingThreads`]; so the permits still bound the calls in flight
+//! (and with them their store steps), while a call waiting for the
+//! provider holds no thread.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -55,6 +56,29 @@ impl BlockingPool {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Overloaded)
+    }
+
+    /// Runs `call` as a task of its own holding a permit, if one is free;
+    /// refuses at once otherwise. The task runs to its end even when the
+    /// caller stops waiting (a client hanging up does not stop a payment
+    /// between its durable steps, nor free its permit). A panic in it is
+    /// resumed in the caller.
+    pub async fn spawn_held<T: Send + 'static>(
+        &self,
+        call: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, Overloaded> {
+        let permit = self.try_hold()?;
+        let joined = tokio::spawn(async move {
+            let _permit = permit;
+            call.await
+        })
+        .await;
+        match joined {
+            Ok(t) => Ok(t),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is shutting down.
+            Err(_) => Err(Overloaded),
+        }
     }
 
     /// Runs `f` on the blocking pool if a permit is free; refuses at once

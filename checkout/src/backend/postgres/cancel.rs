@@ -12,11 +12,14 @@
 //! The decision is made in one transaction with the order row locked
 //! (`FOR UPDATE`, as every settlement does first), so it is made on the
 //! state at the commit, never on a read a settlement has since changed.
+//! Each store step runs on the caller's [`Blocking`]; the refund's
+//! provider calls are awaited between them.
 
 use super::conn::Db;
-use super::settle::{drive, insert_attempt};
+use super::settle::{drive_on, insert_attempt};
 use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
+use crate::blocking::{step, Blocking};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
 use crate::order::Order;
@@ -30,16 +33,31 @@ enum Next {
     Refund,
 }
 
-pub(super) fn cancel(
+pub(super) async fn cancel_on(
     backend: &PgBackend,
+    steps: &dyn Blocking,
     subject: &str,
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<Order, CheckoutError> {
+    let (b, s, id) = (backend.clone(), subject.to_owned(), order_id.to_owned());
+    match step(steps, move || decide(&b, &s, &id, now_ms)).await?? {
+        Next::Show(order) => Ok(order),
+        Next::Refund => refund_on(backend, steps, order_id, now_ms).await,
+    }
+}
+
+/// The cancel's transaction.
+fn decide(
+    backend: &PgBackend,
+    subject: &str,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<Next, CheckoutError> {
     // One transaction with the order locked: a settlement committing
     // meanwhile is waited for and its state is the one decided on, so a
     // cancel is never recorded against an order already past it.
-    let next = backend.write(|tx| {
+    backend.write(|tx| {
         let current = match order::load_for_update(tx, order_id)? {
             Some(found) if found.subject == subject => found,
             _ => return Err(CheckoutError::NotFound),
@@ -80,18 +98,21 @@ pub(super) fn cancel(
             }
             _ => Ok(Next::Show(current)),
         }
-    })?;
-    match next {
-        Next::Show(order) => Ok(order),
-        Next::Refund => refund(backend, order_id, now_ms),
-    }
+    })
 }
 
 /// Sends the stored refund of a `refunding` order; its answer is settled
 /// like any other (a refund left unanswered stays `refunding`, for the
 /// payments reconciler).
-fn refund(backend: &PgBackend, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
-    let current = backend.read(|client| order::load_existing(client, order_id))?;
+async fn refund_on(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    order_id: &str,
+    now_ms: UnixMs,
+) -> Result<Order, CheckoutError> {
+    let load =
+        |b: PgBackend, id: String| move || b.read(|client| order::load_existing(client, &id));
+    let current = step(steps, load(backend.clone(), order_id.to_owned())).await??;
     if current.state != OrderState::Refunding {
         return Ok(current);
     }
@@ -102,11 +123,13 @@ fn refund(backend: &PgBackend, order_id: &str, now_ms: UnixMs) -> Result<Order, 
         }
         .into());
     }
-    drive(
+    drive_on(
         backend,
+        steps,
         attempt_key(order_id, Operation::Refund),
         false,
         now_ms,
-    )?;
-    Ok(backend.read(|client| order::load_existing(client, order_id))?)
+    )
+    .await?;
+    Ok(step(steps, load(backend.clone(), order_id.to_owned())).await??)
 }

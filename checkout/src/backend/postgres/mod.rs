@@ -73,10 +73,11 @@ use r2d2_postgres::PostgresConnectionManager;
 
 use self::conn::{Conn, Tx};
 use crate::backend::OrderBackend;
-use crate::blocking::Blocking;
+use crate::blocking::{Blocking, Inline};
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::error::{CheckoutError, StoreError};
+use crate::http_client::wait;
 use crate::idempotency::IdempotencyKey;
 use crate::metrics::Metrics;
 use crate::order::Order;
@@ -658,7 +659,17 @@ impl OrderBackend for PgBackend {
         order_id: &str,
         now_ms: UnixMs,
     ) -> Result<Order, CheckoutError> {
-        cancel::cancel(self, subject, order_id, now_ms)
+        wait(cancel::cancel_on(self, &Inline, subject, order_id, now_ms))
+    }
+
+    async fn cancel_on(
+        &self,
+        steps: &dyn Blocking,
+        subject: &str,
+        order_id: &str,
+        now_ms: UnixMs,
+    ) -> Result<Order, CheckoutError> {
+        cancel::cancel_on(self, steps, subject, order_id, now_ms).await
     }
 
     fn subject_orders(&self, subject: &str) -> Result<SubjectOrders, CheckoutError> {
