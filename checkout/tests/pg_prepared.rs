@@ -200,7 +200,18 @@ fn each_connection_prepares_a_statement_once_and_then_only_binds_it() {
         steps.parse * 4 < COUNTED,
         "warm connections prepare (almost) nothing: {steps:?}"
     );
+    // docs/orders.md states the count; a change that adds round trips to
+    // every checkout shows here (a pool opening a connection now and then
+    // adds a few parses, hence the half).
+    assert!(
+        steps.round_trips() * 2 <= (2 * ROUND_TRIPS_MAX + 1) * COUNTED,
+        "more than {ROUND_TRIPS_MAX} round trips per confirmed checkout: {steps:?}"
+    );
 }
+
+/// Round trips per confirmed checkout, one at a time on one partition,
+/// warm connections (docs/orders.md).
+const ROUND_TRIPS_MAX: usize = 47;
 
 /// A migration that changes what cached statements return (here a column
 /// of `orders` from `text` to `varchar`) makes the server refuse their old

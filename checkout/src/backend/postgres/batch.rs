@@ -508,8 +508,11 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     // the holds' foreign-key locks on them are this transaction's own
     // (`checkout::insert_holds`).
     let mut fits = true;
+    let mut seen = Vec::with_capacity(demand.len());
     for &(sku, sum) in &demand {
-        fits &= stock::largest_free(tx, sku)? >= sum;
+        let snapshot = stock::snapshot(tx, sku)?;
+        fits &= snapshot.largest_free() >= sum;
+        seen.push(snapshot);
     }
     if fits {
         let mut sp = tx.savepoint("whole").map_err(pg_err)?;
@@ -520,12 +523,12 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
         let (begun, mut holds) = checkout::create_all(&mut sp, jobs)?;
         let mut taken = true;
         let mut summed = Summed::default();
-        for (&(sku, sum), of_sku) in demand.iter().zip(by_sku.values()) {
+        for ((&(sku, sum), of_sku), seen) in demand.iter().zip(by_sku.values()).zip(&seen) {
             let (first, now_ms) = (
                 &ready[of_sku[0]].1.order_id,
                 claim_of(ready[of_sku[0]].0).now_ms,
             );
-            let Some(part) = stock::take_whole(&mut sp, sku, sum, first, now_ms)? else {
+            let Some(part) = stock::take_whole(&mut sp, seen, sku, sum, first, now_ms)? else {
                 taken = false;
                 break;
             };

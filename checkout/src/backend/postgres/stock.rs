@@ -3,10 +3,11 @@
 //!
 //! A reservation is one conditional statement on one partition
 //! (`available >= n`, so the database decides): first the partitions that
-//! had the units in the statement's snapshot, nearest first from the one
-//! the order id points at, skipping rows another transaction holds (so
-//! shoppers spread over the rows instead of queueing on one); then,
-//! waiting, the nearest of them; having lost those races too (or when the
+//! had the units in a snapshot read in one statement with the live count
+//! ([`snapshot`]), nearest first from the one the order id points at,
+//! skipping rows another transaction holds (so shoppers spread over the
+//! rows instead of queueing on one); then, waiting, the nearest of them
+//! (with one partition, that wait at once, in no savepoint); having lost those races too (or when the
 //! units are scattered), every partition is locked in ascending order and
 //! read as committed now, and the units are taken from one, or gathered
 //! into one by logged moves. "Sold out" is
@@ -387,6 +388,44 @@ pub(super) fn adjust(
     level(tx, sku)
 }
 
+/// A SKU's live partitions as one statement saw them (no row locked):
+/// the live count and each live partition's free units, in order.
+pub(super) struct Snapshot {
+    live: i32,
+    free: Vec<(i32, i64)>,
+}
+
+impl Snapshot {
+    /// The most free units one live partition has: what a batch's one
+    /// summed take can get.
+    pub(super) fn largest_free(&self) -> i64 {
+        self.free.iter().map(|&(_, f)| f).max().unwrap_or(0)
+    }
+}
+
+/// `sku`'s [`Snapshot`], in one statement (its live count and the
+/// partitions' free units together).
+pub(super) fn snapshot(tx: &mut Tx<'_>, sku: &str) -> Result<Snapshot, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT GREATEST(p.partitions, 1), s.part, s.available FROM products p
+               LEFT JOIN stock_partitions s
+                 ON s.sku = p.sku AND s.part < GREATEST(p.partitions, 1)
+              WHERE p.sku = $1 ORDER BY s.part",
+            &[&sku],
+        )
+        .map_err(pg_err)?;
+    let live: i32 = rows
+        .first()
+        .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))?
+        .get(0);
+    let free = rows
+        .iter()
+        .filter_map(|row| Some((row.get::<_, Option<i32>>(1)?, row.get::<_, Option<i64>>(2)?)))
+        .collect();
+    Ok(Snapshot { live, free })
+}
+
 /// Takes `units` for a hold: the partition it came from, or `None` when
 /// the SKU does not have them (sold out). See the module map for the order
 /// partitions are tried in.
@@ -397,57 +436,56 @@ pub(super) fn take(
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<Option<i32>, StoreError> {
-    take_from(tx, sku, units, order_id, true, now_ms)
+    let seen = snapshot(tx, sku)?;
+    take_from(tx, &seen, sku, units, order_id, true, now_ms)
 }
 
 /// A batch's whole demand for `sku` from one partition, or `None` when no
 /// single partition has it: then the batch takes each hold on its own, in
 /// arrival order ([`take`]), so exactly the units left are sold. Never
 /// gathers: a batch's sum is not worth moving units between partitions.
+/// `seen` is the batch's own [`snapshot`], read to decide whether the sum
+/// fits (a hint only: every take is conditional).
 pub(super) fn take_whole(
     tx: &mut Tx<'_>,
+    seen: &Snapshot,
     sku: &str,
     units: i64,
     order_id: &str,
     now_ms: UnixMs,
 ) -> Result<Option<i32>, StoreError> {
-    take_from(tx, sku, units, order_id, false, now_ms)
+    take_from(tx, seen, sku, units, order_id, false, now_ms)
 }
 
 fn take_from(
     tx: &mut Tx<'_>,
+    seen: &Snapshot,
     sku: &str,
     units: i64,
     order_id: &str,
     gather: bool,
     now_ms: UnixMs,
 ) -> Result<Option<i32>, StoreError> {
-    let live: i32 = tx
-        .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
-        .map_err(pg_err)?
-        .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))?
-        .get(0);
-    let live = live.max(1);
+    let live = seen.live.max(1);
     let start = (partition::start_of(order_id) % live as u32) as i32;
-    // The live partitions as of this statement's snapshot; no row is
-    // locked by reading them.
-    let snapshot: Vec<(i32, i64)> = tx
-        .query(
-            "SELECT part, available FROM stock_partitions
-              WHERE sku = $1 AND part < $2 ORDER BY part",
-            &[&sku, &live],
-        )
-        .map_err(pg_err)?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
-    let mut candidates: Vec<i32> = snapshot
+    let mut candidates: Vec<i32> = seen
+        .free
         .iter()
         .filter(|(_, available)| *available >= units)
         .map(|(part, _)| *part)
         .collect();
     candidates.sort_by_key(|part| (part + live - start) % live);
-    if !candidates.is_empty() {
+    if live == 1 {
+        // One partition: nothing to spread over, so wait for its row at
+        // once. No savepoint either: a failed re-check keeps the row's
+        // lock, but the only lock `lock_all` below then takes first is
+        // that same row's (the lowest), so it cannot deadlock.
+        if let Some(&part) = candidates.first() {
+            if try_take(tx, sku, part, units)? {
+                return Ok(Some(part));
+            }
+        }
+    } else if !candidates.is_empty() {
         // Nearest first, skipping rows another transaction holds, so
         // shoppers spread instead of queueing. Inside a savepoint: a
         // failed try may leave a row locked, and rolling back releases it
@@ -471,7 +509,7 @@ fn take_from(
         }
         drop(nearest);
     }
-    let free: i64 = snapshot.iter().map(|(_, available)| available).sum();
+    let free: i64 = seen.free.iter().map(|(_, available)| available).sum();
     if candidates.is_empty() && free < units {
         // Sold out as of the snapshot: every partition lacked the units.
         return Ok(None);
@@ -629,20 +667,6 @@ fn hold_move_sql(step: HoldMove) -> &'static str {
              WHERE sku = $1 AND part = $2 AND committed >= $3"
         }
     }
-}
-
-/// The most free units one live partition of a SKU has, as of this
-/// statement's snapshot (no lock): what a batch's one summed take can get.
-pub(super) fn largest_free(tx: &mut Tx<'_>, sku: &str) -> Result<i64, StoreError> {
-    Ok(tx
-        .query_one(
-            "SELECT COALESCE(MAX(available), 0)::bigint FROM stock_partitions s
-               JOIN products p USING (sku)
-              WHERE s.sku = $1 AND s.part < p.partitions",
-            &[&sku],
-        )
-        .map_err(pg_err)?
-        .get(0))
 }
 
 /// Moves the hold of `order_id` once; false when it was already moved (or
