@@ -35,7 +35,9 @@
 //! end the books are checked: per SKU, free units plus held units equal
 //! the total, and the holds are exactly the reservations answered.
 //!
-//! Run: `cargo bench -p sluice-checkout --bench fleet_reserve -- ROUNDS SECONDS CLIENTS`
+//! Run: `cargo bench -p sluice-checkout --bench fleet_reserve -- ROUNDS SECONDS CLIENTS
+//! [BATCHERS]` (BATCHERS: checkout batchers per gateway, the back end's
+//! `CHECKOUT_BATCHERS` unless given).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -321,6 +323,10 @@ fn main() {
         .copied()
         .unwrap_or(CLIENTS_DEFAULT)
         .clamp(1, CLIENTS_MAX);
+    let batchers = numbers.get(3).map_or(
+        sluice_checkout::backend::postgres::CHECKOUT_BATCHERS,
+        |&n| n.clamp(1, 16) as usize,
+    );
     let pg = ThrowawayPostgres::start(Durability::Full)
         .expect("a throwaway PostgreSQL (scripts/deps.sh --test installs its binaries)");
     assert_ne!(pg.port(), 5432, "never the machine's PostgreSQL");
@@ -343,8 +349,11 @@ fn main() {
     let fleet: Vec<Arc<PgBackend>> = (0..GATEWAYS)
         .map(|_| {
             let provider = Arc::new(SimulatedProvider::default());
-            let backend =
-                PgBackend::open(&PgConfig::new(fleet_url.clone()), provider).expect("open");
+            let config = PgConfig {
+                checkout_batchers: batchers,
+                ..PgConfig::new(fleet_url.clone())
+            };
+            let backend = PgBackend::open(&config, provider).expect("open");
             backend
                 .seed_products_at(
                     &[1, 8].map(|partitions| ProductSeed {
@@ -364,7 +373,8 @@ fn main() {
     let reserved_p1 = Arc::new(AtomicU64::new(0));
     let reserved_p8 = Arc::new(AtomicU64::new(0));
     println!(
-        "cores {} clients {clients} rounds {rounds} x {seconds} s, load average at start {}",
+        "cores {} clients {clients} rounds {rounds} x {seconds} s, {batchers} checkout batchers \
+         per gateway, load average at start {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg()
     );

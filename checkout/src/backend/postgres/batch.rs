@@ -55,9 +55,13 @@ pub const BATCH_MAX: usize = 256;
 /// previous batch had company).
 pub const BATCH_WAIT: Duration = Duration::from_micros(500);
 /// Threads batching checkouts (each a connection of the pool while it
-/// writes): one collects while the others write; the claims run in
-/// parallel, the hot rows are locked only at each batch's end.
-pub const CHECKOUT_BATCHERS: usize = 4;
+/// writes): one collects while the other writes, and a batch waiting on
+/// a lock does not stop the gateway's every checkout. Two, not more: on
+/// one hot row every further batcher is one more transaction queued on
+/// its lock with a smaller batch (three gateways on one partition: 8,000
+/// to 8,500 reservations/s with 2, 4,600 to 4,750 with 4; one gave 10,200
+/// to 11,400 in a closed loop; docs/benchmarks.md).
+pub const CHECKOUT_BATCHERS: usize = 2;
 /// Threads batching provider answers (on the answers' pool).
 pub const ANSWER_BATCHERS: usize = 2;
 /// Jobs queued for one batcher, at most; beyond it callers wait.

@@ -161,6 +161,9 @@ pub struct PgConfig {
     /// transaction, for a transaction pooler that cannot carry prepared
     /// statements (see `conn`).
     pub prepared_statements: bool,
+    /// Threads batching this back end's checkouts
+    /// ([`CHECKOUT_BATCHERS`] by default; the benchmarks compare others).
+    pub checkout_batchers: usize,
 }
 
 /// Server-side bounds set on every pooled connection (startup
@@ -244,13 +247,14 @@ impl std::fmt::Debug for PgConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("timeouts", &self.timeouts)
             .field("prepared_statements", &self.prepared_statements)
+            .field("checkout_batchers", &self.checkout_batchers)
             .finish()
     }
 }
 
 impl PgConfig {
     /// 16 connections, 2 s to get one, [`SessionTimeouts::default`],
-    /// statements kept.
+    /// statements kept, [`CHECKOUT_BATCHERS`] checkout batchers.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -258,6 +262,7 @@ impl PgConfig {
             connect_timeout: Duration::from_secs(2),
             timeouts: SessionTimeouts::default(),
             prepared_statements: true,
+            checkout_batchers: batch::CHECKOUT_BATCHERS,
         }
     }
 }
@@ -454,7 +459,7 @@ impl PgBackend {
         let checkouts = batch::Batcher::start(
             "sluice-pg-checkouts",
             shared(&pool),
-            batch::CHECKOUT_BATCHERS,
+            config.checkout_batchers.max(1),
         )?;
         let settles = batch::Batcher::start(
             "sluice-pg-answers",
