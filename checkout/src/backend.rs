@@ -9,7 +9,8 @@
 //! - [`postgres::PgBackend`]: one PostgreSQL database shared by a fleet
 //!   (`[cluster] postgres_url`), its SQL in `backend/postgres/`.
 //!
-//! The trait is synchronous but for the checkout: both stores are
+//! The trait is synchronous but for the checkout and the cancel (which
+//! may send a refund, [`OrderBackend::cancel_on`]): both stores are
 //! synchronous (SQLite, the `postgres` driver), and the gateway runs their
 //! calls on its bounded blocking pool (`gateway/src/orders/pool.rs`). The
 //! checkout ([`OrderBackend::checkout_on`]) is async: its store steps go

@@ -1,8 +1,8 @@
 //! Where the store steps of an async call run.
 //!
 //! The stores are synchronous (SQLite, the `postgres` driver); an async
-//! checkout ([`crate::OrderBackend::checkout_on`]) awaits its provider
-//! calls and hands each store step between them to a [`Blocking`]: the
+//! checkout or cancel ([`crate::OrderBackend::checkout_on`],
+//! [`crate::OrderBackend::cancel_on`]) awaits its provider calls and hands each store step between them to a [`Blocking`]: the
 //! gateway's blocking threads, so no thread is held while the provider
 //! answers, or [`Inline`], the calling thread, for a synchronous caller
 //! that waits for the whole call ([`crate::http_client::wait`]).

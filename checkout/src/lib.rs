@@ -2,7 +2,8 @@
 //!
 //! This crate serves no HTTP; the gateway calls it. Calls that write block
 //! until their transaction is durable, so the gateway runs them on
-//! `spawn_blocking`; the checkout ([`OrderBackend::checkout_on`]) is async
+//! `spawn_blocking`; the checkout and the cancel
+//! ([`OrderBackend::checkout_on`], [`OrderBackend::cancel_on`]) are async
 //! instead: its store steps go to the caller's blocking threads one by one
 //! ([`blocking`]) and its provider calls are awaited in between; the
 //! hot-path [`Store::try_submit_reservation`] answers through a future
