@@ -79,6 +79,10 @@ fn seen(gw: &Gateway) -> Seen {
     }
 }
 
+/// How long another gateway may take to go on stepping the fleet's rate
+/// once the leader died.
+const TAKEOVER_MAX: Duration = Duration::from_secs(5);
+
 /// Every live gateway's view at one moment; checks that they show one
 /// rate: the same decision (or one step apart while the newest reaches
 /// them), and each decision ever seen the same everywhere.
@@ -119,8 +123,18 @@ impl Samples {
             // A step a second; a tick (100 ms) brings it to each gateway,
             // and the gateways are read one after the other: at most a step
             // apart, with a loaded machine's delays (a gateway that stopped
-            // reading the store falls behind by a step every second).
-            assert!(spread <= 2_500, "gateways more than a step apart: {all:?}");
+            // reading the store falls behind by a step every second). Across
+            // a change of leader, the dead leader's last decision and the new
+            // one's first are the takeover apart (under TAKEOVER_MAX, as the
+            // test asserts), not a step: a gateway one tick behind then shows
+            // the one while another shows the other (CI saw 2.7 s).
+            let leaders: std::collections::HashSet<_> = all.iter().map(|s| &s.by).collect();
+            let bound = if leaders.len() > 1 {
+                2_500 + TAKEOVER_MAX.as_millis() as u64
+            } else {
+                2_500
+            };
+            assert!(spread <= bound, "gateways more than a step apart: {all:?}");
         }
         all
     }
@@ -277,7 +291,7 @@ async fn one_rate_for_the_fleet_follows_one_slow_gateway_and_outlives_its_leader
     };
     let took = killed_at.elapsed();
     println!("{before:?} then {after:?} after {took:?}");
-    assert!(took < Duration::from_secs(5), "took over in {took:?}");
+    assert!(took < TAKEOVER_MAX, "took over in {took:?}");
     let next = &after[0];
     assert!(
         next.exact >= before.exact * 0.5 && next.exact <= before.exact * 1.5 + 1.0,
