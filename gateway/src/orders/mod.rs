@@ -766,8 +766,6 @@ fn unreachable<T>(result: &Result<T, CheckoutError>) -> bool {
     )
 }
 
-/// After a checkout or cancel: the pass's slot goes back to the line once
-/// it has started every checkout it may and none is still running.
 /// What the store read after a call found; a panic in it is resumed, and
 /// nothing is found when the runtime is shutting down.
 fn after_step<T>(joined: Result<T, tokio::task::JoinError>) -> Option<T> {
@@ -778,6 +776,8 @@ fn after_step<T>(joined: Result<T, tokio::task::JoinError>) -> Option<T> {
     }
 }
 
+/// After a checkout or cancel: the pass's slot goes back to the line once
+/// it has started every checkout it may and none is still running.
 fn give_back_if_spent(
     rooms: &Rooms,
     room: &str,
