@@ -476,10 +476,25 @@ impl ProxyHttp for Proxy {
 impl Proxy {
     /// Counts a body refused for its size (its time is counted as a 408
     /// in the access log and the answers' metrics).
-    fn body_refused(&self, e: BodyError) {
-        if e == BodyError::TooLarge {
-            self.shared.metrics.body_too_large.inc();
-        }
+    /// The request's body, at most `max` bytes within the header timeout;
+    /// otherwise the answer that refuses it (`413` saying `too_large`, or
+    /// `408`), counted.
+    async fn read_body(
+        &self,
+        session: &mut Session,
+        ctx: &Ctx,
+        max: usize,
+        too_large: &str,
+    ) -> std::result::Result<bytes::Bytes, LocalResponse> {
+        let deadline = ctx.runtime.config.gateway.header_timeout;
+        body::read(session.as_downstream_mut(), max, deadline)
+            .await
+            .map_err(|e| {
+                if e == BodyError::TooLarge {
+                    self.shared.metrics.body_too_large.inc();
+                }
+                LocalResponse::error(&e.answer(too_large, deadline))
+            })
     }
 
     /// Provider events: POST only, signature first.
@@ -493,20 +508,13 @@ impl Proxy {
                 .push((header::ALLOW, http::HeaderValue::from_static("POST")));
             return Ok(r);
         }
-        let deadline = ctx.runtime.config.gateway.header_timeout;
-        let body = match body::read(
-            session.as_downstream_mut(),
-            WEBHOOK_BODY_BYTES_MAX,
-            deadline,
-        )
-        .await
+        let too_large = "A provider event is small; this body is not.";
+        let body = match self
+            .read_body(session, ctx, WEBHOOK_BODY_BYTES_MAX, too_large)
+            .await
         {
             Ok(body) => body,
-            Err(e) => {
-                self.body_refused(e);
-                let too_large = "A provider event is small; this body is not.";
-                return Ok(LocalResponse::error(&e.answer(too_large, deadline)));
-            }
+            Err(refused) => return Ok(refused),
         };
         let req = session.req_header();
         let provider = req.uri.path().strip_prefix("/webhooks/").unwrap_or("");
@@ -519,20 +527,13 @@ impl Proxy {
 
     /// Reads the (small, bounded) body and lets the reservation core answer.
     async fn orders(&self, session: &mut Session, ctx: &mut Ctx) -> Result<LocalResponse> {
-        let deadline = ctx.runtime.config.gateway.header_timeout;
-        let body = match body::read(
-            session.as_downstream_mut(),
-            CHECKOUT_BODY_BYTES_MAX,
-            deadline,
-        )
-        .await
+        let too_large = "An order body is a few short fields; this one is too large.";
+        let body = match self
+            .read_body(session, ctx, CHECKOUT_BODY_BYTES_MAX, too_large)
+            .await
         {
             Ok(body) => body,
-            Err(e) => {
-                self.body_refused(e);
-                let too_large = "An order body is a few short fields; this one is too large.";
-                return Ok(LocalResponse::error(&e.answer(too_large, deadline)));
-            }
+            Err(refused) => return Ok(refused),
         };
         let req = session.req_header();
         let path = ctx.path.as_ref().map_or("", |p| p.decoded());
