@@ -26,7 +26,12 @@
 //! autocommit on one row (a database of its own on the same server).
 //!
 //! Each round runs naive, then partitions 1, then partitions 8, SECONDS
-//! each. Printed: per variant, the median over rounds of reservations/s
+//! each. Every client thread opens its connection (or picks its gateway)
+//! first; a barrier then starts them together, and the rate, latencies
+//! and CPU times cover only the span between that barrier and the one
+//! they meet when their SECONDS are over (not the connections' opening
+//! and closing, which at hundreds of clients would weigh on the
+//! baseline). Printed: per variant, the median over rounds of reservations/s
 //! and of each round's per-reservation p50/p99 (from the call to its
 //! answer), the ratio of the medians to the naive baseline's, and the
 //! median CPU time per reservation of the server (all its processes,
@@ -36,11 +41,13 @@
 //! the total, and the holds are exactly the reservations answered.
 //!
 //! Run: `cargo bench -p sluice-checkout --bench fleet_reserve -- ROUNDS SECONDS CLIENTS
-//! [BATCHERS]` (BATCHERS: checkout batchers per gateway, the back end's
+//! [BATCHERS]` (CLIENTS up to 768, three gateways at the default
+//! `checkouts_in_flight_max`; the server's `max_connections` is sized for
+//! them; BATCHERS: checkout batchers per gateway, the back end's
 //! `CHECKOUT_BATCHERS` unless given).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use sluice_checkout::{
@@ -51,10 +58,13 @@ use sluice_loadtest::throwaway::{Durability, ThrowawayPostgres};
 
 /// Shoppers reserving at once unless the third argument says otherwise.
 const CLIENTS_DEFAULT: u64 = 64;
-/// Clients at most: the baseline opens one connection each while the
-/// fleet's pools keep theirs, under the server's default
-/// `max_connections` (100).
-const CLIENTS_MAX: u64 = 80;
+/// Clients at most: three gateways each at the default
+/// `checkouts_in_flight_max` (256), the most checkouts a fleet of three
+/// runs at once before answering `503 overloaded`.
+const CLIENTS_MAX: u64 = 768;
+/// Server connections beyond the baseline's one per client: the three
+/// gateways' pools and the bench's own.
+const FLEET_CONNECTIONS_MAX: u32 = 200;
 /// Gateways of the fleet.
 const GATEWAYS: usize = 3;
 /// Units of each hot SKU: never sold out within a run.
@@ -151,16 +161,62 @@ fn server_ticks(postmaster: u32) -> u64 {
     cpu_ticks(postmaster, true) + live
 }
 
-/// CPU spent (server, this process) while `run` ran, in ticks.
-fn with_cpu<T>(postmaster: u32, run: impl FnOnce() -> T) -> (T, u64, u64) {
+/// Runs `clients` client threads for one round and times them. Each
+/// thread sets itself up (`setup`: a connection, a request body), waits
+/// at a barrier, then calls `reserve` until `seconds` have passed and
+/// waits at the barrier again before it drops what it set up; the rate,
+/// the latencies and the CPU times (server, this process) cover only the
+/// span between the two barriers, not the connections opened and closed.
+fn timed<S: Send + 'static>(
+    postmaster: u32,
+    clients: u64,
+    seconds: u64,
+    setup: impl Fn(u64) -> S + Send + Sync + 'static,
+    reserve: impl Fn(&mut S) + Send + Sync + 'static,
+) -> Round {
+    let barrier = Arc::new(Barrier::new(clients as usize + 1));
+    let (setup, reserve) = (Arc::new(setup), Arc::new(reserve));
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (barrier, setup, reserve) = (barrier.clone(), setup.clone(), reserve.clone());
+            std::thread::spawn(move || {
+                let mut state = setup(i);
+                barrier.wait();
+                let deadline = Instant::now() + Duration::from_secs(seconds);
+                let mut latencies_us = Vec::new();
+                while Instant::now() < deadline {
+                    let asked = Instant::now();
+                    reserve(&mut state);
+                    latencies_us.push(asked.elapsed().as_micros() as u64);
+                }
+                barrier.wait();
+                drop(state);
+                latencies_us
+            })
+        })
+        .collect();
     let me = std::process::id();
-    let (server, client) = (server_ticks(postmaster), cpu_ticks(me, false));
-    let out = run();
-    (
-        out,
+    barrier.wait();
+    let (server, client, started) = (
+        server_ticks(postmaster),
+        cpu_ticks(me, false),
+        Instant::now(),
+    );
+    barrier.wait();
+    let elapsed = started.elapsed().as_secs_f64();
+    let (server, client) = (
         server_ticks(postmaster).saturating_sub(server),
         cpu_ticks(me, false).saturating_sub(client),
-    )
+    );
+    let latencies: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect();
+    let mut round = summarize(latencies, elapsed);
+    let done = round.per_second * elapsed;
+    let per = |ticks: u64| ticks as f64 / TICKS_PER_S * 1e6 / done.max(1.0);
+    (round.server_cpu_us, round.client_cpu_us) = (per(server), per(client));
+    round
 }
 
 fn summarize(mut latencies: Vec<u64>, elapsed: f64) -> Round {
@@ -182,40 +238,32 @@ fn summarize(mut latencies: Vec<u64>, elapsed: f64) -> Round {
 
 /// The baseline: each client its own connection, one autocommit UPDATE
 /// of the one row at a time.
-fn naive_round(url: &str, seconds: u64, clients: u64) -> Round {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|_| {
-            let url = url.to_owned();
-            std::thread::spawn(move || {
-                let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
-                let update = client
-                    .prepare(
-                        "UPDATE stock SET available = available - 1 \
-                         WHERE sku = 'hot' AND available >= 1",
-                    )
-                    .expect("prepare");
-                let mut latencies_us = Vec::new();
-                while Instant::now() < deadline {
-                    let asked = Instant::now();
-                    let changed = client.execute(&update, &[]).expect("update");
-                    latencies_us.push(asked.elapsed().as_micros() as u64);
-                    assert_eq!(changed, 1, "the naive row never runs out in a run");
-                }
-                latencies_us
-            })
-        })
-        .collect();
-    let latencies = threads
-        .into_iter()
-        .flat_map(|t| t.join().expect("naive client"))
-        .collect();
-    summarize(latencies, started.elapsed().as_secs_f64())
+fn naive_round(postmaster: u32, url: &str, seconds: u64, clients: u64) -> Round {
+    let url = url.to_owned();
+    timed(
+        postmaster,
+        clients,
+        seconds,
+        move |_| {
+            let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+            let update = client
+                .prepare(
+                    "UPDATE stock SET available = available - 1 \
+                     WHERE sku = 'hot' AND available >= 1",
+                )
+                .expect("prepare");
+            (client, update)
+        },
+        |(client, update)| {
+            let changed = client.execute(&*update, &[]).expect("update");
+            assert_eq!(changed, 1, "the naive row never runs out in a run");
+        },
+    )
 }
 
 /// CLIENTS threads over the fleet, each reservation a new subject and key.
 fn fleet_round(
+    postmaster: u32,
     fleet: &[Arc<PgBackend>],
     partitions: u32,
     seconds: u64,
@@ -223,44 +271,33 @@ fn fleet_round(
     next: &Arc<AtomicU64>,
     reserved: &Arc<AtomicU64>,
 ) -> Round {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|i| {
-            let backend = Arc::clone(&fleet[i as usize % fleet.len()]);
-            let (next, reserved) = (Arc::clone(next), Arc::clone(reserved));
-            std::thread::spawn(move || {
-                let body = CheckoutRequest {
-                    sku: sku(partitions),
-                    quantity: 1,
-                    payment_method: "pm_ok".into(),
-                };
-                let limits = OrderLimits {
-                    orders_per_subject_max: ORDERS_PER_SUBJECT_MAX,
-                };
-                let mut latencies_us = Vec::new();
-                while Instant::now() < deadline {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let subject = format!("sub-{n}");
-                    let key = IdempotencyKey::parse(&format!("key-{n:012}")).expect("key");
-                    let asked = Instant::now();
-                    let (order, created) = backend
-                        .begin_within(&subject, &key, &body, limits, T0_MS)
-                        .expect("reservation");
-                    latencies_us.push(asked.elapsed().as_micros() as u64);
-                    assert_eq!(created, Created::Created);
-                    assert_eq!(order.state, OrderState::Reserved, "never sold out in a run");
-                    reserved.fetch_add(1, Ordering::Relaxed);
-                }
-                latencies_us
-            })
-        })
-        .collect();
-    let latencies = threads
-        .into_iter()
-        .flat_map(|t| t.join().expect("fleet client"))
-        .collect();
-    summarize(latencies, started.elapsed().as_secs_f64())
+    let fleet = fleet.to_vec();
+    let (next, reserved) = (Arc::clone(next), Arc::clone(reserved));
+    let body = CheckoutRequest {
+        sku: sku(partitions),
+        quantity: 1,
+        payment_method: "pm_ok".into(),
+    };
+    let limits = OrderLimits {
+        orders_per_subject_max: ORDERS_PER_SUBJECT_MAX,
+    };
+    timed(
+        postmaster,
+        clients,
+        seconds,
+        move |i| Arc::clone(&fleet[i as usize % fleet.len()]),
+        move |backend| {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            let subject = format!("sub-{n}");
+            let key = IdempotencyKey::parse(&format!("key-{n:012}")).expect("key");
+            let (order, created) = backend
+                .begin_within(&subject, &key, &body, limits, T0_MS)
+                .expect("reservation");
+            assert_eq!(created, Created::Created);
+            assert_eq!(order.state, OrderState::Reserved, "never sold out in a run");
+            reserved.fetch_add(1, Ordering::Relaxed);
+        },
+    )
 }
 
 /// Nothing oversold: free + held = total on every SKU, every partition's
@@ -327,7 +364,7 @@ fn main() {
         sluice_checkout::backend::postgres::CHECKOUT_BATCHERS,
         |&n| n.clamp(1, 16) as usize,
     );
-    let pg = ThrowawayPostgres::start(Durability::Full)
+    let pg = ThrowawayPostgres::start_sized(Durability::Full, clients as u32 + FLEET_CONNECTIONS_MAX)
         .expect("a throwaway PostgreSQL (scripts/deps.sh --test installs its binaries)");
     assert_ne!(pg.port(), 5432, "never the machine's PostgreSQL");
     let naive_url = pg.create_database().expect("naive database");
@@ -381,20 +418,17 @@ fn main() {
     let mut results: Vec<(Variant, Round)> = Vec::new();
     for r in 0..rounds {
         for variant in Variant::ALL {
-            let (mut result, server, client) = with_cpu(postmaster, || match variant {
-                Variant::Naive => naive_round(&naive_url, seconds, clients),
+            let result = match variant {
+                Variant::Naive => naive_round(postmaster, &naive_url, seconds, clients),
                 Variant::Fleet { partitions } => {
                     let reserved = if partitions == 1 {
                         &reserved_p1
                     } else {
                         &reserved_p8
                     };
-                    fleet_round(&fleet, partitions, seconds, clients, &next, reserved)
+                    fleet_round(postmaster, &fleet, partitions, seconds, clients, &next, reserved)
                 }
-            });
-            let done = result.per_second * seconds as f64;
-            let per = |ticks: u64| ticks as f64 / TICKS_PER_S * 1e6 / done.max(1.0);
-            (result.server_cpu_us, result.client_cpu_us) = (per(server), per(client));
+            };
             eprintln!(
                 "round {r} {}: {:.0} reservations/s, p50 {} µs, p99 {} µs, CPU per reservation: \
                  server {:.0} µs, clients and gateways {:.0} µs",

@@ -35,11 +35,22 @@ pub struct ThrowawayPostgres {
     port: u16,
     running: AtomicBool,
     durability: Durability,
+    max_connections: u32,
 }
+
+/// The server's `max_connections` unless [`ThrowawayPostgres::start_sized`]
+/// says otherwise.
+pub const MAX_CONNECTIONS_DEFAULT: u32 = 200;
 
 impl ThrowawayPostgres {
     /// `initdb` and start; tries other ports when the chosen one was taken.
     pub fn start(durability: Durability) -> Result<Self> {
+        Self::start_sized(durability, MAX_CONNECTIONS_DEFAULT)
+    }
+
+    /// [`Self::start`] with the server's `max_connections` (a benchmark
+    /// whose baseline opens a connection per client).
+    pub fn start_sized(durability: Durability, max_connections: u32) -> Result<Self> {
         let bin = bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("sluice-pg-")
@@ -60,6 +71,7 @@ impl ThrowawayPostgres {
             port: 0,
             running: AtomicBool::new(false),
             durability,
+            max_connections,
         };
         let mut last = None;
         for _ in 0..START_TRIES_MAX {
@@ -160,9 +172,10 @@ impl ThrowawayPostgres {
         std::fs::create_dir_all(&socket_dir)?;
         hand_over(&socket_dir)?;
         let mut options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {} -c max_connections=200",
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c max_connections={}",
             self.port,
-            socket_dir.display()
+            socket_dir.display(),
+            self.max_connections
         );
         if self.durability == Durability::Fast {
             options.push_str(" -c fsync=off -c full_page_writes=off");
