@@ -364,8 +364,9 @@ fn main() {
         sluice_checkout::backend::postgres::CHECKOUT_BATCHERS,
         |&n| n.clamp(1, 16) as usize,
     );
-    let pg = ThrowawayPostgres::start_sized(Durability::Full, clients as u32 + FLEET_CONNECTIONS_MAX)
-        .expect("a throwaway PostgreSQL (scripts/deps.sh --test installs its binaries)");
+    let pg =
+        ThrowawayPostgres::start_sized(Durability::Full, clients as u32 + FLEET_CONNECTIONS_MAX)
+            .expect("a throwaway PostgreSQL (scripts/deps.sh --test installs its binaries)");
     assert_ne!(pg.port(), 5432, "never the machine's PostgreSQL");
     let naive_url = pg.create_database().expect("naive database");
     postgres::Client::connect(&naive_url, postgres::NoTls)
@@ -426,7 +427,9 @@ fn main() {
                     } else {
                         &reserved_p8
                     };
-                    fleet_round(postmaster, &fleet, partitions, seconds, clients, &next, reserved)
+                    fleet_round(
+                        postmaster, &fleet, partitions, seconds, clients, &next, reserved,
+                    )
                 }
             };
             eprintln!(

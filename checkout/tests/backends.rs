@@ -1025,10 +1025,11 @@ fn postgres_the_expiry_pass_skips_a_hold_whose_order_is_locked() {
 }
 
 /// A gateway (re)started during a sale seeds its products again while
-/// checkouts are in flight. Each of them holds its product's row `FOR KEY
-/// SHARE` until it commits (the foreign key of its order), so a seed that
-/// locked the row `FOR UPDATE` waited for them all and failed on the lock
-/// timeout: the gateway did not start (fleet-gateway-dies, issue 15).
+/// transactions hold its product's row `FOR KEY SHARE` (before migration
+/// 5 every checkout in flight did, through its order's foreign key; a
+/// partition's insert still does), so a seed that locked the row `FOR
+/// UPDATE` waited for them all and failed on the lock timeout: the
+/// gateway did not start (fleet-gateway-dies, issue 15).
 #[test]
 fn postgres_seeding_again_does_not_wait_for_checkouts_in_flight() {
     let f = Fixture::postgres();
@@ -1358,6 +1359,53 @@ fn postgres_migrations_are_recorded_and_applied_once() {
         .err()
         .expect("a newer schema is refused");
     assert!(err.to_string().contains("newer"), "{err}");
+}
+
+/// Migration 5 dropped the hot path's immediate foreign keys (an order's
+/// product, a hold's order and partition); the audit checks those
+/// references instead, each dangling one a line of its own.
+#[test]
+fn postgres_the_audit_checks_the_references_the_schema_no_longer_does() {
+    let f = Fixture::postgres();
+    f.seed(&[("sku-a", 4, 1)]);
+    let body = request("sku-a", 1, PM_OK);
+    f.backend
+        .begin_within(
+            "sub",
+            &key("references-1"),
+            &body,
+            OrderLimits::UNLIMITED,
+            T0_MS,
+        )
+        .unwrap();
+    f.assert_books_balance();
+    let url = f.url.clone().expect("a PostgreSQL fixture");
+    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    // Written behind the store's back; the schema lets each through now.
+    // Released holds and a rejected order: the counts still add up, only
+    // the references are wrong.
+    client
+        .batch_execute(
+            "INSERT INTO orders (order_id, subject, sku, quantity, payment_method,
+                 amount_cents, state, payment_state, created_at_ms, updated_at_ms)
+             VALUES ('o-gone', 'sub', 'gone', 1, 'pm_ok', 100, 'rejected', 'none', 0, 0);
+             INSERT INTO reservations (order_id, sku, part, quantity, state,
+                 created_at_ms, expires_at_ms, settled_at_ms)
+             VALUES ('ghost-1', 'sku-a', 0, 1, 'released', 0, 1, 1),
+                    ('ghost-2', 'sku-a', 7, 1, 'released', 0, 1, 1);",
+        )
+        .unwrap();
+    let mut violations = f.backend.check_books(T0_MS).unwrap();
+    violations.sort();
+    assert_eq!(
+        violations,
+        vec![
+            "a hold names order ghost-1, which does not exist".to_owned(),
+            "a hold names order ghost-2, which does not exist".to_owned(),
+            "order o-gone is for gone, which is not a product".to_owned(),
+            "the hold of order ghost-2 is on sku-a partition 7, which does not exist".to_owned(),
+        ]
+    );
 }
 
 /// The per-second counts of stuck orders and refused compensations can

@@ -508,8 +508,7 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     // attempts written first (one statement per table for the batch),
     // then each SKU's whole demand taken in ONE conditional UPDATE, then
     // the holds, on the partitions the units came from, in one statement:
-    // the hot rows stay locked only from that UPDATE to the commit, and
-    // the holds' foreign-key locks on them are this transaction's own
+    // the hot rows stay locked only from that UPDATE to the commit
     // (`checkout::insert_holds`).
     let mut fits = true;
     let mut seen = Vec::with_capacity(demand.len());

@@ -573,11 +573,12 @@ pub(super) struct Hold {
     pub expires_at_ms: UnixMs,
 }
 
-/// The holds, one statement for all. Written once their units are taken:
-/// each hold's foreign key locks its partition row `FOR KEY SHARE`, which
-/// on a row this transaction already updated is its own lock (on one
-/// another transaction is updating it would add a multixact, which every
-/// later read of the hot row must then look into).
+/// The holds, one statement for all, written once their units are taken
+/// (each on the partition its units came from). No foreign key checks
+/// them at the write since migration 5 (each was a lookup per hold and,
+/// before the take, a `FOR KEY SHARE` lock on a hot row another batch was
+/// updating); `sluice audit` checks that each hold's order and partition
+/// exist.
 pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreError> {
     if holds.is_empty() {
         return Ok(());

@@ -61,10 +61,11 @@ pub(super) fn seed(
             seeded += 1;
             continue;
         }
-        // `FOR NO KEY UPDATE`, not `FOR UPDATE`: every checkout in flight
-        // holds its product's row `FOR KEY SHARE` to its commit (its
-        // order's foreign key), and a gateway (re)starting mid-sale must
-        // not queue behind all of them (it failed to start on the lock
+        // `FOR NO KEY UPDATE`, not `FOR UPDATE`: it does not wait for
+        // `FOR KEY SHARE` holders of the product's row (a partition
+        // written in a transaction still open; before migration 5 every
+        // checkout in flight, through its order's foreign key, and a
+        // gateway (re)starting mid-sale failed to start on the lock
         // timeout in the fleet rehearsal). Seeders of one SKU still take
         // turns: the lock conflicts with itself.
         let before: i32 = tx
@@ -208,10 +209,10 @@ fn move_free(
 /// Locks every partition of `sku` (in order, so two of these never
 /// deadlock) and returns their free units and the live count.
 /// `FOR NO KEY UPDATE`, the lock an `UPDATE` of the counts takes: it waits
-/// for writers of the rows, not for the `FOR KEY SHARE` that every hold
-/// written in a transaction still open keeps on its partition row (the
-/// foreign key), so a batch that wrote its holds first and another
-/// locking the SKU do not wait on each other's holds.
+/// for writers of the rows and for no key-share lock (before migration 5
+/// every hold written in a transaction still open kept one on its
+/// partition row through its foreign key, and a plain `FOR UPDATE` then
+/// deadlocked two batches that had both written their holds).
 pub(super) fn lock_all(tx: &mut Tx<'_>, sku: &str) -> Result<(Vec<i64>, usize), StoreError> {
     let live: i32 = tx
         .query_opt("SELECT partitions FROM products WHERE sku = $1", &[&sku])
