@@ -1027,9 +1027,10 @@ fn postgres_the_expiry_pass_skips_a_hold_whose_order_is_locked() {
 /// A gateway (re)started during a sale seeds its products again while
 /// transactions hold its product's row `FOR KEY SHARE` (before migration
 /// 5 every checkout in flight did, through its order's foreign key; a
-/// partition's insert still does), so a seed that locked the row `FOR
-/// UPDATE` waited for them all and failed on the lock timeout: the
-/// gateway did not start (fleet-gateway-dies, issue 15).
+/// rebalance, an adjustment or a partition's insert still does), so a
+/// seed that locked the row `FOR UPDATE` waited for them all and failed
+/// on the lock timeout: the gateway did not start (fleet-gateway-dies,
+/// issue 15).
 #[test]
 fn postgres_seeding_again_does_not_wait_for_checkouts_in_flight() {
     let f = Fixture::postgres();

@@ -574,11 +574,12 @@ pub(super) struct Hold {
 }
 
 /// The holds, one statement for all, written once their units are taken
-/// (each on the partition its units came from). No foreign key checks
-/// them at the write since migration 5 (each was a lookup per hold and,
-/// before the take, a `FOR KEY SHARE` lock on a hot row another batch was
-/// updating); `sluice audit` checks that each hold's order and partition
-/// exist.
+/// (each on the partition its units came from), so the hot row is locked
+/// from the take to the commit only. No foreign key checks them at the
+/// write since migration 5 (each was a lookup per hold; the partition's
+/// key-share lock was already this transaction's own, the holds being
+/// written after its `UPDATE`); `sluice audit` checks that each hold's
+/// order and partition exist.
 pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreError> {
     if holds.is_empty() {
         return Ok(());

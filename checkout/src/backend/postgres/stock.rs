@@ -62,12 +62,13 @@ pub(super) fn seed(
             continue;
         }
         // `FOR NO KEY UPDATE`, not `FOR UPDATE`: it does not wait for
-        // `FOR KEY SHARE` holders of the product's row (a partition
-        // written in a transaction still open; before migration 5 every
-        // checkout in flight, through its order's foreign key, and a
-        // gateway (re)starting mid-sale failed to start on the lock
-        // timeout in the fleet rehearsal). Seeders of one SKU still take
-        // turns: the lock conflicts with itself.
+        // `FOR KEY SHARE` holders of the product's row (a transaction
+        // still open that wrote a partition, a rebalance, a gathering
+        // checkout's rebalance or an adjustment: their foreign keys to
+        // the product; before migration 5 every checkout in flight too,
+        // through its order's, and a gateway (re)starting mid-sale failed
+        // to start on the lock timeout in the fleet rehearsal). Seeders
+        // of one SKU still take turns: the lock conflicts with itself.
         let before: i32 = tx
             .query_one(
                 "SELECT partitions FROM products WHERE sku = $1 FOR NO KEY UPDATE",
