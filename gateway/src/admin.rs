@@ -15,6 +15,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body;
 use crate::error::{ApiError, ErrorCode};
+use crate::node::node_id;
 use crate::readiness;
 use crate::state::Shared;
 use sluice_policies::model::ReleaseSource;
@@ -131,7 +132,7 @@ impl Admin {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let now = crate::queue::now_ms();
+        let now = crate::clock::now_ms();
         let rooms: Vec<_> = config
             .rooms
             .iter()
@@ -252,21 +253,6 @@ impl Admin {
         }
         state
     }
-}
-
-/// `gateway.node_id`, else `<hostname>:<public port>`: stable across
-/// restarts of the same gateway, distinct for two on one host.
-pub fn node_id(gateway: &sluice_policies::model::Gateway) -> String {
-    if let Some(id) = &gateway.node_id {
-        return id.clone();
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into());
-    format!("{host}:{}", gateway.listen.port())
 }
 
 /// Whether the presented bearer token is the admin token. The bytes are

@@ -31,7 +31,6 @@ mod negotiate;
 mod tests;
 
 use sluice_edge::path::CanonicalPath;
-pub use sluice_edge::path::MAX_PATH_BYTES;
 
 /// How deep directories may nest below `static_dir`.
 pub const MAX_DEPTH: usize = 32;

@@ -192,6 +192,7 @@ impl ConnectionCap {
     }
 
     /// Connections closed at once because the cap was reached.
+    #[cfg(test)]
     pub fn refused_total(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
@@ -279,6 +280,7 @@ impl PerClient {
     }
 
     /// Connections counted for `ip` now.
+    #[cfg(test)]
     pub fn open(&self, ip: IpAddr) -> u32 {
         let ip = canonical_ip(ip);
         let shard = self.shard(ip).lock().expect("client counts");

@@ -1,49 +1,70 @@
 //! The Sluice gateway: everything the `sluice` binary wires together.
 //!
-//! - [`server`] builds one pingora server from a policy file: the public
-//!   [`proxy`], the [`admin`] listener and the [`control`] loop.
-//! - [`route`] decides what a request gets, from the current [`runtime`]
-//!   snapshot (config + [`catalog`] + [`origin_cache`]); [`origin_dns`]
-//!   resolves an origin given by host name off the proxy threads.
-//! - [`connections`] caps open public connections, per gateway and per
-//!   client (and raises the fd limit); [`head_deadline`] bounds the time a
-//!   request head may take to arrive (slowloris), [`body`] the size and
-//!   time of a body the gateway reads itself; [`proxy_protocol`] reads a load balancer's PROXY header;
-//!   [`client`] decides who the client of a request is.
-//! - [`error`] is the contract's JSON error shape; [`headers`] the
-//!   forwarding headers; [`metrics`] the Prometheus registry (every
-//!   family labelled with the gateway's `region`).
-//! - [`queue`] is the waiting room over HTTP (its tokens checked through
-//!   [`verified`], a keyring with a bounded cache of accepted tokens),
-//!   [`orders`] the reservation
-//!   core over HTTP (on a bounded blocking pool, `orders::pool`), [`state`]
-//!   what the listeners share (and the all-or-nothing reload), and
-//!   [`readiness`] the probes behind `/readyz`.
-//! - [`sim_webhooks`] sends the in-process payment simulator's signed
-//!   webhooks to the gateway's own `/webhooks/simulated`.
-pub mod admin;
-pub mod body;
-pub mod catalog;
-pub mod client;
-pub mod connections;
-pub mod control;
-pub mod error;
-pub mod head_deadline;
-pub mod headers;
+//! Modules are private: the binary uses [`server`] (`run`, `check`,
+//! `audit`, [`server::Overrides`]), [`keygen`] and [`logging`]; the fleet
+//! store's tests use [`fleet_store`]. Imports point one way, from the
+//! wiring down to the leaves (`scripts/circles.py` fails on a circle):
+//!
+//! - `server` builds one pingora server from a policy file: the public
+//!   `proxy`, the `admin` listener and the `control` loop (reload on SIGHUP
+//!   or a file change), around `state` (what the listeners share, and the
+//!   all-or-nothing reload).
+//! - `route` decides what a request gets, from the current `runtime`
+//!   snapshot (config + `catalog` + `origin_cache`); `origin_dns` resolves
+//!   an origin given by host name off the proxy threads.
+//! - `connections` caps open public connections, per gateway and per
+//!   client (and raises the fd limit); `head_deadline` bounds the time a
+//!   request head may take to arrive (slowloris), `body` the size and time
+//!   of a body the gateway reads itself; `proxy_protocol` reads a load
+//!   balancer's PROXY header; `client` decides who the client of a request
+//!   is.
+//! - Leaves every handler uses: `response` (an answer the gateway writes
+//!   itself), `error` (the contract's JSON error shape), `headers` (the
+//!   forwarding headers), `clock` (the one place the wall clock is read),
+//!   `node` (this gateway's id in a fleet), `metrics` (the Prometheus
+//!   registry, every family labelled with the gateway's `region`) and
+//!   `scrape` (families built at scrape time from live state).
+//! - `queue` is the waiting room over HTTP (its tokens checked through
+//!   `verified`, a keyring with a bounded cache of accepted tokens; the
+//!   fleet's room on Redis in `queue::fleet`), `orders` the reservation
+//!   core over HTTP (on a bounded blocking pool, `orders::pool`), and
+//!   `readiness` the probes behind `/readyz`.
+//! - `sim_webhooks` sends the in-process payment simulator's signed
+//!   webhooks to the gateway's own `/webhooks/simulated`; `keygen` prints a
+//!   fresh signing key; `logging` sets up `tracing`.
+mod admin;
+mod body;
+mod catalog;
+mod client;
+mod clock;
+mod connections;
+mod control;
+mod error;
+mod head_deadline;
+mod headers;
 pub mod keygen;
 pub mod logging;
-pub mod metrics;
-pub mod orders;
-pub mod origin_cache;
-pub mod origin_dns;
-pub mod proxy;
-pub mod proxy_protocol;
-pub mod queue;
-pub mod readiness;
-pub mod route;
-pub mod runtime;
-pub mod scrape;
+mod metrics;
+mod node;
+mod orders;
+mod origin_cache;
+mod origin_dns;
+mod proxy;
+mod proxy_protocol;
+mod queue;
+mod readiness;
+mod response;
+mod route;
+mod runtime;
+mod scrape;
 pub mod server;
-pub mod sim_webhooks;
-pub mod state;
-pub mod verified;
+mod sim_webhooks;
+mod state;
+mod verified;
+
+/// The fleet's shared room store on Redis, for the tests that drive it
+/// without a gateway around it.
+pub mod fleet_store {
+    pub use crate::queue::fleet::redis::{client_key, RedisStore};
+    pub use crate::queue::fleet::{ClaimArgs, JoinBatch, Reseed, RoomStore, TickArgs};
+}

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use sluice_gateway::logging::{self, LogFormat};
-use sluice_gateway::state::Overrides;
+use sluice_gateway::server::Overrides;
 
 #[derive(Parser)]
 #[command(

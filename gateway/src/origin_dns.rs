@@ -31,8 +31,6 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::IntCounter;
 
-use crate::state::Shared;
-
 /// How often a resolved host is looked up again (as nginx's `resolver
 /// valid=30s`): address changes reach the gateway within this.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -149,15 +147,20 @@ impl OriginDns {
     }
 }
 
+/// What the service should keep resolved now: the current config's origin
+/// `host:port` and where its addresses go (`None` while the origin is an
+/// IP address or absent). Read at every check, so a reload is followed.
+pub type CurrentOrigin = Box<dyn Fn() -> Option<(String, Arc<OriginDns>)> + Send + Sync>;
+
 /// The background service that keeps [`OriginDns`] fresh for the current
 /// config's origin.
 pub struct OriginDnsService {
-    shared: Arc<Shared>,
+    current: CurrentOrigin,
 }
 
 impl OriginDnsService {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    pub fn new(current: CurrentOrigin) -> Self {
+        Self { current }
     }
 }
 
@@ -172,11 +175,9 @@ impl BackgroundService for OriginDnsService {
                 _ = shutdown.changed() => return,
                 _ = tick.tick() => {}
             }
-            let runtime = self.shared.runtime();
-            let Some(target) = runtime.origin_host_target() else {
+            let Some((target, dns)) = (self.current)() else {
                 continue;
             };
-            let dns = runtime.origin_dns();
             let due = match &last_lookup {
                 None => true,
                 Some((last, at)) => {

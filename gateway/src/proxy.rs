@@ -37,9 +37,9 @@ use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
 use crate::queue::Rooms;
+use crate::response::LocalResponse;
 use crate::route::{
-    is_origin_target, origin_target, read_request, route, LocalResponse, PassCheck, RequestFacts,
-    Route,
+    is_origin_target, origin_target, read_request, route, PassCheck, RequestFacts, Route,
 };
 use crate::runtime::{Runtime, Unresolved};
 use crate::state::Shared;
@@ -474,8 +474,6 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
-    /// Counts a body refused for its size (its time is counted as a 408
-    /// in the access log and the answers' metrics).
     /// The request's body, at most `max` bytes within the header timeout;
     /// otherwise the answer that refuses it (`413` saying `too_large`, or
     /// `408`), counted.
@@ -703,7 +701,7 @@ mod tests {
     #[test]
     fn a_pass_is_verified_once_and_its_claims_kept_for_the_handler() {
         let (rooms, keys, metrics) = setup();
-        let now = crate::queue::now_ms() / 1000;
+        let now = crate::clock::now_ms() / 1000;
         let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
         let token = keys.sign(&claims).unwrap();
         let h = headers(&token);
@@ -728,7 +726,7 @@ mod tests {
     #[test]
     fn a_bad_pass_is_refused_once_per_request() {
         let (rooms, keys, metrics) = setup();
-        let now = crate::queue::now_ms() / 1000;
+        let now = crate::clock::now_ms() / 1000;
         let claims = Claims::new(TokenType::Pass, "b", &"0".repeat(32), 3, now, now + 60);
         let mut token = keys.sign(&claims).unwrap();
         let last = token.pop().unwrap();

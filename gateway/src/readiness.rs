@@ -106,7 +106,7 @@ impl Readiness {
         }
         let running = self.store_probe_running.clone();
         let write = tokio::task::spawn_blocking(move || {
-            let result = store.probe_write(crate::queue::now_ms() as i64);
+            let result = store.probe_write(crate::clock::now_ms() as i64);
             running.store(false, Ordering::Release);
             result
         });

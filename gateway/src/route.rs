@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode, Version};
 
 use sluice_edge::auth::{check_single_authorization, check_single_cookie};
 use sluice_edge::host::check_host;
@@ -23,6 +23,7 @@ use sluice_edge::path::{normalize, CanonicalPath};
 use crate::catalog::Lookup;
 use crate::error::{ApiError, ErrorCode};
 use crate::origin_cache::{CachedResponse, RequestKey};
+use crate::response::LocalResponse;
 use crate::runtime::Runtime;
 
 /// What the gateway knows about a request when it decides.
@@ -33,27 +34,6 @@ pub struct RequestFacts<'a> {
     pub query: Option<&'a str>,
     pub host: &'a str,
     pub headers: &'a HeaderMap,
-}
-
-/// An answer the gateway writes itself.
-#[derive(Debug)]
-pub struct LocalResponse {
-    pub status: StatusCode,
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-    pub body: Bytes,
-    /// Where it came from, for metrics: `catalog` or `local`.
-    pub source: &'static str,
-}
-
-impl LocalResponse {
-    pub fn error(e: &ApiError) -> Self {
-        Self {
-            status: e.status(),
-            headers: e.header_values(),
-            body: e.body(),
-            source: "local",
-        }
-    }
 }
 
 pub enum Route {
@@ -82,8 +62,10 @@ pub trait PassCheck {
 }
 
 /// No request has a pass.
+#[cfg(test)]
 pub struct NoPasses;
 
+#[cfg(test)]
 impl PassCheck for NoPasses {
     fn has_pass(&self, _room: &str) -> bool {
         false

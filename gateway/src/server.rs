@@ -1,6 +1,7 @@
-//! Wiring: one pingora server with six services (public proxy behind the
-//! connection cap, admin listener, control loop, release worker, orders
-//! worker, simulator webhooks) around one [`Shared`] state.
+//! Wiring: one pingora server with seven services (public proxy behind the
+//! connection cap, admin listener, control loop, origin DNS refresher,
+//! release worker, orders worker, simulator webhooks) around one
+//! [`Shared`] state.
 
 use std::sync::Arc;
 
@@ -21,7 +22,8 @@ use crate::orders::{simulator_outside_demo, OrdersWorker};
 use crate::proxy::Proxy;
 use crate::queue::Releaser;
 use crate::sim_webhooks::SimWebhooks;
-use crate::state::{Overrides, Shared};
+pub use crate::state::Overrides;
+use crate::state::Shared;
 
 /// Loads the config and runs the gateway until SIGTERM (graceful drain) or
 /// SIGINT (fast stop).
@@ -113,7 +115,14 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
         .context("registering the origin DNS metric")?;
     let origin_dns = background_service(
         "sluice origin dns",
-        crate::origin_dns::OriginDnsService::new(shared.clone()),
+        crate::origin_dns::OriginDnsService::new({
+            let shared = shared.clone();
+            Box::new(move || {
+                let runtime = shared.runtime();
+                let target = runtime.origin_host_target()?;
+                Some((target, runtime.origin_dns().clone()))
+            })
+        }),
     );
     let control = background_service("sluice control", Control::new(shared.clone()));
     let releaser = background_service("sluice release", Releaser::new(shared.rooms.clone()));
@@ -210,7 +219,7 @@ pub fn audit(
     data_dir: Option<&std::path::Path>,
     config: Option<&std::path::Path>,
 ) -> anyhow::Result<bool> {
-    let now = crate::queue::now_ms() as i64;
+    let now = crate::clock::now_ms() as i64;
     let (what, violations) = match (data_dir, config) {
         (Some(dir), _) => (dir.display().to_string(), audit_sqlite(dir, now)?),
         (None, Some(path)) => {

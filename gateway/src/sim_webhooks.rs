@@ -22,8 +22,8 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use sluice_checkout::webhook::{sign, WebhookEvent, SIGNATURE_HEADER};
 
+use crate::clock::now_ms;
 use crate::orders::Backoff;
-use crate::queue::now_ms;
 use crate::state::Shared;
 
 /// Sends of one event, at most.

@@ -11,9 +11,10 @@ use sluice_policies::model::Admissions;
 use sluice_policies::reload::ReloadOutcome;
 use sluice_policies::{Config, ConfigHandle, ReloadError};
 
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::orders::{Orders, OrdersCollector};
-use crate::queue::{now_ms, RoomCollector, Rooms};
+use crate::queue::{RoomCollector, Rooms};
 use crate::readiness::Readiness;
 use crate::runtime::{load_catalog, Runtime};
 

@@ -87,11 +87,6 @@ impl VerifyingKeyring {
         }
     }
 
-    /// The keyring itself.
-    pub fn keys(&self) -> &Keyring {
-        &self.keys
-    }
-
     /// [`Keyring::sign`].
     pub fn sign(&self, claims: &Claims) -> Result<String, TokenError> {
         self.keys.sign(claims)
@@ -160,6 +155,7 @@ impl VerifyingKeyring {
     }
 
     /// Tokens remembered now.
+    #[cfg(test)]
     pub fn cached(&self) -> usize {
         self.shards
             .iter()

@@ -18,8 +18,7 @@ use common::redis::Redis;
 use common::*;
 use serde_json::{json, Value};
 use sluice_admission::adaptive::{Bounds, Decision, Reason};
-use sluice_gateway::queue::fleet::redis::RedisStore;
-use sluice_gateway::queue::fleet::{RoomStore, TickArgs};
+use sluice_gateway::fleet_store::{RedisStore, RoomStore, TickArgs};
 
 const KEYS: &str = "[[keys]]\nkid = \"fleet\"\nalg = \"HS256\"\nsecret = \"c2x1aWNlLWZsZWV0LXRlc3Qta2V5LTMyLWJ5dGVzLW9r\"\n";
 /// sqrt(2 × 200) = 20: the start rate.

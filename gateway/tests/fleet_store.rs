@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use sluice_admission::fleet::ClaimReply;
 use sluice_admission::join_limiter::ClientKey;
-use sluice_gateway::queue::fleet::redis::RedisStore;
-use sluice_gateway::queue::fleet::{ClaimArgs, JoinBatch, Reseed, RoomStore, TickArgs};
+use sluice_gateway::fleet_store::{ClaimArgs, JoinBatch, RedisStore, Reseed, RoomStore, TickArgs};
 
 fn args(rate: u32, burst: u32, max_active: u32, claim_window_ms: u64) -> TickArgs {
     TickArgs {
@@ -651,7 +650,7 @@ async fn a_clients_joins_are_limited_once_for_the_fleet_and_a_refused_join_takes
     assert!(reply.retry_after_ms[2] > 0);
     // Redis keeps a client only while its allowance is not whole: the key
     // expires within burst x period (60 s).
-    let key = sluice_gateway::queue::fleet::redis::client_key("r", client(1).unwrap());
+    let key = sluice_gateway::fleet_store::client_key("r", client(1).unwrap());
     let ttl: u64 = redis
         .command(&["PTTL", &key])
         .and_then(|r| r.trim_start_matches(':').trim().parse().ok())

@@ -1,9 +1,9 @@
 //! Where the line itself lives: one compact record per place.
 //!
 //! The room decides; the store remembers. [`QueueStore`] is the whole
-//! contract between them, small enough that a Redis implementation (a list
-//! of packed records plus per-block live counters, each method one script)
-//! can replace [`MemoryStore`] without the room changing.
+//! contract between the embedded room and its line in memory. A fleet's
+//! room does not use it: its line lives in Redis behind the gateway's
+//! async `RoomStore` (docs/architecture.md says why the two seams differ).
 //!
 //! A place is the position in release order. It equals the ticket's `seq`
 //! except for fair-start pre-queue tickets, whose places are drawn at the

@@ -49,12 +49,13 @@ use sluice_checkout::{
 use sluice_policies::Config;
 use tokio::sync::mpsc;
 
+use crate::clock::now_ms;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
-use crate::queue::{now_ms, Rooms};
-use crate::route::LocalResponse;
+use crate::queue::Rooms;
+use crate::response::LocalResponse;
 pub use collector::OrdersCollector;
-pub use payments::{simulator_outside_demo, SIM_WEBHOOK_QUEUE_EVENTS_MAX};
+pub use payments::simulator_outside_demo;
 use pool::{BlockingPool, BlockingThreads, Overloaded};
 pub use sink::Backoff;
 pub use stock::StoreStock;

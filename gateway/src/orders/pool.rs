@@ -29,6 +29,7 @@ pub struct Overloaded;
 /// Blocking calls in flight, at most `limit` at once.
 pub struct BlockingPool {
     permits: Arc<Semaphore>,
+    #[cfg(test)]
     limit: usize,
 }
 
@@ -36,15 +37,13 @@ impl BlockingPool {
     pub fn new(limit: usize) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(limit)),
+            #[cfg(test)]
             limit,
         }
     }
 
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     /// Calls running now.
+    #[cfg(test)]
     pub fn in_flight(&self) -> usize {
         self.limit - self.permits.available_permits()
     }

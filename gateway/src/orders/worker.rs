@@ -14,7 +14,7 @@ use sluice_checkout::{JsonLinesSink, Sink};
 
 use super::sink::{Backoff, HttpSink};
 use super::Orders;
-use crate::queue::now_ms;
+use crate::clock::now_ms;
 
 /// How often pending outbox events are handed to the sink.
 pub const RELAY_EVERY: Duration = Duration::from_millis(200);

@@ -8,7 +8,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
 use sluice_admission::stats::WAIT_BUCKETS_S;
 
-use super::{now_ms, Rooms};
+use super::Rooms;
+use crate::clock::now_ms;
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
 const FAMILIES: [Family; 14] = [

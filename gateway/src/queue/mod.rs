@@ -34,7 +34,6 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use http::{HeaderMap, Method};
@@ -50,9 +49,10 @@ use sluice_admission::{
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
 
+use crate::clock::now_ms;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
-use crate::route::LocalResponse;
+use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
 pub use collector::RoomCollector;
 pub use release::Releaser;
@@ -292,13 +292,6 @@ pub struct Rooms {
     tls: bool,
 }
 
-/// Unix milliseconds now: the only place the waiting room reads the clock.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Rooms {
     /// Rooms that live in memory only, with a signing key made now: a
     /// restart loses them (unit tests).
@@ -319,7 +312,7 @@ impl Rooms {
         if let Some(url) = &config.cluster.redis_url {
             let fleet = fleet::Fleet::redis(
                 url.expose(),
-                crate::admin::node_id(&config.gateway),
+                crate::node::node_id(&config.gateway),
                 config.gateway.region.clone(),
             )?;
             let mut secret = [0u8; 32];

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::{journal, now_ms, RoomEntry, Rooms};
+use super::{journal, RoomEntry, Rooms};
+use crate::clock::now_ms;
 
 /// How often each room is given a release pass. Short enough that a rate
 /// of thousands per second is spread over the second, not released in one

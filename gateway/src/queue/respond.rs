@@ -8,7 +8,7 @@ use sluice_admission::Status;
 
 use super::{page, PASS_COOKIE, TICKET_COOKIE};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::LocalResponse;
+use crate::response::LocalResponse;
 
 pub struct TicketAnswer<'a> {
     pub room: &'a str,

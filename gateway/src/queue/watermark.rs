@@ -7,7 +7,7 @@ use http::{header, HeaderValue, StatusCode};
 use serde_json::json;
 use sluice_admission::Watermark;
 
-use crate::route::LocalResponse;
+use crate::response::LocalResponse;
 
 /// Seconds a cache may serve the watermark: the same second everyone
 /// polls at is one request to the gateway.

@@ -19,7 +19,7 @@ use crate::queue::{
     bearer, cookie, invalid_ticket, join_refused, limit_join, too_early, RoomEntry, Rooms,
     TICKET_COOKIE,
 };
-use crate::route::LocalResponse;
+use crate::response::LocalResponse;
 
 /// What a fleet's config must hold beyond a single gateway's.
 pub fn check_config(config: &Config) -> Result<(), String> {

@@ -54,12 +54,12 @@ use sluice_admission::stats::JoinCounts;
 use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
-use super::now_ms;
+use crate::clock::now_ms;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
 pub use store::{
-    ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore, StoreError,
-    StoredDecision, TickArgs,
+    ClaimArgs, FleetLimits, JoinBatch, Member, Reseed, RoomStore, StoreError, StoredDecision,
+    TickArgs,
 };
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -218,11 +218,8 @@ impl Fleet {
         )
     }
 
-    /// The gateways the store heard from lately, this one included once
-    /// its first heartbeat landed.
     /// The gateways heard from within [`MEMBER_LIVE_S`] (this one at
-    /// least).
-    /// The most counted over the last [`MEMBERS_RECENT`]: a store
+    /// least): the most counted over the last [`MEMBERS_RECENT`]: a store
     /// restarted empty lists only the gateways heard since, so the count
     /// from before the loss still stands for a while.
     pub fn members_live(&self) -> u32 {
@@ -831,7 +828,7 @@ impl SharedRoom {
         status: &sluice_admission::Status,
         now_ms: u64,
     ) -> Result<(), u64> {
-        let Some(next_due) = decide::poll_due_ms(status, super::now_ms().max(now_ms)) else {
+        let Some(next_due) = decide::poll_due_ms(status, crate::clock::now_ms().max(now_ms)) else {
             return Ok(());
         };
         let mut due = self.poll_due.lock().unwrap_or_else(|p| p.into_inner());
