@@ -138,19 +138,19 @@ impl Admin {
             .iter()
             .map(|r| {
                 let adaptive = self.shared.rooms.adaptive_view(&r.name);
-                // A fleet room runs at the fleet's smallest rate while the
-                // gateways' configs differ.
-                let fleet_rate = self.shared.rooms.get(&r.name).and_then(|e| {
-                    e.shared
-                        .as_ref()
-                        .map(|s| s.policy().release_per_second.get())
-                });
+                // The rate in force: a fleet room runs at the fleet's
+                // smallest rate while the gateways' configs differ.
+                let in_force = self
+                    .shared
+                    .rooms
+                    .get(&r.name)
+                    .map(|e| e.backend.policy().release_per_second.get());
                 let mut room = json!({
                     "name": r.name,
                     "release_per_second": adaptive
                         .as_ref()
                         .map(|a| a.in_force)
-                        .or(fleet_rate)
+                        .or(in_force)
                         .unwrap_or(r.release_per_second.get()),
                     "release_source": match (&r.release_source, adaptive) {
                         (ReleaseSource::Auto { backend, exact_per_second }, _) => json!({
@@ -199,7 +199,7 @@ impl Admin {
                     room["sold_out"] = json!(s.sold_out);
                 }
                 if let Some(entry) = self.shared.rooms.get(&r.name) {
-                    if let Some(l) = entry.shared.as_ref().and_then(|s| s.fleet_limits()) {
+                    if let Some(l) = entry.backend.fleet_limits() {
                         // The smallest limits the fleet's live gateways'
                         // configs give: what the room runs at.
                         room["fleet_limits"] = json!({
@@ -209,11 +209,7 @@ impl Admin {
                             "queue_capacity": l.queue_capacity,
                         });
                     }
-                    let fair = entry
-                        .line
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .fair_start();
+                    let fair = entry.backend.fair_start();
                     if let Some(f) = fair {
                         room["fair_start"] = json!({
                             "opens_at": f.opens_at_ms / 1000,

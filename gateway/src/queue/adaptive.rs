@@ -99,6 +99,7 @@ impl AdaptiveRelease {
     }
 
     /// The room's checkouts running now.
+    #[cfg(test)]
     pub fn checkouts_running(&self) -> u32 {
         self.in_flight.current()
     }

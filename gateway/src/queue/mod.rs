@@ -19,7 +19,9 @@
 //! config's `[[keys]]`, which every gateway of the fleet lists.
 
 pub mod adaptive;
+mod backend;
 mod collector;
+mod embedded;
 pub mod fleet;
 pub mod journal;
 pub mod page;
@@ -33,18 +35,18 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, PassOrders, Policy, PollError, RoomStats, RoomView, Status, StockAuthority,
-    TicketId, WaitingRoom,
+    JoinError, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -54,6 +56,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
+use backend::{PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
 pub use release::Releaser;
 
@@ -85,19 +88,9 @@ pub struct RoomEntry {
     rate_limited_joins: AtomicU64,
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
-    pub line: Mutex<WaitingRoom>,
-    /// What `line` publishes for readers without its lock: the watermark's
-    /// numbers, and early polls answered.
-    view: Arc<RoomView>,
-    /// The room's files, when it is durable: the release worker syncs and
-    /// compacts them.
-    journal: Option<journal::RoomJournal>,
-    /// Adaptive release: checkouts measured and the rate decided. Taken
-    /// before `line` when both are held.
-    pub adaptive: Mutex<adaptive::AdaptiveRelease>,
-    /// The room on the fleet's shared line (`[cluster] redis_url`): joins,
-    /// polls, passes and the release go there, and `line` stays empty.
-    pub shared: Option<Arc<fleet::SharedRoom>>,
+    /// Where the line lives: in this process ([`embedded::EmbeddedRoom`])
+    /// or on the fleet's shared line ([`fleet::FleetRoom`]).
+    pub backend: Box<dyn RoomBackend>,
     /// The room's `heartbeat_s` in force, told to the queue page in the
     /// watermark.
     heartbeat_s: AtomicU64,
@@ -154,55 +147,18 @@ impl RoomEntry {
 
     /// The adaptive rate in force (for a fleet room, the fleet's one).
     pub fn adaptive_view(&self) -> Option<adaptive::AdaptiveView> {
-        match &self.shared {
-            Some(shared) => shared.adaptive_view().map(|v| adaptive::AdaptiveView {
-                bounds: v.bounds,
-                decision: v.decision,
-                in_force: v.in_force,
-                fleet: Some(v.by),
-            }),
-            None => self
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .view(),
-        }
+        self.backend.adaptive_view()
     }
 
     /// The `reason` label of `sluice_release_rate_limit`.
     pub fn release_reason(&self) -> &'static str {
-        match self.adaptive_view() {
-            Some(v) => v.decision.reason.as_str(),
-            None => self
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pinned_reason(),
-        }
+        self.backend.release_reason()
     }
 
     /// The room's numbers at `now_ms`; for a room on the fleet's line, the
     /// shared ones as this gateway last read them, and its own joins.
     pub fn stats(&self, now_ms: u64) -> RoomStats {
-        let mut stats = self
-            .line
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stats(now_ms);
-        if let Some(shared) = &self.shared {
-            let numbers = shared.numbers();
-            stats.joins = shared.join_counts();
-            stats.too_early_total = shared.too_early_total();
-            stats.waiting = numbers.waiting();
-            stats.serving = numbers.serving;
-            stats.active_passes = numbers.held;
-            stats.uncollected = numbers.pending;
-            stats.no_show_share = f64::from(numbers.share_milli) / 1000.0;
-            stats.release_per_second = shared.policy().release_per_second.get();
-            stats.paused = numbers.paused || numbers.is_stale(now_ms);
-            stats.sold_out = stats.sold_out || numbers.sold_out;
-        }
-        stats
+        self.backend.stats(now_ms)
     }
 
     /// What a pass of this room (named `room`) must be.
@@ -240,11 +196,7 @@ pub struct CheckoutInFlight(Option<Arc<RoomEntry>>);
 impl Drop for CheckoutInFlight {
     fn drop(&mut self) {
         if let Some(entry) = &self.0 {
-            entry
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .checkout_ended(now_ms());
+            entry.backend.checkout_ended(now_ms());
         }
     }
 }
@@ -362,7 +314,33 @@ impl Rooms {
         Ok(rooms)
     }
 
-    /// A room not running yet: restored from its journal when durable,
+    /// A room not running yet: on the fleet's line with `[cluster]`; else
+    /// in this process, restored from its journal when durable, new and
+    /// empty otherwise. A new room runs at its configured (start) rate.
+    fn make_backend(
+        &self,
+        room: &Room,
+        policy: Policy,
+        now_ms: u64,
+    ) -> Result<Box<dyn RoomBackend>, String> {
+        let mut adaptive = adaptive::AdaptiveRelease::default();
+        let _ = adaptive.configure(room, now_ms);
+        if let Some(fleet) = &self.fleet {
+            let shared = fleet.room(
+                &room.name,
+                policy,
+                room.joins_per_minute_per_client,
+                self.stock.clone(),
+            );
+            return Ok(Box::new(fleet::FleetRoom::new(shared, adaptive)));
+        }
+        let (line, journal) = self.make_line(room, policy, now_ms)?;
+        Ok(Box::new(embedded::EmbeddedRoom::new(
+            line, journal, adaptive,
+        )))
+    }
+
+    /// An embedded room's line: restored from its journal when durable,
     /// else new and empty.
     fn make_line(
         &self,
@@ -371,7 +349,7 @@ impl Rooms {
         now_ms: u64,
     ) -> Result<(WaitingRoom, Option<journal::RoomJournal>), String> {
         let name = &room.name;
-        let Some(durable) = self.durable.as_ref().filter(|_| self.fleet.is_none()) else {
+        let Some(durable) = self.durable.as_ref() else {
             let line = WaitingRoom::new(
                 name,
                 policy,
@@ -445,34 +423,15 @@ impl Rooms {
                 .map_err(|e| format!("room {:?}: {e}", room.name))?;
             let entry = match old.get(&room.name) {
                 Some(entry) => entry.clone(),
-                None => {
-                    let (line, journal) = self.make_line(room, policy.clone(), now_ms)?;
-                    let view = line.view();
-                    let mut adaptive = adaptive::AdaptiveRelease::default();
-                    // A new room runs at its configured (start) rate.
-                    let _ = adaptive.configure(room, now_ms);
-                    let shared = self.fleet.as_ref().map(|f| {
-                        f.room(
-                            &room.name,
-                            policy.clone(),
-                            room.joins_per_minute_per_client,
-                            self.stock.clone(),
-                        )
-                    });
-                    Arc::new(RoomEntry {
-                        limiter: ArcSwap::from_pointee(RoomLimiter::new(
-                            room.joins_per_minute_per_client,
-                        )),
-                        rate_limited_joins: AtomicU64::new(0),
-                        lifetimes: Lifetimes::new(room),
-                        line: Mutex::new(line),
-                        view,
-                        journal,
-                        adaptive: Mutex::new(adaptive),
-                        shared,
-                        heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
-                    })
-                }
+                None => Arc::new(RoomEntry {
+                    limiter: ArcSwap::from_pointee(RoomLimiter::new(
+                        room.joins_per_minute_per_client,
+                    )),
+                    rate_limited_joins: AtomicU64::new(0),
+                    lifetimes: Lifetimes::new(room),
+                    backend: self.make_backend(room, policy.clone(), now_ms)?,
+                    heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
+                }),
             };
             rooms.push(PlannedRoom {
                 name: room.name.clone(),
@@ -496,28 +455,15 @@ impl Rooms {
         let mut next = HashMap::with_capacity(plan.rooms.len());
         for room in plan.rooms {
             let entry = room.entry;
-            {
-                // `adaptive` is taken before `line` (the release worker's order).
-                let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
-                let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = line.update_policy(room.policy) {
-                    // plan() validated this very policy.
-                    tracing::error!(room = room.name, "policy refused after validation: {e}");
-                }
-                // A room that stays adaptive keeps the rate it had reached.
-                if let Some(rate) = adaptive.configure(&room.config, plan.now_ms) {
-                    line.set_release_per_second(rate);
-                }
-                line.set_paused(plan.paused);
-                if let Some(shared) = &entry.shared {
-                    // The fleet's one rate: the configured rate is its start.
-                    let start = room.config.release_per_second.get();
-                    shared.set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
-                    shared.set_policy(line.policy().clone());
-                    shared.set_joins_per_minute(room.joins_per_minute);
-                    shared.want_paused(plan.paused);
-                }
-            }
+            entry.backend.apply(
+                Settings {
+                    policy: room.policy,
+                    paused: plan.paused,
+                    joins_per_minute: room.joins_per_minute,
+                    config: &room.config,
+                },
+                plan.now_ms,
+            );
             if entry.limiter.load().per_minute != room.joins_per_minute {
                 entry
                     .limiter
@@ -615,11 +561,7 @@ impl Rooms {
     pub fn checkout_started(&self, room: &str) -> CheckoutInFlight {
         let entry = self.get(room);
         if let Some(entry) = &entry {
-            entry
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .checkout_started(now_ms());
+            entry.backend.checkout_started(now_ms());
         }
         CheckoutInFlight(entry)
     }
@@ -628,15 +570,7 @@ impl Rooms {
     /// backend, for adaptive release.
     pub fn record_checkout(&self, room: &str, latency_ms: u32, outcome: Outcome) {
         if let Some(entry) = self.get(room) {
-            if let Some(shared) = &entry.shared {
-                // The fleet's window: published, and read back by all.
-                return shared.record_checkout(now_ms(), latency_ms, outcome);
-            }
-            entry
-                .adaptive
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .record(now_ms(), latency_ms, outcome);
+            entry.backend.record_checkout(now_ms(), latency_ms, outcome);
         }
     }
 
@@ -652,44 +586,21 @@ impl Rooms {
         let Some(id) = TicketId::parse(&pass.sub) else {
             return false;
         };
-        self.get(room).is_some_and(|entry| match &entry.shared {
-            Some(shared) => shared.may_start(pass.seq),
-            None => entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .may_start(pass.seq, &id, now_ms()),
-        })
+        self.get(room)
+            .is_some_and(|entry| entry.backend.may_start(pass.seq, &id, now_ms()))
     }
 
     /// The room's `max_orders_per_pass` in force.
     pub fn orders_per_pass_max(&self, room: &str) -> u32 {
-        self.get(room).map_or(0, |entry| {
-            entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .policy()
-                .max_orders_per_pass
-                .get()
-        })
+        self.get(room)
+            .map_or(0, |entry| entry.backend.policy().max_orders_per_pass.get())
     }
 
     /// Gives the pass's active slot back if `orders` shows it has spent its
     /// checkouts; `true` if a slot was freed.
     pub fn give_back_if_spent(&self, room: &str, seq: u64, orders: PassOrders) -> bool {
-        self.get(room).is_some_and(|entry| match &entry.shared {
-            Some(shared) => {
-                let policy = shared.policy();
-                orders.spent(policy.max_orders_per_pass.get())
-                    && shared.give_back(seq, now_ms() / 1000 + policy.pass_ttl.as_secs())
-            }
-            None => entry
-                .line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .give_back_if_spent(seq, orders),
-        })
+        self.get(room)
+            .is_some_and(|entry| entry.backend.give_back_if_spent(seq, orders, now_ms()))
     }
 
     /// Answers a request under `/queue/`. Awaits only for a room on the
@@ -720,27 +631,10 @@ impl Rooms {
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",
             )),
-            (&Method::POST, "join") => match &entry.shared {
-                Some(shared) => {
-                    self.shared_join(name, &entry, shared, headers, client, now)
-                        .await
-                }
-                None => self.join(name, &entry, headers, client, now),
-            },
-            (&Method::GET, "status") => match &entry.shared {
-                Some(shared) => {
-                    self.shared_status(name, &entry, shared, headers, now, metrics)
-                        .await
-                }
-                None => self.status(name, &entry, headers, now, metrics),
-            },
-            (&Method::GET | &Method::HEAD, "watermark") if entry.shared.is_some() => {
-                let shared = entry.shared.as_ref().expect("checked");
-                let mark = shared.numbers().watermark(&shared.policy(), now);
-                watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
-            }
+            (&Method::POST, "join") => self.join(name, &entry, headers, client, now).await,
+            (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
-                let mark = entry.view.watermark();
+                let mark = entry.backend.watermark(now);
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
             (_, "" | "join" | "status" | "watermark") => {
@@ -757,7 +651,7 @@ impl Rooms {
         }
     }
 
-    fn join(
+    async fn join(
         &self,
         room: &str,
         entry: &RoomEntry,
@@ -767,50 +661,49 @@ impl Rooms {
     ) -> LocalResponse {
         // One browser keeps one ticket: a live ticket comes back as it is.
         if let Some(token) = cookie(headers, TICKET_COOKIE).or_else(|| bearer(headers)) {
-            if let Ok(claims) =
-                self.keyring
-                    .load()
-                    .verify(token, &entry.expect_ticket(room), now / 1000)
-            {
-                if let Some(id) = TicketId::parse(&claims.sub) {
-                    // Rejoining sooner than told is an early poll: same
-                    // answer as the status route.
-                    if let Some(retry_after_s) = entry.view.early_poll(claims.seq, &id, now) {
-                        return too_early(retry_after_s);
+            let verified = self.keyring.load().verify_then(
+                token,
+                &entry.expect_ticket(room),
+                now / 1000,
+                presented,
+            );
+            if let Ok(Some(ticket)) = verified {
+                // Rejoining sooner than told is an early poll: same answer
+                // as the status route.
+                if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
+                    return too_early(retry_after_s);
+                }
+                match entry.backend.poll(&ticket, now).await {
+                    Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {}
+                    Ok(status) => {
+                        return self.ticket_answer(room, entry, token, &ticket, status, now, true)
                     }
-                    let polled = entry
-                        .line
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .status(claims.seq, &id, now);
-                    match polled {
-                        Ok(Status::Expired | Status::SoldOut) | Err(PollError::UnknownTicket) => {}
-                        Ok(status) => {
-                            return self.ticket_answer(room, token, &claims, status, now, true)
-                        }
-                        // Rejoining sooner than told is an early poll:
-                        // same answer as the status route.
-                        Err(PollError::TooEarly { retry_after_s }) => {
-                            return too_early(retry_after_s)
-                        }
+                    Err(PollRefused::TooEarly { retry_after_s }) => {
+                        return too_early(retry_after_s)
                     }
                 }
             }
         }
+        // This gateway's own limit first (a client over it here is over it
+        // for the fleet too); a fleet's store then counts the fleet's.
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
         let joined = entry
-            .line
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .join(now);
+            .backend
+            .join(client.map(ClientKey::from_ip), now)
+            .await;
         match joined {
             Ok(joined) => {
                 let claims = joined.claims(room);
+                let ticket = Presented {
+                    seq: joined.seq,
+                    ticket_id: joined.ticket_id,
+                    expires_at_s: joined.expires_at_s,
+                };
                 match self.keyring.load().sign(&claims) {
                     Ok(token) => {
-                        self.ticket_answer(room, &token, &claims, joined.status, now, true)
+                        self.ticket_answer(room, entry, &token, &ticket, joined.status, now, true)
                     }
                     Err(_) => LocalResponse::error(&ApiError::new(
                         ErrorCode::Internal,
@@ -818,32 +711,16 @@ impl Rooms {
                     )),
                 }
             }
-            Err(e) => join_refused(e),
+            Err(e) => {
+                if matches!(e, JoinError::RateLimited { .. }) {
+                    entry.count_rate_limited_join();
+                }
+                join_refused(e)
+            }
         }
     }
 
-    /// The ticket a status poll carries (bearer or cookie), verified for
-    /// `room`; otherwise the `401 invalid_ticket` answer, counted by reason.
-    pub(in crate::queue) fn verified_ticket<'h>(
-        &self,
-        room: &str,
-        entry: &RoomEntry,
-        headers: &'h HeaderMap,
-        now: u64,
-        metrics: &Metrics,
-    ) -> Result<(&'h str, Claims), LocalResponse> {
-        let token = bearer(headers)
-            .or_else(|| cookie(headers, TICKET_COOKIE))
-            .ok_or_else(|| invalid_ticket(metrics, room, "missing"))?;
-        let claims = self
-            .keyring
-            .load()
-            .verify(token, &entry.expect_ticket(room), now / 1000)
-            .map_err(|e| invalid_ticket(metrics, room, e.reason()))?;
-        Ok((token, claims))
-    }
-
-    fn status(
+    async fn status(
         &self,
         room: &str,
         entry: &RoomEntry,
@@ -856,48 +733,37 @@ impl Rooms {
             return invalid("missing");
         };
         // Most polls of a refresh storm are early: once the ticket is
-        // verified (the same check as `verified_ticket`), answered from the
-        // room's view when the room would answer the same `429`, without
-        // its lock and without copying the claims.
+        // verified, they are answered without the room's lock or the store
+        // where the back end can, and without copying the claims.
         let verified = self.keyring.load().verify_then(
             token,
             &entry.expect_ticket(room),
             now / 1000,
-            |claims| {
-                let early = TicketId::parse(&claims.sub)
-                    .and_then(|id| entry.view.early_poll(claims.seq, &id, now));
-                match early {
-                    Some(retry_after_s) => Err(retry_after_s),
-                    None => Ok(claims.clone()),
-                }
-            },
+            presented,
         );
-        let claims = match verified {
+        let ticket = match verified {
             Err(e) => return invalid(e.reason()),
-            Ok(Err(retry_after_s)) => return too_early(retry_after_s),
-            Ok(Ok(claims)) => claims,
+            Ok(None) => return invalid("malformed"),
+            Ok(Some(ticket)) => ticket,
         };
-        let Some(id) = TicketId::parse(&claims.sub) else {
-            return invalid("malformed");
-        };
-        let polled = entry
-            .line
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .status(claims.seq, &id, now);
-        match polled {
-            Ok(status) => self.ticket_answer(room, token, &claims, status, now, false),
-            Err(PollError::TooEarly { retry_after_s }) => too_early(retry_after_s),
-            Err(PollError::UnknownTicket) => invalid("unknown_place"),
+        if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
+            return too_early(retry_after_s);
+        }
+        match entry.backend.poll(&ticket, now).await {
+            Ok(status) => self.ticket_answer(room, entry, token, &ticket, status, now, false),
+            Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
+            Err(PollRefused::UnknownPlace) => invalid("unknown_place"),
         }
     }
 
     /// The JSON for a ticket's state; mints the pass when admitted.
+    #[allow(clippy::too_many_arguments)]
     fn ticket_answer(
         &self,
         room: &str,
-        ticket: &str,
-        claims: &Claims,
+        entry: &RoomEntry,
+        token: &str,
+        ticket: &Presented,
         status: Status,
         now: u64,
         joined: bool,
@@ -914,16 +780,11 @@ impl Rooms {
             },
             _ => None,
         };
-        let fair = self.get(room).and_then(|e| {
-            e.line
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .fair_start()
-        });
+        let fair = entry.backend.fair_start();
         respond::ticket(respond::TicketAnswer {
             room,
-            ticket,
-            ticket_expires_at: claims.exp,
+            ticket: token,
+            ticket_expires_at: ticket.expires_at_s,
             status,
             pass: pass.as_ref().map(|(p, exp)| (p.as_str(), *exp)),
             fair_start: fair.as_ref(),
@@ -932,6 +793,15 @@ impl Rooms {
             now_s: now / 1000,
         })
     }
+}
+
+/// The place a verified ticket presents, if its `sub` is a ticket id.
+fn presented(claims: &Claims) -> Option<Presented> {
+    Some(Presented {
+        seq: claims.seq,
+        ticket_id: TicketId::parse(&claims.sub)?,
+        expires_at_s: claims.exp,
+    })
 }
 
 /// The answer to a join the room refused.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::{journal, RoomEntry, Rooms};
+use super::{journal, Rooms};
 use crate::clock::now_ms;
 
 /// How often each room is given a release pass. Short enough that a rate
@@ -38,13 +38,11 @@ impl Releaser {
 
     /// One pass over every room; returns the passes minted.
     pub fn release_once(&self, now_ms: u64) -> u32 {
-        let mut released = 0;
-        for entry in self.rooms.all().values() {
-            let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-            released += line.release_once(now_ms, PLACES_PER_PASS_MAX).released;
-            compact_if_due(entry, &line);
-        }
-        released
+        self.rooms
+            .all()
+            .values()
+            .map(|entry| entry.backend.release_once(now_ms, PLACES_PER_PASS_MAX))
+            .sum()
     }
 
     /// Syncs every durable room's journal (and writes a pending snapshot).
@@ -54,7 +52,7 @@ impl Releaser {
             .rooms
             .all()
             .values()
-            .filter_map(|e| e.journal.clone())
+            .filter_map(|e| e.backend.journal())
             .collect();
         if journals.is_empty() {
             return;
@@ -80,35 +78,8 @@ impl Releaser {
     /// (`fleet::SharedRoom`), not here.
     pub fn adapt_once(&self, now_ms: u64) {
         for entry in self.rooms.all().values() {
-            if entry.shared.is_some() {
-                continue;
-            }
-            let mut adaptive = entry.adaptive.lock().unwrap_or_else(|p| p.into_inner());
-            let mut line = entry.line.lock().unwrap_or_else(|p| p.into_inner());
-            if line.is_paused() {
-                continue;
-            }
-            if let Some(rate) = adaptive.step(now_ms, line.free_slots()) {
-                line.set_release_per_second(rate);
-            }
+            entry.backend.adapt_once(now_ms);
         }
-    }
-}
-
-/// Starts a new journal generation from the room's snapshot when the
-/// current one has grown well past it. Called with the room's lock held.
-fn compact_if_due(entry: &RoomEntry, line: &sluice_admission::WaitingRoom) {
-    let Some(journal) = &entry.journal else {
-        return;
-    };
-    let records = line.snapshot_records();
-    if !journal::compaction_due(journal.appended(), records) {
-        return;
-    }
-    let mut snapshot = Vec::with_capacity(records as usize * journal::RECORD_BYTES);
-    line.snapshot(&mut |event| snapshot.extend_from_slice(&event.encode()));
-    if let Err(e) = journal.rebase(snapshot) {
-        tracing::error!(room = line.name(), "room journal compaction failed: {e}");
     }
 }
 
@@ -145,6 +116,8 @@ impl BackgroundService for Releaser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::embedded::EmbeddedRoom;
+    use crate::queue::RoomEntry;
     use sluice_admission::adaptive::Outcome;
     use sluice_admission::InMemoryStock;
     use sluice_policies::validate::parse_with_env;
@@ -160,16 +133,24 @@ mod tests {
         }
     }
 
+    fn embedded(entry: &RoomEntry) -> &EmbeddedRoom {
+        entry
+            .backend
+            .as_any()
+            .downcast_ref()
+            .expect("an embedded room")
+    }
+
     fn rate(rooms: &Rooms) -> u32 {
         let entry = rooms.get("r").unwrap();
-        let line = entry.line.lock().unwrap();
+        let line = embedded(&entry).line();
         line.policy().release_per_second.get()
     }
 
     /// `n` people waiting in room `r` (joined while open).
     fn waiting(rooms: &Rooms, n: usize, now_ms: u64) {
         let entry = rooms.get("r").unwrap();
-        let mut line = entry.line.lock().unwrap();
+        let mut line = embedded(&entry).line();
         for _ in 0..n {
             line.join(now_ms).unwrap();
         }
@@ -246,7 +227,7 @@ mod tests {
         let rooms = Rooms::new(&config("open"), false, Arc::new(InMemoryStock::new())).unwrap();
         let running = || {
             let entry = rooms.get("r").unwrap();
-            let a = entry.adaptive.lock().unwrap();
+            let a = embedded(&entry).adaptive();
             a.checkouts_running()
         };
         let first = rooms.checkout_started("r");
@@ -276,7 +257,7 @@ mod tests {
         let joins = journal::COMPACT_EVENTS_MIN / 2 + 1000;
         {
             let entry = rooms.get("r").unwrap();
-            let mut line = entry.line.lock().unwrap();
+            let mut line = embedded(&entry).line();
             for _ in 0..joins {
                 line.join(now).unwrap();
             }
@@ -302,7 +283,7 @@ mod tests {
         assert_eq!((after.waiting, after.serving), (0, joins));
         // The line goes on after the last place.
         let entry = again.get("r").unwrap();
-        let next = entry.line.lock().unwrap().join(later).unwrap();
+        let next = embedded(&entry).line().join(later).unwrap();
         assert_eq!(next.seq, joins);
     }
 }

@@ -19,7 +19,8 @@
 //!   into its window; the gateway holding the room's lease steps the law
 //!   and stores the decision, and every gateway's tick paces by it.
 //!
-//! - [`http`]: the `join` and `status` routes of such a room.
+//! - [`backend`]: such a room as the gateway's `RoomBackend` (its join,
+//!   poll and pass checks); [`config`]: what a fleet's config must hold.
 //! - [`poll_due`]: when each ticket that polled this gateway may poll
 //!   next, so an early poll is refused without a record in the store.
 //! - [`serving_seen`]: the room's `serving` over the last claim windows,
@@ -28,13 +29,15 @@
 //! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
 //! pingora worker: request handlers only send to them and await answers.
 
-mod http;
+mod backend;
+mod config;
 mod poll_due;
 pub mod redis;
 mod serving_seen;
 pub mod store;
 
-pub use http::check_config;
+pub use backend::FleetRoom;
+pub use config::check_config;
 
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;

@@ -1,0 +1,228 @@
+//! A room on the fleet's shared line as a [`RoomBackend`]: joins batched
+//! into one store call with the joins around them, polls answered from the
+//! shared numbers in memory (the store is asked only to collect a released
+//! place's pass), the release and the adaptive rate stepped by the room's
+//! own tasks ([`SharedRoom`]).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use sluice_admission::adaptive::Outcome;
+use sluice_admission::fair_start::FairStartInfo;
+use sluice_admission::fleet::{self as decide, PollDecision, Presented};
+use sluice_admission::join_limiter::ClientKey;
+use sluice_admission::room::Watermark;
+use sluice_admission::stats::WaitHistogram;
+use sluice_admission::{JoinError, Joined, PassOrders, Policy, RoomStats, Status, TicketId, Wait};
+
+use super::{FleetLimits, SharedRoom};
+use crate::queue::adaptive::{AdaptiveRelease, AdaptiveView};
+use crate::queue::backend::{PollRefused, RoomBackend, Settings};
+
+/// A fleet room, as this gateway holds it.
+pub struct FleetRoom {
+    shared: Arc<SharedRoom>,
+    /// This gateway's view of the room's release source: the adaptive
+    /// bounds and start rate it publishes (the fleet's rate itself is
+    /// stepped by the lease holder, see `fleet_rate`), or the pinned
+    /// source's name.
+    adaptive: Mutex<AdaptiveRelease>,
+}
+
+impl FleetRoom {
+    pub fn new(shared: Arc<SharedRoom>, adaptive: AdaptiveRelease) -> Self {
+        Self {
+            shared,
+            adaptive: Mutex::new(adaptive),
+        }
+    }
+
+    fn adaptive(&self) -> MutexGuard<'_, AdaptiveRelease> {
+        self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A waiting answer at the front, for a released place whose pass cannot
+/// be collected right now: the shopper keeps the place and asks again.
+fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
+    let poll_after_s = shared.policy().poll_min.as_secs().max(1) as u32;
+    Status::Paused(Wait {
+        position: 1,
+        ahead: 0,
+        estimated_wait_s: 0,
+        poll_after_s,
+        expires_at_s: ticket.expires_at_s,
+    })
+}
+
+#[async_trait]
+impl RoomBackend for FleetRoom {
+    async fn poll(&self, ticket: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
+        let shared = &self.shared;
+        let early = |retry_after_s| PollRefused::TooEarly { retry_after_s };
+        // A pass already collected is shown again from memory, also while
+        // the store is away: passes already issued keep working.
+        if let Some(known) = shared.known_claim(ticket.seq) {
+            return Ok(decide::claimed(ticket, known, &shared.policy()));
+        }
+        match shared.decide_poll(ticket, now_ms) {
+            PollDecision::Answer(status) => {
+                shared.on_time(ticket.seq, &status, now_ms).map_err(early)?;
+                Ok(status)
+            }
+            PollDecision::Claim => {
+                let status = match shared.claim(ticket.seq).await {
+                    Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
+                    Err(e) => {
+                        tracing::debug!(room = shared.name(), "pass not collected: {e}");
+                        held_at_front(shared, ticket)
+                    }
+                };
+                // A released place collects its pass whenever it asks; one
+                // told to wait at the front (no slot free yet) is held to
+                // the time it was told, as a waiting one is.
+                shared.on_time(ticket.seq, &status, now_ms).map_err(early)?;
+                Ok(status)
+            }
+        }
+    }
+
+    async fn join(&self, client: Option<ClientKey>, now_ms: u64) -> Result<Joined, JoinError> {
+        let shared = &self.shared;
+        let seq = shared.join(client).await?;
+        let mut id = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
+        let ticket_id = TicketId::parse(&hex::encode(id)).expect("32 hex digits");
+        let issued_at_s = now_ms / 1000;
+        let ticket = Presented {
+            seq,
+            ticket_id,
+            expires_at_s: issued_at_s + shared.policy().ticket_ttl.as_secs(),
+        };
+        let status = match shared.decide_poll(&ticket, now_ms) {
+            PollDecision::Answer(status) => status,
+            // Released already: the first poll collects the pass.
+            PollDecision::Claim => held_at_front(shared, &ticket),
+        };
+        // A new place: its first poll is timed from this answer.
+        let _ = shared.on_time(seq, &status, now_ms);
+        Ok(Joined {
+            seq,
+            ticket_id,
+            issued_at_s,
+            expires_at_s: ticket.expires_at_s,
+            status,
+        })
+    }
+
+    fn watermark(&self, now_ms: u64) -> Watermark {
+        self.shared
+            .numbers()
+            .watermark(&self.shared.policy(), now_ms)
+    }
+
+    fn fair_start(&self) -> Option<FairStartInfo> {
+        None
+    }
+
+    fn may_start(&self, seq: u64, _ticket_id: &TicketId, _now_ms: u64) -> bool {
+        self.shared.may_start(seq)
+    }
+
+    fn give_back_if_spent(&self, seq: u64, orders: PassOrders, now_ms: u64) -> bool {
+        let policy = self.shared.policy();
+        orders.spent(policy.max_orders_per_pass.get())
+            && self
+                .shared
+                .give_back(seq, now_ms / 1000 + policy.pass_ttl.as_secs())
+    }
+
+    fn policy(&self) -> Policy {
+        (*self.shared.policy()).clone()
+    }
+
+    fn stats(&self, now_ms: u64) -> RoomStats {
+        let shared = &self.shared;
+        let numbers = shared.numbers();
+        RoomStats {
+            joins: shared.join_counts(),
+            waiting: numbers.waiting(),
+            // Per-ticket facts the store does not keep (one record per
+            // waiting shopper is what Redis must not hold).
+            oldest_wait_s: 0,
+            abandoned_total: 0,
+            expired_total: 0,
+            admitted_total: 0,
+            too_early_total: shared.too_early_total(),
+            active_passes: numbers.held,
+            uncollected: numbers.pending,
+            no_show_share: f64::from(numbers.share_milli) / 1000.0,
+            release_rate: 0.0,
+            release_per_second: shared.policy().release_per_second.get(),
+            serving: numbers.serving,
+            paused: numbers.paused || numbers.is_stale(now_ms),
+            sold_out: !shared.stock.can_sell(shared.name()) || numbers.sold_out,
+            wait: WaitHistogram::default(),
+        }
+    }
+
+    fn apply(&self, settings: Settings<'_>, now_ms: u64) {
+        let mut adaptive = self.adaptive();
+        let mut policy = settings.policy;
+        if let Some(rate) = adaptive.configure(settings.config, now_ms) {
+            policy.release_per_second = rate;
+        }
+        // The fleet's one rate: the configured rate is its start.
+        let start = settings.config.release_per_second.get();
+        self.shared
+            .set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
+        self.shared.set_policy(policy);
+        self.shared.set_joins_per_minute(settings.joins_per_minute);
+        self.shared.want_paused(settings.paused);
+    }
+
+    fn release_once(&self, _now_ms: u64, _places_max: usize) -> u32 {
+        // The room's tick task releases (see `SharedRoom`).
+        0
+    }
+
+    fn adapt_once(&self, _now_ms: u64) {
+        // The fleet's rate is stepped by the lease holder's task.
+    }
+
+    fn adaptive_view(&self) -> Option<AdaptiveView> {
+        self.shared.adaptive_view().map(|v| AdaptiveView {
+            bounds: v.bounds,
+            decision: v.decision,
+            in_force: v.in_force,
+            fleet: Some(v.by),
+        })
+    }
+
+    fn release_reason(&self) -> &'static str {
+        match self.shared.adaptive_view() {
+            Some(v) => v.decision.reason.as_str(),
+            None => self.adaptive().pinned_reason(),
+        }
+    }
+
+    fn checkout_started(&self, _now_ms: u64) {
+        // The fleet's window counts finished checkouts only.
+    }
+
+    fn checkout_ended(&self, _now_ms: u64) {}
+
+    fn record_checkout(&self, now_ms: u64, latency_ms: u32, outcome: Outcome) {
+        // The fleet's window: published, and read back by all.
+        self.shared.record_checkout(now_ms, latency_ms, outcome);
+    }
+
+    fn fleet_limits(&self) -> Option<FleetLimits> {
+        self.shared.fleet_limits()
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
