@@ -6,6 +6,8 @@
 //! gateway wires it to HTTP.
 //!
 //! - [`tokens`]: tickets and passes as signed JWTs, several keys at once.
+//! - [`challenge`]: the join's proof of work: issued, parsed, verified,
+//!   spent once; the adaptive difficulty law.
 //! - [`room`]: one room's line: join, poll, the release pass, pause, sold
 //!   out, fair start. Everything about time takes `now_ms`.
 //! - [`policy`]: the numbers a room runs on.
@@ -34,6 +36,7 @@
 //! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
 
 pub mod adaptive;
+pub mod challenge;
 pub mod clock;
 pub mod fair_start;
 pub mod fleet;
