@@ -6,6 +6,8 @@
 //! gateway wires it to HTTP.
 //!
 //! - [`tokens`]: tickets and passes as signed JWTs, several keys at once.
+//! - [`enqueue`]: the store's enqueue tokens (one place per account) and
+//!   the account hash.
 //! - [`challenge`]: the join's proof of work: issued, parsed, verified,
 //!   spent once; the adaptive difficulty law.
 //! - [`room`]: one room's line: join, poll, the release pass, pause, sold
@@ -38,6 +40,7 @@
 pub mod adaptive;
 pub mod challenge;
 pub mod clock;
+pub mod enqueue;
 pub mod fair_start;
 pub mod fleet;
 pub mod fleet_rate;
