@@ -31,6 +31,8 @@
 //! - [`wait_estimate`]: the estimated wait, whether the rate or the
 //!   `max_active` slots hold people back.
 //! - [`join_limiter`]: joins per client address.
+//! - [`lane_split`]: a release's places split between lanes by share,
+//!   with a running deficit.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
 //! - [`pace`], [`rate_meter`]: the release pace (GCRA, as on the fleet) and
@@ -46,6 +48,7 @@ pub mod fleet;
 pub mod fleet_rate;
 pub mod join_limiter;
 pub mod journal;
+pub mod lane_split;
 pub mod no_show;
 pub mod pace;
 pub mod pass_orders;
