@@ -15,7 +15,7 @@ RUNS="${RUNS:-10000000}"
 SANITIZER="${SANITIZER:-address}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(path auth webhook ticket)
+    targets=(path auth webhook ticket challenge enqueue)
 fi
 export RUSTC_BOOTSTRAP=1
 for target in "${targets[@]}"; do
