@@ -8,6 +8,11 @@
 //! - [`tokens`]: tickets and passes as signed JWTs, several keys at once.
 //! - [`enqueue`]: the store's enqueue tokens (one place per account) and
 //!   the account hash.
+//! - [`event_window`]: whether a room takes joins now (`prequeue_at`,
+//!   `opens_at`, `closes_at`).
+//! - [`standby`]: `mode = "standby"`: when the line forms and when a join
+//!   is admitted at once.
+//! - [`pass_idle`]: when a pass gives its slot back (`pass_idle_s`).
 //! - [`challenge`]: the join's proof of work: issued, parsed, verified,
 //!   spent once; the adaptive difficulty law.
 //! - [`room`]: one room's line: join, poll, the release pass, pause, sold
@@ -43,6 +48,7 @@ pub mod adaptive;
 pub mod challenge;
 pub mod clock;
 pub mod enqueue;
+pub mod event_window;
 pub mod fair_start;
 pub mod fleet;
 pub mod fleet_rate;
@@ -51,11 +57,13 @@ pub mod journal;
 pub mod lane_split;
 pub mod no_show;
 pub mod pace;
+pub mod pass_idle;
 pub mod pass_orders;
 pub mod policy;
 pub mod poll;
 pub mod rate_meter;
 pub mod room;
+pub mod standby;
 pub mod stats;
 pub mod stock;
 pub mod store;
