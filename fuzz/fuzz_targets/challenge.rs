@@ -10,8 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::challenge::{
-    leading_zero_bits, solution_hash, solve, token, verify_join, ChallengeKeys,
-    CHALLENGE_BYTES_MAX,
+    leading_zero_bits, solution_hash, solve, token, verify_join, ChallengeKeys, CHALLENGE_BYTES_MAX,
 };
 
 const NOW: u64 = 1_800_000_000;

@@ -77,7 +77,10 @@ fuzz_target!(|input: (u8, &[u8])| {
     };
     let room = if mode / 3 % 2 == 0 { "drop" } else { "other" };
     if let Ok(claims) = f.ring.verify(&token, room, &f.lanes, NOW) {
-        assert!(f.tokens.contains(&token), "accepted a token the store did not sign: {token}");
+        assert!(
+            f.tokens.contains(&token),
+            "accepted a token the store did not sign: {token}"
+        );
         assert_eq!(room, "drop");
         assert_eq!(claims.sub, "account-1");
         assert_eq!(claims.lane.as_deref(), Some("members"));
