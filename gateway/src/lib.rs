@@ -49,6 +49,7 @@ mod node;
 mod orders;
 mod origin_cache;
 mod origin_dns;
+mod pass_end;
 mod proxy;
 mod proxy_protocol;
 mod queue;

@@ -153,6 +153,11 @@ fn set_cookie(
     )
 }
 
+/// The `Set-Cookie` that clears the pass cookie (a pass ended).
+pub fn clear_pass_cookie(secure: bool) -> (HeaderName, HeaderValue) {
+    set_cookie(PASS_COOKIE, "", "/", 0, secure)
+}
+
 pub fn page(headers: &HeaderMap) -> LocalResponse {
     LocalResponse {
         status: StatusCode::OK,
