@@ -19,6 +19,8 @@
 //!   core over HTTP (on a bounded blocking pool, `orders::pool`), [`state`]
 //!   what the listeners share (and the all-or-nothing reload), and
 //!   [`readiness`] the probes behind `/readyz`.
+//! - `sd_notify` tells systemd (`Type=notify`) the gateway is ready once
+//!   both listeners are bound, and when it starts draining.
 //! - [`sim_webhooks`] sends the in-process payment simulator's signed
 //!   webhooks to the gateway's own `/webhooks/simulated`.
 pub mod admin;
@@ -43,6 +45,7 @@ pub mod readiness;
 pub mod route;
 pub mod runtime;
 pub mod scrape;
+mod sd_notify;
 pub mod server;
 pub mod sim_webhooks;
 pub mod state;

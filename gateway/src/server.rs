@@ -127,6 +127,15 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     server.add_service(releaser);
     server.add_service(orders);
     server.add_service(sim_webhooks);
+    let ready = format!(
+        "listening on {}, admin on {}",
+        gateway.listen, gateway.admin_listen
+    );
+    let ports = [gateway.listen.port(), gateway.admin_listen.port()];
+    server.add_service(background_service(
+        "sluice sd_notify",
+        crate::sd_notify::Notify::new(&ports, ready),
+    ));
     let config = shared.runtime().config.clone();
     let why = simulator_outside_demo(&config);
     if !why.is_empty() {

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The container image, built and tried (slow: a release build; not part of
+# ./scripts/test.sh). Builds the image with ops/container/build-image.sh,
+# checks its configuration (non-root user, STOPSIGNAL, ports, volume,
+# labels), exports its root filesystem from the OCI archive and runs the
+# image's own entry point in it under unshare + chroot, as the image's user,
+# the way a container runtime would (no runtime runs here: crun's setrlimit
+# is refused in this sandbox): `sluice check` on the image's policy, then
+# `sluice run`, which must answer /healthz, /readyz and a catalog GET and
+# drain on SIGTERM. Prints the image's size. Needs root.
+#
+#   scripts/test-image.sh            builds the release binary first
+#   SLUICE_BINARY=path scripts/test-image.sh   uses that binary
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh --image
+
+target="${CARGO_TARGET_DIR:-target}"
+binary="${SLUICE_BINARY:-}"
+if [ -z "$binary" ]; then
+  cargo build --release -p sluice-gateway
+  binary="$target/release/sluice"
+fi
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+work="$(mktemp -d)"
+pid=""
+cleanup() {
+  [ -z "$pid" ] || kill -KILL "$pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+archive="$work/sluice.oci.tar"
+ops/container/build-image.sh "$binary" "$archive" >/dev/null
+
+# The image's parts, read from the archive as a registry would serve them.
+mkdir "$work/oci"
+tar -xf "$archive" -C "$work/oci"
+blob() { echo "$work/oci/blobs/${1/://}"; }
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'d': d}))" "$@"; }
+manifest="$(blob "$(json "$work/oci/index.json" 'd["manifests"][0]["digest"]')")"
+config="$(blob "$(json "$manifest" 'd["config"]["digest"]')")"
+check() { # check EXPR EXPECTED: the image config's value
+  local got
+  got="$(json "$config" "$1")"
+  [ "$got" = "$2" ] || fail "image config $1 is '$got', expected '$2'"
+}
+check 'd["config"]["User"]' "10001:10001"
+check 'd["config"]["StopSignal"]' "SIGTERM"
+check 'sorted(d["config"]["ExposedPorts"])' "['8080/tcp', '9090/tcp']"
+check 'sorted(d["config"]["Volumes"])' "['/var/lib/sluice']"
+check 'd["config"]["Entrypoint"]' "['/usr/bin/sluice']"
+check 'd["config"]["Labels"]["org.opencontainers.image.version"]' "$version"
+check 'd["config"]["Labels"]["org.opencontainers.image.licenses"]' "Apache-2.0"
+check 'd["config"]["Labels"]["org.opencontainers.image.revision"].startswith("'"$(git rev-parse HEAD)"'")' "True"
+check 'd["config"]["Labels"]["io.sluice.port.public"] + " " + d["config"]["Labels"]["io.sluice.port.admin"]' "8080 9090"
+
+# The root filesystem, exported: every layer in order, owners kept.
+root="$work/rootfs"
+mkdir "$root"
+for layer in $(json "$manifest" '" ".join(l["digest"] for l in d["layers"])'); do
+  tar --numeric-owner --same-owner -xzf "$(blob "$layer")" -C "$root"
+done
+[ ! -e "$root/bin/sh" ] || fail "the image has a shell"
+[ "$(stat -c %u "$root/var/lib/sluice")" = 10001 ] || fail "data_dir is not the image user's"
+
+# Runs the image's entry point with ARGS in the root, as the image's user,
+# with its environment, working directory, a fresh /proc and /dev and the
+# host's network.
+image_env=$(json "$config" '" ".join(d["config"]["Env"])')
+entrypoint=$(json "$config" '" ".join(d["config"]["Entrypoint"])')
+# Runs in place of the calling (sub)shell: `in_image ... &` is the
+# unshare process itself, whose only child is sluice.
+in_image() {
+  # shellcheck disable=SC2086
+  exec env -i $image_env SLUICE_ADMIN_TOKEN=image-test-admin-token-0123 \
+    unshare --mount --pid --fork --kill-child -- \
+    sh -c 'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot --userspec=10001:10001 "$0" "$@"' \
+    "$root" $entrypoint "$@"
+}
+
+(in_image check /etc/sluice/sluice.toml) | grep -q "ok (1 rooms, 3 products)" || fail "sluice check on the image's policy"
+echo "ok: sluice check /etc/sluice/sluice.toml in the image"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+listen="127.0.0.1:$(free_port)"
+admin="127.0.0.1:$(free_port)"
+# The image's CMD, with loopback ports (a runtime would publish 8080/9090).
+mapfile -t cmd < <(json "$config" '"\n".join(d["config"]["Cmd"])')
+in_image "${cmd[@]}" --listen "$listen" --admin-listen "$admin" >"$work/sluice.log" 2>&1 &
+pid=$!
+deadline=$((SECONDS + 30))
+until curl -fsS "http://$admin/healthz" >/dev/null 2>&1; do
+  kill -0 "$pid" 2>/dev/null || { cat "$work/sluice.log" >&2; fail "sluice run exited"; }
+  [ $SECONDS -lt $deadline ] || { cat "$work/sluice.log" >&2; fail "/healthz did not answer within 30 s"; }
+  sleep 0.2
+done
+echo "ok: /healthz"
+curl -fsS "http://$admin/readyz" >/dev/null || fail "/readyz: $(curl -sS "http://$admin/readyz")"
+echo "ok: /readyz (the order store in the image's data_dir takes a durable write)"
+catalog="$(curl -fsS -D "$work/headers" "http://$listen/catalog/products.json")" || fail "catalog GET"
+grep -q '"sneaker-42"' <<<"$catalog" || fail "catalog body: $catalog"
+grep -qi '^cache-control: public' "$work/headers" || fail "catalog headers: $(cat "$work/headers")"
+echo "ok: GET /catalog/products.json"
+find "$root/var/lib/sluice" -mindepth 1 -maxdepth 1 ! -user 10001 | grep -q . && fail "data_dir holds files not the image user's"
+find "$root/var/lib/sluice" -mindepth 1 | grep -q . || fail "nothing written to data_dir"
+echo "ok: state written to /var/lib/sluice as 10001"
+
+# STOPSIGNAL: SIGTERM to the entry point (pid 1 in its namespace) drains
+# and exits 0 within the grace period plus pingora's last second.
+sluice_pid="$(pgrep -P "$pid")"
+kill -TERM "$sluice_pid"
+deadline=$((SECONDS + 20))
+while kill -0 "$pid" 2>/dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "no exit within 20 s of SIGTERM"
+  sleep 0.2
+done
+rc=0
+wait "$pid" || rc=$?
+pid=""
+[ "$rc" = 0 ] || { cat "$work/sluice.log" >&2; fail "exit status $rc after SIGTERM"; }
+grep -q "draining" "$work/sluice.log" || fail "no drain in the log"
+echo "ok: SIGTERM drains and exits 0"
+
+echo "image: $(stat -c %s "$archive") bytes as an OCI archive (compressed layer), $(du -sb "$root" | cut -f1) bytes unpacked"
