@@ -28,13 +28,18 @@ fn ready_once_the_listeners_are_bound_then_stopping_on_sigterm() {
     let socket = UnixDatagram::bind(&path).unwrap();
     socket.set_read_timeout(Some(NOTIFY_WAIT_MAX)).unwrap();
     let port = free_port();
-    // At the moment READY=1 arrives, the public port must take a
-    // connection: the check runs in this thread, before the harness even
-    // sees the listener.
+    // At the moment READY=1 arrives, both ports must take a connection:
+    // the check runs in this thread, before the harness even sees the
+    // listeners. The admin port is chosen by the harness; the STATUS line
+    // names it.
     let receiver = std::thread::spawn(move || {
         let ready = recv(&socket);
-        let accepting = TcpStream::connect(("127.0.0.1", port)).is_ok();
-        (ready, accepting, socket)
+        let public = TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let admin = ready
+            .split_once(", admin on ")
+            .and_then(|(_, rest)| rest.lines().next()?.parse::<std::net::SocketAddr>().ok())
+            .is_some_and(|admin| TcpStream::connect(admin).is_ok());
+        (ready, public && admin, socket)
     });
     let gw = Gateway::start(GatewayOptions {
         listen_port: Some(port),
@@ -45,10 +50,13 @@ fn ready_once_the_listeners_are_bound_then_stopping_on_sigterm() {
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     assert!(
         accepting,
-        "READY=1 came before the public listener took connections"
+        "READY=1 came before both listeners took connections: {ready:?}"
     );
     assert!(
-        ready.contains(&format!("STATUS=listening on {}", gw.listen)),
+        ready.contains(&format!(
+            "STATUS=listening on {}, admin on {}\n",
+            gw.listen, gw.admin
+        )),
         "{ready:?}"
     );
 
