@@ -66,8 +66,9 @@ done
 [ "$(stat -c %u "$root/var/lib/sluice")" = 10001 ] || fail "data_dir is not the image user's"
 
 # Runs the image's entry point with ARGS in the root, as the image's user,
-# with its environment, working directory, a fresh /proc and /dev and the
-# host's network.
+# with its environment, a fresh /proc and /dev, the host's network, and the
+# root filesystem read-only but for the data_dir volume (as Kubernetes runs
+# it: readOnlyRootFilesystem).
 image_env=$(json "$config" '" ".join(d["config"]["Env"])')
 entrypoint=$(json "$config" '" ".join(d["config"]["Entrypoint"])')
 # Runs in place of the calling (sub)shell: `in_image ... &` is the
@@ -76,7 +77,9 @@ in_image() {
   # shellcheck disable=SC2086
   exec env -i $image_env SLUICE_ADMIN_TOKEN=image-test-admin-token-0123 \
     unshare --mount --pid --fork --kill-child -- \
-    sh -c 'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot --userspec=10001:10001 "$0" "$@"' \
+    sh -c 'mount --bind "$0" "$0" && mount --bind "$0/var/lib/sluice" "$0/var/lib/sluice" &&
+      mount -o remount,bind,ro "$0" && mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" &&
+      exec chroot --userspec=10001:10001 "$0" "$@"' \
     "$root" $entrypoint "$@"
 }
 
