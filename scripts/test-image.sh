@@ -24,7 +24,10 @@ fi
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 work="$(mktemp -d)"
 pid=""
+unshare_pid=""
 cleanup() {
+  # The unshare process: its --kill-child ends sluice.
+  [ -z "$unshare_pid" ] || kill -KILL "$unshare_pid" 2>/dev/null || true
   [ -z "$pid" ] || kill -KILL "$pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -71,11 +74,11 @@ done
 # it: readOnlyRootFilesystem).
 image_env=$(json "$config" '" ".join(d["config"]["Env"])')
 entrypoint=$(json "$config" '" ".join(d["config"]["Entrypoint"])')
-# Runs in place of the calling (sub)shell: `in_image ... &` is the
-# unshare process itself, whose only child is sluice.
+# Runs in place of the calling (sub)shell, under `${trace[@]}` if set.
+trace=()
 in_image() {
   # shellcheck disable=SC2086
-  exec env -i $image_env SLUICE_ADMIN_TOKEN=image-test-admin-token-0123 \
+  exec "${trace[@]}" env -i $image_env SLUICE_ADMIN_TOKEN=image-test-admin-token-0123 \
     unshare --mount --pid --fork --kill-child -- \
     sh -c 'mount --bind "$0" "$0" && mount --bind "$0/var/lib/sluice" "$0/var/lib/sluice" &&
       mount -o remount,bind,ro "$0" && mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" &&
@@ -89,10 +92,19 @@ echo "ok: sluice check /etc/sluice/sluice.toml in the image"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 listen="127.0.0.1:$(free_port)"
 admin="127.0.0.1:$(free_port)"
-# The image's CMD, with loopback ports (a runtime would publish 8080/9090).
+# The image's CMD, with loopback ports (a runtime would publish 8080/9090),
+# under strace: every system call it makes is checked against the systemd
+# unit's SystemCallFilter at the end.
 mapfile -t cmd < <(json "$config" '"\n".join(d["config"]["Cmd"])')
+trace=(strace -f -qq -o "$work/trace")
 in_image "${cmd[@]}" --listen "$listen" --admin-listen "$admin" >"$work/sluice.log" 2>&1 &
 pid=$!
+trace=()
+deadline=$((SECONDS + 10))
+until unshare_pid="$(pgrep -P "$pid")" && sluice_pid="$(pgrep -P "$unshare_pid")"; do
+  [ $SECONDS -lt $deadline ] || fail "no sluice process under strace"
+  sleep 0.1
+done
 deadline=$((SECONDS + 30))
 until curl -fsS "http://$admin/healthz" >/dev/null 2>&1; do
   kill -0 "$pid" 2>/dev/null || { cat "$work/sluice.log" >&2; fail "sluice run exited"; }
@@ -109,10 +121,20 @@ echo "ok: GET /catalog/products.json"
 find "$root/var/lib/sluice" -mindepth 1 -maxdepth 1 ! -user 10001 | grep -q . && fail "data_dir holds files not the image user's"
 find "$root/var/lib/sluice" -mindepth 1 | grep -q . || fail "nothing written to data_dir"
 echo "ok: state written to /var/lib/sluice as 10001"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://$listen/queue/drop/join")" = 202 ] || fail "join"
+metrics="$(curl -fsS -H "Authorization: Bearer image-test-admin-token-0123" "http://$admin/metrics")" || fail "/metrics"
+grep -q '^sluice_' <<<"$metrics" || fail "/metrics: $metrics"
+echo "ok: a join, /metrics with the admin token"
+kill -HUP "$sluice_pid"
+deadline=$((SECONDS + 10))
+until grep -q '"trigger":"SIGHUP"' "$work/sluice.log"; do
+  [ $SECONDS -lt $deadline ] || { cat "$work/sluice.log" >&2; fail "no reload within 10 s of SIGHUP"; }
+  sleep 0.2
+done
+echo "ok: SIGHUP reloads"
 
 # STOPSIGNAL: SIGTERM to the entry point (pid 1 in its namespace) drains
 # and exits 0 within the grace period plus pingora's last second.
-sluice_pid="$(pgrep -P "$pid")"
 kill -TERM "$sluice_pid"
 deadline=$((SECONDS + 20))
 while kill -0 "$pid" 2>/dev/null; do
@@ -122,8 +144,15 @@ done
 rc=0
 wait "$pid" || rc=$?
 pid=""
+unshare_pid=""
 [ "$rc" = 0 ] || { cat "$work/sluice.log" >&2; fail "exit status $rc after SIGTERM"; }
 grep -q "draining" "$work/sluice.log" || fail "no drain in the log"
 echo "ok: SIGTERM drains and exits 0"
+
+# ops/systemd/sluice.service's system-call filter, against every call the
+# gateway made above (its own process and threads, from its execve on; not
+# unshare's, mount's or chroot's).
+filter="$(sed -n 's/^SystemCallFilter=//p' ops/systemd/sluice.service)"
+python3 ops/systemd/syscall-filter-allows.py "$work/trace" "$filter" || fail "system-call filter"
 
 echo "image: $(stat -c %s "$archive") bytes as an OCI archive (compressed layer), $(du -sb "$root" | cut -f1) bytes unpacked"
