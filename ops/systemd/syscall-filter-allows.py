@@ -7,8 +7,9 @@ TRACE is `strace -f` output of a run that exec'd /usr/bin/sluice; only the
 calls of that process (from its execve on) and of its threads count, not
 those of the tools that started it. FILTER is the unit's SystemCallFilter=
 lines, in order (a line starting with ~ takes its sets away); sets (@name)
-are expanded by `systemd-analyze syscall-filter`. Used by
-scripts/test-image.sh.
+are expanded by `systemd-analyze syscall-filter`. It also fails on a
+mapping made writable and executable, or made executable later, which the
+unit's MemoryDenyWriteExecute=yes refuses. Used by scripts/test-image.sh.
 """
 import re
 import subprocess
@@ -37,7 +38,7 @@ def main(trace, rules):
         names = set().union(*(expand(n) for n in rule.lstrip("~").split()))
         allowed = allowed - names if deny else allowed | names
     line_re = re.compile(r"^(\d+)\s+(?:<\.\.\. (\w+) resumed>|(\w+)\()")
-    sluice, used = set(), {}
+    sluice, used, wx = set(), {}, []
     for line in open(trace):
         line = line.rstrip()
         m = line_re.match(line)
@@ -50,6 +51,10 @@ def main(trace, rules):
         if pid not in sluice:
             continue
         used.setdefault(call, line)
+        if call in ("mmap", "mprotect", "pkey_mprotect") and "PROT_EXEC" in line and (
+            "PROT_WRITE" in line or call != "mmap"
+        ):
+            wx.append(line)
         child = re.search(r"= (\d+)$", line)
         if call in ("clone", "clone3", "fork", "vfork") and child:
             sluice.add(child.group(1))
@@ -59,6 +64,8 @@ def main(trace, rules):
     if refused:
         sys.exit("the unit's SystemCallFilter refuses what the gateway called:\n"
                  + "\n".join(used[c] for c in refused))
+    if wx:
+        sys.exit("MemoryDenyWriteExecute=yes refuses what the gateway did:\n" + "\n".join(wx))
     print(f"ok: the unit's SystemCallFilter allows all {len(used)} system calls the gateway made")
 
 
