@@ -4,10 +4,13 @@
 # checks its configuration (non-root user, STOPSIGNAL, ports, volume,
 # labels), exports its root filesystem from the OCI archive and runs the
 # image's own entry point in it under unshare + chroot, as the image's user,
-# the way a container runtime would (no runtime runs here: crun's setrlimit
-# is refused in this sandbox): `sluice check` on the image's policy, then
-# `sluice run`, which must answer /healthz, /readyz and a catalog GET and
-# drain on SIGTERM. Prints the image's size. Needs root.
+# with a read-only root but for the data_dir volume, the way a container
+# runtime would (no runtime runs here: crun's setrlimit is refused in this
+# sandbox): `sluice check` on the image's policy, then `sluice run`, which
+# must answer /healthz, /readyz, a catalog GET, a join and /metrics, reload
+# on SIGHUP and drain on SIGTERM; that run is traced, and every system call
+# it made must pass ops/systemd/sluice.service's SystemCallFilter. Prints
+# the image's size. Needs root.
 #
 #   scripts/test-image.sh            builds the release binary first
 #   SLUICE_BINARY=path scripts/test-image.sh   uses that binary
