@@ -28,8 +28,11 @@ version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 work="$(mktemp -d)"
 pid=""
 unshare_pid=""
+sluice_pid=""
 cleanup() {
-  # The unshare process: its --kill-child ends sluice.
+  # sluice itself: unshare's --kill-child does not reach it (chroot
+  # --userspec changes credentials, which clears the parent-death signal).
+  [ -z "$sluice_pid" ] || kill -KILL "$sluice_pid" 2>/dev/null || true
   [ -z "$unshare_pid" ] || kill -KILL "$unshare_pid" 2>/dev/null || true
   [ -z "$pid" ] || kill -KILL "$pid" 2>/dev/null || true
   rm -rf "$work"
@@ -148,6 +151,7 @@ rc=0
 wait "$pid" || rc=$?
 pid=""
 unshare_pid=""
+sluice_pid=""
 [ "$rc" = 0 ] || { cat "$work/sluice.log" >&2; fail "exit status $rc after SIGTERM"; }
 grep -q "draining" "$work/sluice.log" || fail "no drain in the log"
 echo "ok: SIGTERM drains and exits 0"
