@@ -30,8 +30,10 @@
 //!   core over HTTP (on a bounded blocking pool, `orders::pool`), and
 //!   `readiness` the probes behind `/readyz`.
 //! - `sim_webhooks` sends the in-process payment simulator's signed
-//!   webhooks to the gateway's own `/webhooks/simulated`; `keygen` prints a
-//!   fresh signing key; `logging` sets up `tracing`.
+//!   webhooks to the gateway's own `/webhooks/simulated`; `sd_notify` tells
+//!   systemd (`Type=notify`) the gateway is ready once both listeners are
+//!   bound, and when it starts draining; `keygen` prints a fresh signing
+//!   key; `logging` sets up `tracing`.
 mod admin;
 mod body;
 mod catalog;
@@ -58,6 +60,7 @@ mod response;
 mod route;
 mod runtime;
 mod scrape;
+mod sd_notify;
 pub mod server;
 mod sim_webhooks;
 mod state;
