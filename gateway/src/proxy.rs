@@ -8,7 +8,7 @@
 //! | `request_filter` | request id and [`client`], [`read_request`] (one `Host`, the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
-//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers |
+//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers and any `Sluice-Room`/`Sluice-Pass-*` sent; on a protected path, the pass's room and `sub` ([`pass_headers`]) |
 //! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
@@ -36,6 +36,7 @@ use crate::headers;
 use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
+use crate::pass_headers;
 use crate::queue::Rooms;
 use crate::response::LocalResponse;
 use crate::route::{
@@ -188,6 +189,7 @@ impl ProxyHttp for Proxy {
                 let local = self.shared.rooms.handle(
                     &req.method,
                     path,
+                    req.uri.query(),
                     &req.headers,
                     ctx.client.ip,
                     &self.shared.metrics,
@@ -308,6 +310,12 @@ impl ProxyHttp for Proxy {
         let proto = if self.shared.tls { "https" } else { "http" };
         upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
         upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
+        // Set only where route() verified a pass: a protected path.
+        if let Some((room, pass)) = &ctx.pass {
+            for (name, value) in pass_headers::of_pass(room, pass) {
+                upstream.insert_header(name, value)?;
+            }
+        }
         Ok(())
     }
 

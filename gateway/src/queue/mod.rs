@@ -609,6 +609,7 @@ impl Rooms {
         &self,
         method: &Method,
         path: &str,
+        query: Option<&str>,
         headers: &HeaderMap,
         client: Option<IpAddr>,
         metrics: &Metrics,
@@ -626,7 +627,7 @@ impl Rooms {
         };
         let now = now_ms();
         match (method, action) {
-            (&Method::GET | &Method::HEAD, "") => respond::page(headers),
+            (&Method::GET | &Method::HEAD, "") => respond::page(headers, query),
             (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",

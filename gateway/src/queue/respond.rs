@@ -153,7 +153,9 @@ fn set_cookie(
     )
 }
 
-pub fn page(headers: &HeaderMap) -> LocalResponse {
+/// The queue page; `query` may carry the `next` it sends an admitted
+/// shopper to, kept only when [`crate::next_path`] checks it.
+pub fn page(headers: &HeaderMap, query: Option<&str>) -> LocalResponse {
     LocalResponse {
         status: StatusCode::OK,
         headers: vec![
@@ -167,7 +169,10 @@ pub fn page(headers: &HeaderMap) -> LocalResponse {
                 ),
             ),
         ],
-        body: Bytes::from(page::render(headers)),
+        body: Bytes::from(page::render(
+            headers,
+            crate::next_path::from_query(query).as_deref(),
+        )),
         source: "queue",
     }
 }
