@@ -220,16 +220,24 @@ async fn a_shopper_sent_to_the_queue_comes_back_to_the_page_asked_for() {
         b"<!doctype html><title>Deal</title><h1 id=deal>Members deal</h1>".to_vec(),
     ));
     let gw = Gateway::start(opts);
-    let Some(browser) = Browser::start("en-US").await else {
-        return;
-    };
+    for (lang, admitted) in [("en-US", "It's your turn!"), ("pt-BR", "Chegou a sua vez!")] {
+        let Some(browser) = Browser::start(lang).await else {
+            return;
+        };
+        comes_back(&gw, &browser, admitted).await;
+        browser.close().await;
+    }
+}
+
+async fn comes_back(gw: &Gateway, browser: &Browser, admitted: &str) {
     let c = &browser.client;
     c.goto(&gw.url("/members/deal.html?src=mail"))
         .await
         .unwrap();
-    browser
+    let text = browser
         .wait_state("admitted", Duration::from_secs(10))
         .await;
+    assert!(text.starts_with(admitted), "{text}");
     let mut back = None;
     for _ in 0..50 {
         let url = c.current_url().await.unwrap();
@@ -250,7 +258,6 @@ async fn a_shopper_sent_to_the_queue_comes_back_to_the_page_asked_for() {
         .await
         .unwrap();
     assert_eq!(heading, "Members deal");
-    browser.close().await;
 }
 
 /// Requests for `path` in the gateway's access log.
