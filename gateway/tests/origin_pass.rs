@@ -4,7 +4,7 @@
 //! protected path reaches the origin with `Sluice-Room` and
 //! `Sluice-Pass-Subject`, which no client can send; and
 //! `/.well-known/sluice/jwks.json` publishes the EdDSA keys a pass
-//! verifies with.
+//! verifies with; the same on every gateway of a fleet.
 
 mod common;
 
@@ -289,4 +289,45 @@ async fn hs256_keys_publish_an_empty_set() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn on_a_fleet_every_gateway_tells_the_origin_the_same_and_publishes_the_same_keys() {
+    let redis = common::redis::Redis::start();
+    let origin = Origin::start();
+    // Every gateway of a fleet lists the same keys.
+    let keys = format!(
+        "[cluster]\nredis_url = \"{}\"\n\n{}",
+        redis.url(),
+        eddsa_key("fleet1")
+    );
+    // The test's one address may join as often as it needs (as in
+    // fleet_line.rs): a fleet room's per-client limit is the fleet's.
+    let fleet: Vec<Gateway> = (0..2)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                origin: Some(origin.url()),
+                rest: format!("{keys}\n{ROOM}joins_per_minute_per_client = 100000\n"),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let pass = admitted_pass(&fleet[0].url(""), &client(), "drop").await;
+    let sub = claims_of(&pass)["sub"].as_str().unwrap().to_owned();
+    let published = jwks(&fleet[0]).await;
+    for gw in &fleet {
+        let seen = echoed(
+            gw,
+            "/echo/vip/x",
+            &format!("Authorization: Bearer {pass}\r\n{FORGED}"),
+        );
+        assert_eq!(
+            sluice_headers(&seen),
+            [
+                ("sluice-pass-subject".to_owned(), sub.clone()),
+                ("sluice-room".to_owned(), "drop".to_owned()),
+            ]
+        );
+        assert_eq!(jwks(gw).await, published);
+    }
 }
