@@ -10,4 +10,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Licences, duplicate majors and sources (deny.toml). Advisories need the
 # RustSec database from GitHub, which CI cannot reach: docs/operations.md.
 cargo deny check bans licenses sources
+# The deployment files, offline: systemd-analyze on the unit,
+# kubernetes-validate and checkov on the manifests (seconds). The image's
+# build and run is slow: scripts/test-image.sh, not run here.
+./scripts/test-ops.sh
 cargo test --workspace

@@ -23,8 +23,10 @@
 //! - Leaves every handler uses: `response` (an answer the gateway writes
 //!   itself), `error` (the contract's JSON error shape), `headers` (the
 //!   forwarding headers), `pass_headers` (`Sluice-Room`,
-//!   `Sluice-Pass-Subject`: which pass opened a protected path), `clock` (the one place the wall clock is read),
-//!   `node` (this gateway's id in a fleet), `metrics` (the Prometheus
+//!   `Sluice-Pass-Subject`: which pass opened a protected path),
+//!   `pass_end` (`Sluice-Pass: end` from the origin), `clock` (the one
+//!   place the wall clock is read), `node` (this gateway's id in a fleet),
+//!   `metrics` (the Prometheus
 //!   registry, every family labelled with the gateway's `region`) and
 //!   `scrape` (families built at scrape time from live state).
 //! - `queue` is the waiting room over HTTP (its tokens checked through
@@ -33,8 +35,10 @@
 //!   core over HTTP (on a bounded blocking pool, `orders::pool`), and
 //!   `readiness` the probes behind `/readyz`.
 //! - `sim_webhooks` sends the in-process payment simulator's signed
-//!   webhooks to the gateway's own `/webhooks/simulated`; `keygen` prints a
-//!   fresh signing key; `logging` sets up `tracing`.
+//!   webhooks to the gateway's own `/webhooks/simulated`; `sd_notify` tells
+//!   systemd (`Type=notify`) the gateway is ready once both listeners are
+//!   bound, and when it starts draining; `keygen` prints a fresh signing
+//!   key; `logging` sets up `tracing`.
 mod admin;
 mod body;
 mod catalog;
@@ -54,6 +58,7 @@ mod node;
 mod orders;
 mod origin_cache;
 mod origin_dns;
+mod pass_end;
 mod pass_headers;
 mod proxy;
 mod proxy_protocol;
@@ -63,6 +68,7 @@ mod response;
 mod route;
 mod runtime;
 mod scrape;
+mod sd_notify;
 pub mod server;
 mod sim_webhooks;
 mod state;

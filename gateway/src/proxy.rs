@@ -28,6 +28,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
 use sluice_admission::tokens::Claims;
+use sluice_admission::PassEnd;
 
 use crate::body::{self, BodyError};
 use crate::client::{self, Client};
@@ -36,6 +37,7 @@ use crate::headers;
 use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
+use crate::pass_end::{origin_ends_pass, SLUICE_PASS};
 use crate::pass_headers;
 use crate::queue::Rooms;
 use crate::response::LocalResponse;
@@ -321,10 +323,14 @@ impl ProxyHttp for Proxy {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if origin_ends_pass(&upstream.headers) {
+            self.end_pass(session, upstream, ctx)?;
+        }
+        upstream.remove_header(&SLUICE_PASS);
         if let Some(sent) = ctx.upstream_sent {
             let elapsed = sent.elapsed();
             ctx.upstream_time = Some(elapsed);
@@ -482,6 +488,27 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
+    /// The origin said `Sluice-Pass: end`: ends the pass the request
+    /// carried (the one its protected path was checked with, else any valid
+    /// pass it presents) and clears its cookie. The answer is
+    /// never cached with the cookie cleared (a `Set-Cookie` answer is not
+    /// stored).
+    fn end_pass(&self, session: &Session, upstream: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
+        let rooms = &self.shared.rooms;
+        let pass = ctx
+            .pass
+            .clone()
+            .or_else(|| rooms.pass_of(&session.req_header().headers, &self.shared.metrics));
+        let Some((room, claims)) = pass else {
+            return Ok(());
+        };
+        // Counted by the room (`sluice_passes_ended_total`).
+        rooms.end_pass(&room, &claims, PassEnd::Origin);
+        let (name, value) = crate::queue::clear_pass_cookie(self.shared.tls);
+        upstream.append_header(name, value)?;
+        Ok(())
+    }
+
     /// The request's body, at most `max` bytes within the header timeout;
     /// otherwise the answer that refuses it (`413` saying `too_large`, or
     /// `408`), counted.

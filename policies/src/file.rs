@@ -35,6 +35,8 @@ pub struct ClusterFile {
     /// Whether each PostgreSQL connection keeps its prepared statements
     /// (default true); false behind a transaction pooler that cannot.
     pub postgres_prepared_statements: Option<Spanned<bool>>,
+    /// Names the environment variable holding the account hash's key.
+    pub account_hash_key_env: Option<Spanned<String>>,
 }
 
 /// The payment provider.
@@ -92,13 +94,19 @@ pub enum RateFile {
     Word(String),
 }
 
-/// A ticket-signing key, as `sluice keygen` prints it.
+/// A ticket-signing key, as `sluice keygen` prints it, or a store's
+/// enqueue key (`[[rooms.enqueue.keys]]`, the same shape). The secret is
+/// given inline, or by the environment variable or file holding it; an
+/// EdDSA enqueue key gives the store's `public_key` instead.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyFile {
     pub kid: Spanned<String>,
     pub alg: Spanned<String>,
-    pub secret: Spanned<String>,
+    pub secret: Option<Spanned<String>>,
+    pub secret_env: Option<Spanned<String>>,
+    pub secret_file: Option<Spanned<String>>,
+    pub public_key: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +144,7 @@ pub struct GatewayFile {
     pub max_connections: Option<Spanned<i64>>,
     pub max_connections_per_client: Option<Spanned<i64>>,
     pub header_timeout_s: Option<Spanned<i64>>,
+    pub deny_cidrs_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -179,6 +188,56 @@ pub struct RoomFile {
     pub reservation_ttl_s: Option<Spanned<i64>>,
     pub max_orders_per_pass: Option<Spanned<i64>>,
     pub adaptive: Option<Spanned<AdaptiveFile>>,
+    pub pass_idle_s: Option<Spanned<i64>>,
+    pub prequeue_at: Option<Spanned<toml::value::Datetime>>,
+    pub closes_at: Option<Spanned<toml::value::Datetime>>,
+    pub message: Option<Spanned<String>>,
+    pub mode: Option<Spanned<String>>,
+    pub standby_above_per_second: Option<Spanned<i64>>,
+    pub show_units_left: Option<Spanned<bool>>,
+    pub challenge: Option<Spanned<ChallengeFile>>,
+    pub enqueue: Option<Spanned<EnqueueFile>>,
+    #[serde(default)]
+    pub lanes: Vec<Spanned<LaneFile>>,
+}
+
+/// `[rooms.challenge]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChallengeFile {
+    pub kind: Option<Spanned<String>>,
+    pub difficulty_bits: Option<Spanned<RateFile>>,
+    pub min_bits: Option<Spanned<i64>>,
+    pub max_bits: Option<Spanned<i64>>,
+    pub target_joins_per_second: Option<Spanned<i64>>,
+    pub challenge_ttl_s: Option<Spanned<i64>>,
+    pub widget: Option<Spanned<String>>,
+    pub verify_url: Option<Spanned<String>>,
+    pub secret_env: Option<Spanned<String>>,
+    pub site_key: Option<Spanned<String>>,
+    pub script_url: Option<Spanned<String>>,
+    pub hostnames: Option<Spanned<Vec<Spanned<String>>>>,
+    pub on_verifier_error: Option<Spanned<String>>,
+    pub timeout_ms: Option<Spanned<i64>>,
+    pub in_flight_max: Option<Spanned<i64>>,
+}
+
+/// `[rooms.enqueue]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueFile {
+    pub required: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub keys: Vec<Spanned<KeyFile>>,
+}
+
+/// `[[rooms.lanes]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneFile {
+    pub name: Spanned<String>,
+    pub share: Option<Spanned<f64>>,
+    pub bypass: Option<Spanned<bool>>,
 }
 
 /// `[rooms.adaptive]`, for `release_per_second = "adaptive"`.

@@ -6,10 +6,14 @@
 //! rooms and products cross-checked). Every problem found is reported as a
 //! [`Diagnostic`] that points at `FILE:LINE:COL`.
 //!
+//! [`deny_list`] parses `gateway.deny_cidrs_file`, for the validator and
+//! for the gateway's reload of that file.
+//!
 //! At run time the gateway holds the current model in a [`ConfigHandle`]:
 //! one snapshot swapped whole on reload, so a request sees either the old or
 //! the new config, never a mix, and a failed reload keeps the last good one.
 
+pub mod deny_list;
 pub mod diagnostic;
 pub mod file;
 pub mod model;

@@ -11,6 +11,13 @@ use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod people;
+
+pub use people::{
+    Challenge, Difficulty, Enqueue, EnqueueKey, EnqueueKeyMaterial, Lane, OnVerifierError,
+    PowChallenge, RoomMode, SecretBytes, SiteVerify, Widget, DEFAULT_LANE,
+};
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The file this snapshot was read from.
@@ -43,6 +50,10 @@ pub struct Cluster {
     /// one transaction, which any transaction pooler (PgBouncer before
     /// 1.21, or without `max_prepared_statements`) can carry.
     pub postgres_prepared_statements: bool,
+    /// The key of the account hash (the keyed hash that stands for an
+    /// enqueue token's `sub`), read from `account_hash_key_env`; `None`:
+    /// the gateway keeps one in `data_dir` (one gateway).
+    pub account_hash_key: Option<Secret>,
 }
 
 impl Default for Cluster {
@@ -53,6 +64,7 @@ impl Default for Cluster {
             redis_url: None,
             postgres_url: None,
             postgres_prepared_statements: true,
+            account_hash_key: None,
         }
     }
 }
@@ -205,6 +217,17 @@ pub struct Gateway {
     /// arrive, counted from the accept for a connection's first request
     /// and from the first byte for later ones (slowloris).
     pub header_timeout: Duration,
+    /// `deny_cidrs_file`: joins and pass collections from these networks
+    /// are refused; `None`: nothing is denied.
+    pub deny_cidrs: Option<DenyCidrs>,
+}
+
+/// The deny list as loaded with this config; the gateway reloads the file
+/// itself (with [`crate::deny_list::load`]) when it changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyCidrs {
+    pub path: PathBuf,
+    pub list: crate::deny_list::DenyList,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,6 +315,43 @@ pub struct Room {
     /// Checkouts one pass may start; its active slot is held until they
     /// have all been started and have ended (or the pass expires).
     pub max_orders_per_pass: NonZeroU32,
+    /// A pass with no request and no checkout in flight for this long
+    /// gives its slot back; `None`: never (default).
+    pub pass_idle: Option<Duration>,
+    /// Joins open (unix seconds); before it they are `503 not_open`.
+    /// `None`: open whenever the room is.
+    pub prequeue_at_unix: Option<u64>,
+    /// No new joins from this time on (unix seconds): `410 event_closed`.
+    pub closes_at_unix: Option<u64>,
+    /// Shown on the page and in the status JSON; at most 280 characters.
+    pub message: Option<String>,
+    pub mode: RoomMode,
+    /// Whether the status JSON carries `units_left`.
+    pub show_units_left: bool,
+    pub challenge: Challenge,
+    pub enqueue: Enqueue,
+    /// Configured lanes, in file order; shoppers in none are in the
+    /// [`DEFAULT_LANE`], whose share is what these leave.
+    pub lanes: Vec<Lane>,
+}
+
+impl Room {
+    /// The share of each release the default lane gets: what the
+    /// configured (non-bypass) lanes leave, at least 0.
+    pub fn default_lane_share(&self) -> f64 {
+        let taken: f64 = self
+            .lanes
+            .iter()
+            .filter(|l| !l.bypass)
+            .map(|l| l.share)
+            .sum();
+        (1.0 - taken).max(0.0)
+    }
+
+    /// A configured lane by name.
+    pub fn lane(&self, name: &str) -> Option<&Lane> {
+        self.lanes.iter().find(|l| l.name == name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -10,11 +10,24 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod adaptive;
+mod challenge;
 mod cluster;
+mod deny;
+mod event;
+mod keys;
+mod lanes;
+
+pub use challenge::{
+    CHALLENGE_TTL_S, CHALLENGE_TTL_S_DEFAULT, DIFFICULTY_BITS, DIFFICULTY_BITS_DEFAULT,
+    MAX_BITS_DEFAULT, MIN_BITS_DEFAULT, VERIFY_IN_FLIGHT_DEFAULT, VERIFY_TIMEOUT_MS_DEFAULT,
+};
+pub use event::{MESSAGE_CHARS_MAX, PASS_IDLE_MIN_S};
+pub use keys::ENQUEUE_KEYS_MAX;
+pub use lanes::LANES_MAX;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Locator};
 use crate::file::{
-    BackendFile, ConfigFile, GatewayFile, KeyFile, OriginCacheFile, ProductFile, RateFile, RoomFile,
+    BackendFile, ConfigFile, GatewayFile, OriginCacheFile, ProductFile, RateFile, RoomFile,
 };
 use crate::model::*;
 
@@ -94,9 +107,10 @@ impl Validator<'_> {
     fn config(&mut self, file: ConfigFile, path: &Path) -> Config {
         let gateway = self.gateway(file.gateway.into_inner());
         let backends = self.backends(file.backends);
-        let rooms = self.rooms(file.rooms, &backends);
-        let products = self.products(file.products, &rooms);
         let keys = self.keys(file.keys);
+        let signing_kids: Vec<String> = keys.iter().map(|k| k.kid.clone()).collect();
+        let rooms = self.rooms(file.rooms, &backends, &signing_kids);
+        let products = self.products(file.products, &rooms);
         let outbox = self.outbox(file.outbox.map(Spanned::into_inner));
         let payments = self.payments(file.payments);
         let cluster = self.cluster(file.cluster);
@@ -290,6 +304,7 @@ impl Validator<'_> {
             ))
         });
         let header_timeout_s = self.int(g.header_timeout_s, "header_timeout_s", 1..=300, 10);
+        let deny_cidrs = self.deny_cidrs(g.deny_cidrs_file);
         Gateway {
             listen,
             admin_listen,
@@ -318,6 +333,7 @@ impl Validator<'_> {
             max_connections,
             max_connections_per_client,
             header_timeout: Duration::from_secs(header_timeout_s as u64),
+            deny_cidrs,
         }
     }
 
@@ -692,7 +708,12 @@ impl Validator<'_> {
         }
     }
 
-    fn rooms(&mut self, rooms: Vec<Spanned<RoomFile>>, backends: &[Backend]) -> Vec<Room> {
+    fn rooms(
+        &mut self,
+        rooms: Vec<Spanned<RoomFile>>,
+        backends: &[Backend],
+        signing_kids: &[String],
+    ) -> Vec<Room> {
         let mut out: Vec<Room> = Vec::with_capacity(rooms.len());
         for room in rooms {
             let r = room.into_inner();
@@ -785,7 +806,13 @@ impl Validator<'_> {
                 1..=ORDERS_PER_PASS_MAX,
                 1,
             );
-            let opens_at_unix = r.opens_at.and_then(|d| self.datetime(d, "opens_at"));
+            let times = self.event_times(r.prequeue_at, r.opens_at, r.closes_at);
+            let pass_idle = self.pass_idle(r.pass_idle_s, pass_ttl_s);
+            let message = self.room_message(r.message);
+            let mode = self.room_mode(r.mode, r.standby_above_per_second);
+            let challenge = self.challenge(r.challenge);
+            let enqueue = self.enqueue(r.enqueue, signing_kids);
+            let lanes = self.lanes(r.lanes, !enqueue.keys.is_empty());
             out.push(Room {
                 name,
                 protect,
@@ -802,9 +829,18 @@ impl Validator<'_> {
                 poll_min: Duration::from_secs(poll_min_s as u64),
                 poll_max: Duration::from_secs(poll_max_s as u64),
                 joins_per_minute_per_client: nz32(joins),
-                opens_at_unix,
+                opens_at_unix: times.opens_at_unix,
                 reservation_ttl: Duration::from_secs(reservation_ttl_s as u64),
                 max_orders_per_pass: nz32(orders_per_pass),
+                pass_idle,
+                prequeue_at_unix: times.prequeue_at_unix,
+                closes_at_unix: times.closes_at_unix,
+                message,
+                mode,
+                show_units_left: r.show_units_left.is_some_and(Spanned::into_inner),
+                challenge,
+                enqueue,
+                lanes,
             });
         }
         out
@@ -849,57 +885,6 @@ impl Validator<'_> {
                 max_per_order: nz32(per_order),
                 partitions: nz32(partitions),
             });
-        }
-        out
-    }
-}
-
-impl Validator<'_> {
-    fn keys(&mut self, keys: Vec<Spanned<KeyFile>>) -> Vec<SigningKey> {
-        use base64::Engine;
-        let mut out: Vec<SigningKey> = Vec::with_capacity(keys.len());
-        for key in keys {
-            let k = key.into_inner();
-            let kid = k.kid.get_ref().clone();
-            let kid_ok = (1..=64).contains(&kid.len())
-                && kid
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !kid_ok {
-                self.problem(
-                    &k.kid,
-                    format!("`kid` must be 1-64 of letters, digits, '-', '_', got {kid:?}"),
-                );
-            } else if out.iter().any(|o| o.kid == kid) {
-                self.problem(&k.kid, format!("key {kid:?} is defined twice"));
-            }
-            let alg = match k.alg.get_ref().as_str() {
-                "HS256" => KeyAlg::Hs256,
-                "EdDSA" => KeyAlg::EdDsa,
-                other => {
-                    self.problem(
-                        &k.alg,
-                        format!("`alg` must be \"HS256\" or \"EdDSA\", got {other:?}"),
-                    );
-                    KeyAlg::Hs256
-                }
-            };
-            let text = k.secret.get_ref().trim_end_matches('=');
-            match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text) {
-                Ok(bytes) if bytes.len() >= 32 => out.push(SigningKey {
-                    kid,
-                    alg,
-                    secret: Secret::new(k.secret.into_inner()),
-                }),
-                Ok(bytes) => self.problem(
-                    &k.secret,
-                    format!("`secret` must hold at least 32 bytes, got {}", bytes.len()),
-                ),
-                Err(_) => self.problem(
-                    &k.secret,
-                    "`secret` must be base64url (use `sluice keygen`)",
-                ),
-            }
         }
         out
     }

@@ -13,8 +13,10 @@ use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::{RoomView, Watermark};
+use sluice_admission::tokens::Claims;
 use sluice_admission::{
-    JoinError, Joined, PassOrders, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom,
+    JoinError, Joined, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId,
+    WaitingRoom,
 };
 
 use super::adaptive::{AdaptiveRelease, AdaptiveView};
@@ -105,6 +107,26 @@ impl RoomBackend for EmbeddedRoom {
 
     fn may_start(&self, seq: u64, ticket_id: &TicketId, now_ms: u64) -> bool {
         self.line().may_start(seq, ticket_id, now_ms)
+    }
+
+    fn touch_pass(&self, seq: u64, ticket_id: &TicketId, now_ms: u64) {
+        self.line().touch_pass(seq, ticket_id, now_ms);
+    }
+
+    fn pass_checkout(&self, seq: u64, ticket_id: &TicketId, running: bool, now_ms: u64) {
+        self.line()
+            .checkout_running(seq, ticket_id, running, now_ms);
+    }
+
+    fn end_pass(&self, pass: &Claims, why: PassEnd, now_ms: u64) -> bool {
+        let Some(id) = TicketId::parse(&pass.sub) else {
+            return false;
+        };
+        self.line().end_pass(pass.seq, &id, why, now_ms)
+    }
+
+    fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
+        self.line().pass_ended(seq, now_ms)
     }
 
     fn give_back_if_spent(&self, seq: u64, orders: PassOrders, _now_ms: u64) -> bool {

@@ -46,7 +46,8 @@ use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
+    JoinError, PassEnd, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId,
+    WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -59,6 +60,7 @@ use crate::verified::VerifyingKeyring;
 use backend::{PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
 pub use release::Releaser;
+pub use respond::clear_pass_cookie;
 
 /// A join a browser sent for another site's page (`Sec-Fetch-Site:
 /// cross-site`, a header page scripts cannot set). A join needs no
@@ -188,15 +190,23 @@ impl RoomLimiter {
     }
 }
 
-/// A running checkout of a room, counted by its adaptive release until
-/// this drops (on every path out of the handler, a hang-up included).
+/// A running checkout of a room, counted by its adaptive release (and as
+/// its pass's use) until this drops (on every path out of the handler, a
+/// hang-up included).
 #[must_use = "the checkout counts as running until this drops"]
-pub struct CheckoutInFlight(Option<Arc<RoomEntry>>);
+pub struct CheckoutInFlight(Option<(Arc<RoomEntry>, Option<PassRef>)>);
+
+/// A pass's place and ticket id, as its verified claims give them.
+type PassRef = (u64, TicketId);
 
 impl Drop for CheckoutInFlight {
     fn drop(&mut self) {
-        if let Some(entry) = &self.0 {
-            entry.backend.checkout_ended(now_ms());
+        if let Some((entry, pass)) = &self.0 {
+            let now = now_ms();
+            entry.backend.checkout_ended(now);
+            if let Some((seq, id)) = pass {
+                entry.backend.pass_checkout(*seq, id, false, now);
+            }
         }
     }
 }
@@ -520,10 +530,22 @@ impl Rooms {
             .or_else(|| cookie(headers, PASS_COOKIE))
             .ok_or(TokenError::Malformed)?;
         let entry = self.get(room).ok_or(TokenError::WrongAudience)?;
+        let now = now_ms();
         let result = self
             .keyring
             .load()
-            .verify(token, &entry.expect_pass(room), now_ms() / 1000);
+            .verify(token, &entry.expect_pass(room), now / 1000)
+            .and_then(|claims| {
+                // An ended pass is refused until its expiry; any other
+                // request with it is its use (not idle).
+                if entry.backend.pass_ended(claims.seq, now) {
+                    return Err(TokenError::Ended);
+                }
+                if let Some(id) = TicketId::parse(&claims.sub) {
+                    entry.backend.touch_pass(claims.seq, &id, now);
+                }
+                Ok(claims)
+            });
         if let Err(e) = &result {
             metrics
                 .ticket_rejections
@@ -558,12 +580,24 @@ impl Rooms {
     /// Counts a checkout of `room` as running until the returned guard
     /// drops (adaptive release's in-flight signal); a room that does not
     /// exist counts nothing.
-    pub fn checkout_started(&self, room: &str) -> CheckoutInFlight {
-        let entry = self.get(room);
-        if let Some(entry) = &entry {
-            entry.backend.checkout_started(now_ms());
+    pub fn checkout_started(&self, room: &str, pass: &Claims) -> CheckoutInFlight {
+        let Some(entry) = self.get(room) else {
+            return CheckoutInFlight(None);
+        };
+        let now = now_ms();
+        entry.backend.checkout_started(now);
+        let pass = TicketId::parse(&pass.sub).map(|id| (pass.seq, id));
+        if let Some((seq, id)) = &pass {
+            entry.backend.pass_checkout(*seq, id, true, now);
         }
-        CheckoutInFlight(entry)
+        CheckoutInFlight(Some((entry, pass)))
+    }
+
+    /// Ends `pass` (verified for `room`) before its time; `true` if it held
+    /// a slot.
+    pub fn end_pass(&self, room: &str, pass: &Claims, why: PassEnd) -> bool {
+        self.get(room)
+            .is_some_and(|entry| entry.backend.end_pass(pass, why, now_ms()))
     }
 
     /// A checkout of an admitted shopper of `room` that reached the

@@ -153,6 +153,11 @@ fn set_cookie(
     )
 }
 
+/// The `Set-Cookie` that clears the pass cookie (a pass ended).
+pub fn clear_pass_cookie(secure: bool) -> (HeaderName, HeaderValue) {
+    set_cookie(PASS_COOKIE, "", "/", 0, secure)
+}
+
 /// The queue page; `query` may carry the `next` it sends an admitted
 /// shopper to, kept only when [`crate::next_path`] checks it.
 pub fn page(headers: &HeaderMap, query: Option<&str>) -> LocalResponse {

@@ -5,6 +5,10 @@
 //! [`Secret`] (it usually carries a password) and must use the store's own
 //! scheme.
 //!
+//! `account_hash_key_env` names the variable holding the key of the account
+//! hash (the keyed hash an enqueue token's `sub` is kept as), at least 32
+//! characters, the same on every gateway.
+//!
 //! `postgres_prepared_statements` (a bool, default true) is whether a
 //! PostgreSQL connection keeps its prepared statements; it needs
 //! PostgreSQL named.
@@ -14,6 +18,9 @@ use toml::Spanned;
 use super::Validator;
 use crate::file::ClusterFile;
 use crate::model::{Cluster, Secret};
+
+/// The account hash key's least length, in characters.
+pub const ACCOUNT_HASH_KEY_MIN: usize = 32;
 
 impl Validator<'_> {
     pub(super) fn cluster(&mut self, file: Option<Spanned<ClusterFile>>) -> Cluster {
@@ -46,7 +53,15 @@ impl Validator<'_> {
             Some(keep) => keep.into_inner(),
             None => true,
         };
-        if redis_url.is_none() && postgres_url.is_none() && self.problems.is_empty() {
+        let names_hash_key = file.account_hash_key_env.is_some();
+        let account_hash_key = file
+            .account_hash_key_env
+            .and_then(|name| self.account_hash_key(name));
+        if redis_url.is_none()
+            && postgres_url.is_none()
+            && !names_hash_key
+            && self.problems.is_empty()
+        {
             self.problems.push(self.loc.at(
                 Some(span),
                 "[cluster] needs `redis_url`/`redis_url_env` or `postgres_url`/`postgres_url_env` (leave the table out to keep everything embedded)",
@@ -56,7 +71,27 @@ impl Validator<'_> {
             redis_url,
             postgres_url,
             postgres_prepared_statements,
+            account_hash_key,
         }
+    }
+
+    /// The account hash's key: at least 32 characters, the same on every
+    /// gateway (never echoed).
+    fn account_hash_key(&mut self, name: Spanned<String>) -> Option<Secret> {
+        let var = name.get_ref().clone();
+        let key = self.secret_env(
+            name.clone(),
+            "cluster.account_hash_key_env",
+            "the account hash key",
+        )?;
+        if key.expose().len() < ACCOUNT_HASH_KEY_MIN {
+            self.problem(
+                &name,
+                format!("environment variable {var} (the account hash key) must hold at least {ACCOUNT_HASH_KEY_MIN} characters"),
+            );
+            return None;
+        }
+        Some(key)
     }
 
     fn store_url(

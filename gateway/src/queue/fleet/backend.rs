@@ -13,7 +13,10 @@ use sluice_admission::fleet::{self as decide, PollDecision, Presented};
 use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
-use sluice_admission::{JoinError, Joined, PassOrders, Policy, RoomStats, Status, TicketId, Wait};
+use sluice_admission::tokens::Claims;
+use sluice_admission::{
+    JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId, Wait,
+};
 
 use super::{FleetLimits, SharedRoom};
 use crate::queue::adaptive::{AdaptiveRelease, AdaptiveView};
@@ -129,6 +132,24 @@ impl RoomBackend for FleetRoom {
         self.shared.may_start(seq)
     }
 
+    fn touch_pass(&self, _seq: u64, _ticket_id: &TicketId, _now_ms: u64) {
+        // Idle passes are not built for the fleet yet (docs/scaling.md).
+    }
+
+    fn pass_checkout(&self, _seq: u64, _ticket_id: &TicketId, _running: bool, _now_ms: u64) {}
+
+    fn end_pass(&self, pass: &Claims, why: PassEnd, _now_ms: u64) -> bool {
+        let ended = self.shared.end_pass(pass.seq, pass.exp);
+        if ended {
+            self.shared.count_ended(why);
+        }
+        ended
+    }
+
+    fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
+        self.shared.pass_ended(seq, now_ms)
+    }
+
     fn give_back_if_spent(&self, seq: u64, orders: PassOrders, now_ms: u64) -> bool {
         let policy = self.shared.policy();
         orders.spent(policy.max_orders_per_pass.get())
@@ -163,6 +184,8 @@ impl RoomBackend for FleetRoom {
             paused: numbers.paused || numbers.is_stale(now_ms),
             sold_out: !shared.stock.can_sell(shared.name()) || numbers.sold_out,
             wait: WaitHistogram::default(),
+            passes_ended_idle: shared.ended_total(PassEnd::Idle),
+            passes_ended_origin: shared.ended_total(PassEnd::Origin),
         }
     }
 
