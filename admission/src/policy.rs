@@ -71,7 +71,7 @@ impl Policy {
             poll_min: room.poll_min,
             poll_max: room.poll_max,
             opens_at_ms: room.opens_at_unix.map(|s| s.saturating_mul(1000)),
-            pass_idle: Duration::ZERO,
+            pass_idle: room.pass_idle.unwrap_or(Duration::ZERO),
         }
     }
 

@@ -188,12 +188,14 @@ impl ProxyHttp for Proxy {
                 ctx.source = "queue";
                 let req = session.req_header();
                 let path = ctx.path.as_ref().map_or("", |p| p.decoded());
+                let deny = ctx.runtime.config.gateway.deny_cidrs.as_ref();
                 let local = self.shared.rooms.handle(
                     &req.method,
                     path,
                     req.uri.query(),
                     &req.headers,
                     ctx.client.ip,
+                    deny.map(|d| &d.list),
                     &self.shared.metrics,
                 );
                 let local = local.await;

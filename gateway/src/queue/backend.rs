@@ -48,6 +48,9 @@ pub struct Settings<'a> {
     pub policy: Policy,
     /// The kill switch.
     pub paused: bool,
+    /// The event's close (unix s): from then on nobody more is released,
+    /// as if paused.
+    pub closes_at_s: Option<u64>,
     /// Joins per minute per client address.
     pub joins_per_minute: NonZeroU32,
     /// The room's config, for the adaptive release's bounds and start.
@@ -115,7 +118,8 @@ pub trait RoomBackend: Send + Sync {
     fn apply(&self, settings: Settings<'_>, now_ms: u64);
 
     /// One release pass (the release worker's tick); the passes released.
-    /// A back end that releases on its own schedule does nothing here.
+    /// A back end that releases on its own schedule only checks here that
+    /// the event has not closed.
     fn release_once(&self, now_ms: u64, places_max: usize) -> u32;
 
     /// One adaptive-release step, where this gateway decides the room's

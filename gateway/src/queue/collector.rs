@@ -15,7 +15,7 @@ use crate::scrape::{assemble, descs, labels, sample, Family};
 const FAMILIES: [Family; 15] = [
     Family::new(
         "sluice_queue_joins_total",
-        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
+        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed).",
         MetricType::COUNTER,
     ),
     Family::new(
@@ -127,6 +127,12 @@ impl Collector for RoomCollector {
                 (
                     "rate_limited",
                     entry.rate_limited_joins.load(Ordering::Relaxed),
+                ),
+                ("forbidden", entry.forbidden_joins.load(Ordering::Relaxed)),
+                ("not_open", entry.not_open_joins.load(Ordering::Relaxed)),
+                (
+                    "event_closed",
+                    entry.event_closed_joins.load(Ordering::Relaxed),
                 ),
             ] {
                 metrics[0].push(sample(

@@ -22,6 +22,7 @@ pub mod adaptive;
 mod backend;
 mod collector;
 mod embedded;
+mod event;
 pub mod fleet;
 pub mod journal;
 pub mod page;
@@ -59,8 +60,10 @@ use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
 use backend::{PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
+use event::Door;
 pub use release::Releaser;
 pub use respond::clear_pass_cookie;
+use sluice_policies::deny_list::DenyList;
 
 /// A join a browser sent for another site's page (`Sec-Fetch-Site:
 /// cross-site`, a header page scripts cannot set). A join needs no
@@ -88,6 +91,13 @@ pub struct RoomEntry {
     limiter: ArcSwap<RoomLimiter>,
     /// Joins refused by the per-client limit (the room never sees them).
     rate_limited_joins: AtomicU64,
+    /// Joins refused at the door before the room saw them: a denied
+    /// network, before `prequeue_at`, after `closes_at`.
+    pub(crate) forbidden_joins: AtomicU64,
+    pub(crate) not_open_joins: AtomicU64,
+    pub(crate) event_closed_joins: AtomicU64,
+    /// The campaign's schedule and message in force (reloadable).
+    event: ArcSwap<event::Event>,
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     /// Where the line lives: in this process ([`embedded::EmbeddedRoom`])
@@ -438,6 +448,10 @@ impl Rooms {
                         room.joins_per_minute_per_client,
                     )),
                     rate_limited_joins: AtomicU64::new(0),
+                    forbidden_joins: AtomicU64::new(0),
+                    not_open_joins: AtomicU64::new(0),
+                    event_closed_joins: AtomicU64::new(0),
+                    event: ArcSwap::from_pointee(event::Event::of(room)),
                     lifetimes: Lifetimes::new(room),
                     backend: self.make_backend(room, policy.clone(), now_ms)?,
                     heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
@@ -465,10 +479,12 @@ impl Rooms {
         let mut next = HashMap::with_capacity(plan.rooms.len());
         for room in plan.rooms {
             let entry = room.entry;
+            let event = event::Event::of(&room.config);
             entry.backend.apply(
                 Settings {
                     policy: room.policy,
                     paused: plan.paused,
+                    closes_at_s: event.closes_at_s,
                     joins_per_minute: room.joins_per_minute,
                     config: &room.config,
                 },
@@ -480,6 +496,7 @@ impl Rooms {
                     .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
             }
             entry.lifetimes.set(room.ttls);
+            entry.event.store(Arc::new(event));
             entry
                 .heartbeat_s
                 .store(room.config.heartbeat.as_secs(), Ordering::Relaxed);
@@ -646,6 +663,7 @@ impl Rooms {
         query: Option<&str>,
         headers: &HeaderMap,
         client: Option<IpAddr>,
+        deny: Option<&DenyList>,
         metrics: &Metrics,
     ) -> LocalResponse {
         let rest = &path["/queue/".len()..];
@@ -666,6 +684,11 @@ impl Rooms {
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",
             )),
+            (&Method::POST, "join") if denied(deny, client) => {
+                entry.forbidden_joins.fetch_add(1, Ordering::Relaxed);
+                network_denied()
+            }
+            (&Method::GET, "status") if denied(deny, client) => network_denied(),
             (&Method::POST, "join") => self.join(name, &entry, headers, client, now).await,
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
@@ -719,8 +742,29 @@ impl Rooms {
                 }
             }
         }
-        // This gateway's own limit first (a client over it here is over it
-        // for the fleet too); a fleet's store then counts the fleet's.
+        // The campaign's door, then this gateway's own limit (a client over
+        // it here is over it for the fleet too); a fleet's store then
+        // counts the fleet's.
+        match entry.event.load().door(now) {
+            Door::Open => {}
+            Door::NotOpen { retry_after_s } => {
+                entry.not_open_joins.fetch_add(1, Ordering::Relaxed);
+                return LocalResponse::error(
+                    &ApiError::new(
+                        ErrorCode::NotOpen,
+                        "This waiting room is not open yet; it opens shortly.",
+                    )
+                    .retry_after(retry_after_s.min(u64::from(u32::MAX)) as u32),
+                );
+            }
+            Door::Closed => {
+                entry.event_closed_joins.fetch_add(1, Ordering::Relaxed);
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::EventClosed,
+                    "This event has closed; no new places are given.",
+                ));
+            }
+        }
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
@@ -816,6 +860,16 @@ impl Rooms {
             _ => None,
         };
         let fair = entry.backend.fair_start();
+        let event = entry.event.load();
+        // After the close, a shopper still in line is told so; a pass
+        // already out (collected before the close) is shown as it is.
+        let closed = event.is_closed(now)
+            && match &status {
+                Status::Admitted(a) => event.closes_at_s.is_some_and(|at| a.issued_at_s >= at),
+                Status::Expired | Status::SoldOut => false,
+                _ => true,
+            };
+        let pass = if closed { None } else { pass };
         respond::ticket(respond::TicketAnswer {
             room,
             ticket: token,
@@ -826,8 +880,24 @@ impl Rooms {
             joined,
             secure: self.tls,
             now_s: now / 1000,
+            closed,
+            message: event.message.as_deref(),
+            closes_at: event.closes_at_s,
         })
     }
+}
+
+/// Whether `client` is in the gateway's deny list.
+fn denied(deny: Option<&DenyList>, client: Option<IpAddr>) -> bool {
+    matches!((deny, client), (Some(list), Some(ip)) if list.contains(ip))
+}
+
+/// `403 forbidden` for a client from a denied network.
+fn network_denied() -> LocalResponse {
+    LocalResponse::error(&ApiError::new(
+        ErrorCode::Forbidden,
+        "Joining this waiting room is not possible from your network.",
+    ))
 }
 
 /// The place a verified ticket presents, if its `sub` is a ticket id.

@@ -4,6 +4,7 @@
 //! place's pass), the release and the adaptive rate stepped by the room's
 //! own tasks ([`SharedRoom`]).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -25,6 +26,12 @@ use crate::queue::backend::{PollRefused, RoomBackend, Settings};
 /// A fleet room, as this gateway holds it.
 pub struct FleetRoom {
     shared: Arc<SharedRoom>,
+    /// The event's close (unix s; 0: none) and the kill switch as the
+    /// config last gave them: the fleet's room is paused when either says
+    /// so (every gateway's config has the same close, so each writes the
+    /// same state once).
+    closes_at_s: AtomicU64,
+    config_paused: AtomicBool,
     /// This gateway's view of the room's release source: the adaptive
     /// bounds and start rate it publishes (the fleet's rate itself is
     /// stepped by the lease holder, see `fleet_rate`), or the pinned
@@ -37,11 +44,20 @@ impl FleetRoom {
         Self {
             shared,
             adaptive: Mutex::new(adaptive),
+            closes_at_s: AtomicU64::new(0),
+            config_paused: AtomicBool::new(false),
         }
     }
 
     fn adaptive(&self) -> MutexGuard<'_, AdaptiveRelease> {
         self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Paused by the kill switch, or by the event's close at `now_ms`.
+    fn paused_at(&self, now_ms: u64) -> bool {
+        let closes_at_s = self.closes_at_s.load(Ordering::Relaxed);
+        self.config_paused.load(Ordering::Relaxed)
+            || (closes_at_s > 0 && now_ms / 1000 >= closes_at_s)
     }
 }
 
@@ -201,11 +217,16 @@ impl RoomBackend for FleetRoom {
             .set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
         self.shared.set_policy(policy);
         self.shared.set_joins_per_minute(settings.joins_per_minute);
-        self.shared.want_paused(settings.paused);
+        self.closes_at_s
+            .store(settings.closes_at_s.unwrap_or(0), Ordering::Relaxed);
+        self.config_paused.store(settings.paused, Ordering::Relaxed);
+        self.shared.want_paused(self.paused_at(now_ms));
     }
 
-    fn release_once(&self, _now_ms: u64, _places_max: usize) -> u32 {
-        // The room's tick task releases (see `SharedRoom`).
+    fn release_once(&self, now_ms: u64, _places_max: usize) -> u32 {
+        // The room's tick task releases (see `SharedRoom`); here only the
+        // event's close is written, once (`want_paused` writes a change).
+        self.shared.want_paused(self.paused_at(now_ms));
         0
     }
 
