@@ -39,7 +39,7 @@ use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES
 use crate::origin_cache::RequestKey;
 use crate::pass_end::{origin_ends_pass, SLUICE_PASS};
 use crate::pass_headers;
-use crate::queue::Rooms;
+use crate::queue::{QueueRequest, Rooms};
 use crate::response::LocalResponse;
 use crate::route::{
     is_origin_target, origin_target, read_request, route, PassCheck, RequestFacts, Route,
@@ -189,15 +189,17 @@ impl ProxyHttp for Proxy {
                 let req = session.req_header();
                 let path = ctx.path.as_ref().map_or("", |p| p.decoded());
                 let deny = ctx.runtime.config.gateway.deny_cidrs.as_ref();
-                let local = self.shared.rooms.handle(
-                    &req.method,
+                let queue = QueueRequest {
+                    method: &req.method,
                     path,
-                    req.uri.query(),
-                    &req.headers,
-                    ctx.client.ip,
-                    deny.map(|d| &d.list),
-                    &self.shared.metrics,
-                );
+                    query: req.uri.query(),
+                    headers: &req.headers,
+                    client: ctx.client.ip,
+                };
+                let local =
+                    self.shared
+                        .rooms
+                        .handle(queue, deny.map(|d| &d.list), &self.shared.metrics);
                 let local = local.await;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
