@@ -147,10 +147,15 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
     if let Some(room) = rt.protecting_room_where(path, |room| !passes.has_pass(&room.name)) {
         let queue = format!("/queue/{}", room.name);
         if wants_html(req.headers) {
-            // Back to the path asked for once admitted, spelled as the
-            // origin would be sent it.
-            let target = origin_target(req.path, req.query);
-            let location = next_path::queue_location(&room.name, &target);
+            // Back to the page asked for once admitted, spelled as the
+            // origin would be sent it. Only a page that was read: the
+            // admitted browser goes back with a GET, which would not redo
+            // a form's POST (and would get its path's answer to a GET).
+            let location = if matches!(*req.method, Method::GET | Method::HEAD) {
+                next_path::queue_location(&room.name, &origin_target(req.path, req.query))
+            } else {
+                queue.clone()
+            };
             return Route::Local(LocalResponse {
                 status: StatusCode::SEE_OTHER,
                 headers: vec![
@@ -415,6 +420,15 @@ mod tests {
         let long = format!("/orders/{}", "a".repeat(next_path::NEXT_BYTES_MAX));
         assert_eq!(to(&long, None), "/queue/drop");
         assert_eq!(to("/orders/abc", Some("a=<b>")), "/queue/drop");
+        // A form posted without a pass: the queue, and then the home page.
+        assert_eq!(
+            location(go(&rt, &Method::POST, "/checkout", &browser)),
+            "/queue/drop"
+        );
+        assert_eq!(
+            location(go(&rt, &Method::HEAD, "/checkout", &browser)),
+            "/queue/drop?next=%2Fcheckout"
+        );
     }
 
     #[test]
