@@ -6,6 +6,10 @@
 //! gateway wires it to HTTP.
 //!
 //! - [`tokens`]: tickets and passes as signed JWTs, several keys at once.
+//! - [`enqueue`]: the store's enqueue tokens (one place per account) and
+//!   the account hash.
+//! - [`challenge`]: the join's proof of work: issued, parsed, verified,
+//!   spent once; the adaptive difficulty law.
 //! - [`room`]: one room's line: join, poll, the release pass, pause, sold
 //!   out, fair start. Everything about time takes `now_ms`.
 //! - [`policy`]: the numbers a room runs on.
@@ -27,6 +31,8 @@
 //! - [`wait_estimate`]: the estimated wait, whether the rate or the
 //!   `max_active` slots hold people back.
 //! - [`join_limiter`]: joins per client address.
+//! - [`lane_split`]: a release's places split between lanes by share,
+//!   with a running deficit.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
 //! - [`pace`], [`rate_meter`]: the release pace (GCRA, as on the fleet) and
@@ -34,12 +40,15 @@
 //! - [`clock`]: the wall clock for callers (the room itself takes `now_ms`).
 
 pub mod adaptive;
+pub mod challenge;
 pub mod clock;
+pub mod enqueue;
 pub mod fair_start;
 pub mod fleet;
 pub mod fleet_rate;
 pub mod join_limiter;
 pub mod journal;
+pub mod lane_split;
 pub mod no_show;
 pub mod pace;
 pub mod pass_orders;

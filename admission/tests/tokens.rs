@@ -522,3 +522,34 @@ fn a_token_with_critical_extensions_is_refused_even_when_signed() {
         );
     }
 }
+
+/// A store's enqueue token is never a ticket or pass: not under another
+/// kid (the config keeps the kids apart), and not even when it names a
+/// ticket key's kid and is signed with its secret (no `seq`, no `iss =
+/// sluice`, `typ` absent or `"enqueue"`).
+#[test]
+fn an_enqueue_token_is_refused_as_a_ticket_or_pass() {
+    let ring = hs_ring();
+    let enqueue_claims = [
+        serde_json::json!({"sub": "account-1", "aud": "drop", "iat": NOW - 10, "exp": NOW + 600}),
+        serde_json::json!({"sub": "account-1", "aud": "drop", "iat": NOW - 10, "exp": NOW + 600, "typ": "enqueue", "lane": "members"}),
+    ];
+    for claims in enqueue_claims {
+        for kid in ["store1", "k2"] {
+            let mut header = Header::new(Algorithm::HS256);
+            header.kid = Some(kid.into());
+            let token =
+                jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(HS_SECRET))
+                    .unwrap();
+            for typ in [TokenType::Ticket, TokenType::Pass] {
+                let err = ring.verify(&token, &expect(typ, "drop"), NOW).unwrap_err();
+                let expected = if kid == "k2" {
+                    TokenError::Malformed
+                } else {
+                    TokenError::UnknownKid
+                };
+                assert_eq!(err, expected, "{kid} {claims}");
+            }
+        }
+    }
+}

@@ -176,3 +176,50 @@ async fn an_unprotected_answer_ends_the_pass_the_request_carried_and_never_shows
     let r = get_with(&client, &gw, "/account/page", &pass).await;
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// `pass_idle_s`: a pass with no request and no checkout for that long
+/// gives its slot to the next shopper and is refused from then on, while a
+/// pass in use keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pass_lets_the_next_shopper_in() {
+    let gw = Gateway::start(GatewayOptions {
+        origin: Some(origin()),
+        rest: format!("{ROOM}pass_idle_s = 10\n"),
+        ..GatewayOptions::default()
+    });
+    let client = client();
+    let pass = admitted_pass(&gw.url(""), &client, "drop").await;
+    let joined: Value = client
+        .post(gw.url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ticket = joined["ticket"].as_str().unwrap().to_string();
+    // In use every 2 s for 14 s: the slot stays with the first shopper.
+    let used_until = Instant::now() + Duration::from_secs(14);
+    while Instant::now() < used_until {
+        let r = get_with(&client, &gw, "/account/page", &pass).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(
+            pass_within(&client, &gw, &ticket, Duration::from_secs(2)).await,
+            None,
+            "a pass in use keeps its slot"
+        );
+    }
+    // Left alone, it idles out within about 10 s.
+    let next = pass_within(&client, &gw, &ticket, Duration::from_secs(20)).await;
+    assert!(
+        next.is_some(),
+        "the idle pass's slot went to the next shopper"
+    );
+    let r = get_with(&client, &gw, "/account/page", &pass).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let text = without_region(&gw.metrics_text().await);
+    assert!(
+        text.contains("sluice_passes_ended_total{reason=\"idle\",room=\"drop\"} 1"),
+        "{text}"
+    );
+}
