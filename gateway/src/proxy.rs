@@ -8,7 +8,7 @@
 //! | `request_filter` | request id and [`client`], [`read_request`] (one `Host`, the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
-//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers |
+//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers and any `Sluice-Room`/`Sluice-Pass-*` sent; on a protected path, the pass's room and `sub` ([`pass_headers`]) |
 //! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
@@ -38,7 +38,8 @@ use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
 use crate::pass_end::{origin_ends_pass, SLUICE_PASS};
-use crate::queue::Rooms;
+use crate::pass_headers;
+use crate::queue::{QueueRequest, Rooms};
 use crate::response::LocalResponse;
 use crate::route::{
     is_origin_target, origin_target, read_request, route, PassCheck, RequestFacts, Route,
@@ -188,14 +189,17 @@ impl ProxyHttp for Proxy {
                 let req = session.req_header();
                 let path = ctx.path.as_ref().map_or("", |p| p.decoded());
                 let deny = ctx.runtime.config.gateway.deny_cidrs.as_ref();
-                let local = self.shared.rooms.handle(
-                    &req.method,
+                let queue = QueueRequest {
+                    method: &req.method,
                     path,
-                    &req.headers,
-                    ctx.client.ip,
-                    deny.map(|d| &d.list),
-                    &self.shared.metrics,
-                );
+                    query: req.uri.query(),
+                    headers: &req.headers,
+                    client: ctx.client.ip,
+                };
+                let local =
+                    self.shared
+                        .rooms
+                        .handle(queue, deny.map(|d| &d.list), &self.shared.metrics);
                 let local = local.await;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
@@ -312,6 +316,12 @@ impl ProxyHttp for Proxy {
         let proto = if self.shared.tls { "https" } else { "http" };
         upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
         upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
+        // Set only where route() verified a pass: a protected path.
+        if let Some((room, pass)) = &ctx.pass {
+            for (name, value) in pass_headers::of_pass(room, pass) {
+                upstream.insert_header(name, value)?;
+            }
+        }
         Ok(())
     }
 

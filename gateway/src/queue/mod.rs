@@ -83,6 +83,18 @@ pub const PASS_COOKIE: &str = "sluice_pass";
 /// Most client addresses each room's join limiter remembers.
 pub const JOIN_CLIENTS_MAX: usize = 200_000;
 
+/// A request under `/queue/`, as the proxy read it.
+pub struct QueueRequest<'a> {
+    pub method: &'a Method,
+    /// The canonical, decoded path.
+    pub path: &'a str,
+    /// The query as sent (the page's `next`).
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    /// The client's address ([`crate::client`]).
+    pub client: Option<IpAddr>,
+}
+
 /// One room and its place in the registry.
 pub struct RoomEntry {
     /// Joins per client: `joins_per_minute_per_client` of the config in
@@ -658,13 +670,17 @@ impl Rooms {
     /// fleet's shared line: a join, or collecting a released place's pass.
     pub async fn handle(
         &self,
-        method: &Method,
-        path: &str,
-        headers: &HeaderMap,
-        client: Option<IpAddr>,
+        req: QueueRequest<'_>,
         deny: Option<&DenyList>,
         metrics: &Metrics,
     ) -> LocalResponse {
+        let QueueRequest {
+            method,
+            path,
+            query,
+            headers,
+            client,
+        } = req;
         let rest = &path["/queue/".len()..];
         let (name, action) = match rest.split_once('/') {
             Some((name, action)) => (name, action),
@@ -678,7 +694,7 @@ impl Rooms {
         };
         let now = now_ms();
         match (method, action) {
-            (&Method::GET | &Method::HEAD, "") => respond::page(headers),
+            (&Method::GET | &Method::HEAD, "") => respond::page(headers, query),
             (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",

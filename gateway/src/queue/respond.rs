@@ -178,7 +178,9 @@ pub fn clear_pass_cookie(secure: bool) -> (HeaderName, HeaderValue) {
     set_cookie(PASS_COOKIE, "", "/", 0, secure)
 }
 
-pub fn page(headers: &HeaderMap) -> LocalResponse {
+/// The queue page; `query` may carry the `next` it sends an admitted
+/// shopper to, kept only when [`crate::next_path`] checks it.
+pub fn page(headers: &HeaderMap, query: Option<&str>) -> LocalResponse {
     LocalResponse {
         status: StatusCode::OK,
         headers: vec![
@@ -192,7 +194,10 @@ pub fn page(headers: &HeaderMap) -> LocalResponse {
                 ),
             ),
         ],
-        body: Bytes::from(page::render(headers)),
+        body: Bytes::from(page::render(
+            headers,
+            crate::next_path::from_query(query).as_deref(),
+        )),
         source: "queue",
     }
 }
