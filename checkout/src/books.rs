@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
+use crate::core::state::OrderState;
 use crate::error::StoreError;
-use crate::state::OrderState;
 use crate::stock::{self, StockLevel};
 
 /// The books as of one commit.

@@ -22,10 +22,19 @@
 //!
 //! Map of the crate, one concept per file:
 //!
+//! - [`mod@core`]: the rules with no store, which both back ends call: the
+//!   checkout request and its validation, the order and its birth, the
+//!   idempotency key's claim, the order and payment state machines, the
+//!   settle decision ([`crate::core::settle::decide`]), provider events and how
+//!   one fits the payment ([`crate::core::event::fit`]), stock counts, seeds and
+//!   the partition plans. No `rusqlite`, no `postgres`, no clock. A new
+//!   payment rule goes here, then into each back end's apply.
 //! - [`backend`]: the store boundary ([`OrderBackend`]: everything the
 //!   gateway asks of a store, from checkout to webhooks, the reconcilers'
-//!   passes and the books) and its two back ends: embedded SQLite (below)
-//!   and PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL).
+//!   passes and the books) and its two back ends: embedded SQLite (the
+//!   top-level files below that use `rusqlite`, behind `backend/sqlite.rs`)
+//!   and PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL);
+//!   both apply [`mod@core`]'s decisions.
 //! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
 //!   seeding products, inventory adjustments, the write path.
 //! - `schema`: the tables and their CHECK constraints, as numbered
@@ -34,7 +43,8 @@
 //!   (commit once, release once, return on refund), conservation checks.
 //! - [`partition`]: a SKU's stock split over K rows: which one a hold
 //!   takes from, gathering, logged rebalances, retiring partitions.
-//! - [`state`]: order and payment states, and the one transition table.
+//! - [`state`]: re-exports [`crate::core::state`] (the state machines) under its
+//!   old path.
 //! - [`order`]: the durable order row and its transitions, each writing its
 //!   outbox event in the same transaction.
 //! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
@@ -48,10 +58,11 @@
 //!   runtime of its own, and [`http_client::wait`] for blocking callers.
 //! - [`attempt`]: durable payment attempts (key, parameters, transport
 //!   state, outcome), stored before they are sent.
-//! - `settle`: the payment state machine: what an attempt's outcome does
-//!   to the order, its stock and the next attempt.
-//! - `events`: provider events (webhooks, the event list) applied as "the
-//!   most advanced state wins".
+//! - `settle`: the embedded store's settle: reads the facts, asks
+//!   [`crate::core::settle::decide`] and applies the settlement (the ledger,
+//!   superseded attempts, stuck compensations are this store's).
+//! - `events`: provider events (webhooks, the event list) applied to the
+//!   embedded store as [`crate::core::event::fit`] says.
 //! - [`driver`]: drives an attempt to an outcome: look-up first, the same
 //!   key and parameters again, bounded backoff with jitter.
 //! - [`retry`]: retry policy, seeded jitter, injected sleeps.
@@ -66,8 +77,9 @@
 //! - [`mod@audit`]: read-only offline checks of a data directory.
 //! - [`blocking`]: where an async call's store steps run (the gateway's
 //!   blocking threads, or inline for a synchronous caller).
-//! - [`books`]: stock and order counts in memory, published after each
-//!   commit, for scrapes and `/admin/state`.
+//! - [`books`]: stock and order counts in memory, published by the writer
+//!   after each commit (the [`Store`] holds them), for scrapes and
+//!   `/admin/state`.
 //! - [`group_commit`]: the single writer thread: every write (hot-path holds
 //!   and service transactions) is committed in batches, one fsync each.
 //! - [`limits`]: every bound, named with its unit.
@@ -81,6 +93,7 @@ pub mod backend;
 pub mod blocking;
 pub mod books;
 pub mod clock;
+pub mod core;
 pub mod driver;
 pub mod error;
 mod events;
@@ -102,7 +115,7 @@ mod schema;
 pub mod service;
 mod settle;
 pub mod simulator;
-pub mod state;
+pub use crate::core::state;
 pub mod stock;
 pub mod store;
 pub mod webhook;

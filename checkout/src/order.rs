@@ -4,68 +4,13 @@
 //! does.
 
 use rusqlite::{params, Connection, Row, Transaction};
-use serde::Serialize;
 
 use crate::clock::UnixMs;
+pub use crate::core::order::{Order, OrderView, PaymentView};
+use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::outbox;
-use crate::state::{transition_allowed, OrderState, PaymentState};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Order {
-    pub order_id: String,
-    /// The pass subject that created it; the only one who may see it.
-    pub subject: String,
-    pub sku: String,
-    pub quantity: u32,
-    pub payment_method: String,
-    pub amount_cents: u64,
-    pub state: OrderState,
-    pub payment_state: PaymentState,
-    pub payment_id: Option<String>,
-    pub created_at_ms: UnixMs,
-    pub updated_at_ms: UnixMs,
-    /// None when no stock was ever held (`rejected`).
-    pub reservation_expires_at_ms: Option<UnixMs>,
-}
-
-/// The order as the contract shows it (`order_id`, `sku`, `quantity`,
-/// `state`, `created_at`, `reservation_expires_at`, `payment.state`); times
-/// are Unix seconds. No subject: that names a person's pass.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OrderView {
-    pub order_id: String,
-    pub sku: String,
-    pub quantity: u32,
-    pub state: OrderState,
-    pub created_at: i64,
-    pub reservation_expires_at: Option<i64>,
-    pub payment: PaymentView,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PaymentView {
-    pub state: PaymentState,
-    pub amount_cents: u64,
-}
-
-impl Order {
-    pub fn view(&self) -> OrderView {
-        OrderView {
-            order_id: self.order_id.clone(),
-            sku: self.sku.clone(),
-            quantity: self.quantity,
-            state: self.state,
-            created_at: self.created_at_ms.div_euclid(1000),
-            reservation_expires_at: self.reservation_expires_at_ms.map(|ms| ms.div_euclid(1000)),
-            payment: PaymentView {
-                state: self.payment_state,
-                amount_cents: self.amount_cents,
-            },
-        }
-    }
-}
 
 const SELECT_ORDER: &str = "SELECT order_id, subject, sku, quantity, payment_method, amount_cents,
     state, payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms

@@ -13,9 +13,9 @@ use rusqlite::{params, Transaction};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::UnixMs;
+use crate::core::order::Order;
 use crate::error::StoreError;
 use crate::limits::{OUTBOX_FILE_NAME, PASS_ROWS_MAX};
-use crate::order::Order;
 use crate::store::Store;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,31 +23,9 @@
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::clock::UnixMs;
+pub(crate) use crate::core::partition::start_of;
+pub use crate::core::partition::{Partition, PARTITIONS_MAX};
 use crate::error::StoreError;
-
-/// Partitions of one SKU, at most (the schema's CHECK says the same).
-pub const PARTITIONS_MAX: u32 = 1024;
-
-/// One partition's counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Partition {
-    pub part: u32,
-    pub share: i64,
-    pub available: i64,
-    pub reserved: i64,
-    pub committed: i64,
-}
-
-/// Where a reservation starts looking: spreads shoppers over the
-/// partitions (FNV-1a of the order id; any stable spread will do).
-pub(crate) fn start_of(order_id: &str) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in order_id.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
-}
 
 /// Every partition of `sku`, live and retired, by number.
 pub fn load(conn: &Connection, sku: &str) -> Result<Vec<Partition>, StoreError> {
@@ -267,16 +245,16 @@ pub fn rebalance(
     Ok(moved_total)
 }
 
-/// Whether `sku`'s free units sit badly: a retired partition holds some, or
-/// a live one is empty while another has two or more.
+/// Whether `sku`'s free units sit badly (the rule:
+/// [`crate::core::partition::needs_rebalance`]).
 pub(crate) fn needs_rebalance(conn: &Connection, sku: &str) -> Result<bool, StoreError> {
     let live = live_count(conn, sku)?;
-    let parts = load(conn, sku)?;
-    let retired_free = parts.iter().any(|p| p.part >= live && p.available > 0);
-    let live_parts = parts.iter().filter(|p| p.part < live);
-    let empty = live_parts.clone().any(|p| p.available == 0);
-    let rich = live_parts.clone().any(|p| p.available >= 2);
-    Ok(retired_free || (empty && rich))
+    // By number, from 0: `load` orders them so.
+    let available: Vec<i64> = load(conn, sku)?.iter().map(|p| p.available).collect();
+    Ok(crate::core::partition::needs_rebalance(
+        &available,
+        live as usize,
+    ))
 }
 
 /// Sets `sku` to `k` live partitions: the missing ones are created empty,

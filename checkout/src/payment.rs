@@ -15,8 +15,8 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::attempt::Operation;
-use crate::webhook::WebhookEvent;
+use crate::core::attempt::Operation;
+use crate::core::event::WebhookEvent;
 
 /// The provider's answer to an authorization.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,12 +14,12 @@
 use rusqlite::params;
 
 use crate::clock::UnixMs;
+use crate::core::state::OrderState;
 use crate::error::StoreError;
 use crate::limits::PASS_ROWS_MAX;
 use crate::order;
 use crate::partition;
 use crate::retention::{prune_once, PruneOutcome};
-use crate::state::OrderState;
 use crate::stock;
 use crate::store::Store;
 

@@ -1,20 +1,12 @@
-//! The payment state machine in the store: what a definite outcome of an
-//! attempt does to the order, its stock and the next attempt — one function,
-//! [`settle`], used alike by the checkout's own calls, the reconciler's
-//! look-ups and provider events (`events::apply_event`).
-//!
-//! - authorize succeeded: a live order (still `authorizing`, its hold still
-//!   held) gets a capture attempt; anything else is money with no live
-//!   order, so it gets a void (an orphan, counted);
-//! - authorize declined or failed: `declined`, hold released;
-//! - capture succeeded: hold committed, `confirmed` (or, with no live
-//!   order, a refund);
-//! - capture failed: a void (compensation);
-//! - void / refund succeeded: `voided` (hold released) / `refunded` (units
-//!   back on sale);
-//! - void / refund failed: stuck, counted; an operator looks;
-//! - a cancel asked for while the payment was in flight turns the
-//!   authorization's follow-up into a void, and a capture into a refund.
+//! The payment state machine in the embedded store: what a definite
+//! outcome of an attempt does to the order, its stock and the next attempt
+//! — one function, [`settle`], used alike by the checkout's own calls, the
+//! reconciler's look-ups and provider events (`events::apply_event`). It
+//! reads the facts, asks the shared decision
+//! ([`crate::core::settle::decide`], where the rules are listed) and
+//! applies the [`Settlement`] in SQL, with this store's bookkeeping: the
+//! ledger the audit reads, the superseded attempt closed, a refused
+//! compensation marked stuck.
 //!
 //! A second outcome for an attempt changes nothing, so every path may race.
 //! A call whose answer comes second (a webhook got there first) adopts the
@@ -25,12 +17,16 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::attempt::{self, Attempt, AttemptOutcome, NewAttempt, Operation, Transport};
 use crate::clock::UnixMs;
+use crate::core::settle::{
+    decide, needs_cancel_flag, Attempted, Compensation, OrderFacts, Settlement,
+};
+use crate::core::state::{OrderState, PaymentState};
+use crate::core::stock::HoldMove;
 use crate::error::StoreError;
 use crate::limits::PAYMENT_IN_FLIGHT_MS;
 use crate::metrics::Metrics;
 use crate::order;
 use crate::payment::OperationOutcome;
-use crate::state::{OrderState, PaymentState};
 use crate::stock;
 
 /// What the caller should drive next: the key of the follow-up attempt.
@@ -102,178 +98,99 @@ pub(crate) fn settle(
         .or_else(|| payment_id.map(str::to_owned))
         .unwrap_or_default();
     let order = order::load(tx, &attempt.order_id)?;
-    let live = match &order {
-        Some(o) => {
-            o.state == OrderState::Authorizing
-                && hold_state(tx, &o.order_id)? == Some("held".into())
+    let facts = match &order {
+        Some(o) => Some(OrderFacts {
+            state: o.state,
+            payment_state: o.payment_state,
+            hold_held: o.state == OrderState::Authorizing
+                && hold_state(tx, &o.order_id)? == Some("held".into()),
+        }),
+        None => None,
+    };
+    let attempted = Attempted {
+        operation: attempt.operation,
+        outcome,
+    };
+    let cancel =
+        needs_cancel_flag(attempted, facts.as_ref()) && cancel_requested(tx, &attempt.order_id)?;
+    let settlement = decide(attempted, facts.as_ref(), cancel);
+    apply(
+        tx,
+        metrics,
+        &attempt,
+        attempted,
+        &settlement,
+        &payment_id,
+        now_ms,
+        follow,
+    )
+}
+
+/// Applies a [`Settlement`] to the store, in its order: the ledger, the
+/// counters, the superseded attempt, the payment, the hold, the order's
+/// moves, the follow-up.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    tx: &Transaction<'_>,
+    metrics: &Metrics,
+    attempt: &Attempt,
+    attempted: Attempted,
+    settlement: &Settlement,
+    payment_id: &str,
+    now_ms: UnixMs,
+    follow: FollowUp,
+) -> Result<Next, StoreError> {
+    let order_id = attempt.order_id.as_str();
+    if attempted.outcome == AttemptOutcome::Succeeded {
+        ledger(
+            tx,
+            attempt,
+            attempted.operation.as_str(),
+            payment_id,
+            now_ms,
+        )?;
+    }
+    match settlement.compensation {
+        Some(Compensation::Done(operation)) => {
+            metrics.count_compensation(operation.as_str(), "ok");
         }
+        Some(Compensation::Refused(_)) => {
+            let stored =
+                attempt::load(tx, &attempt.idempotency_key)?.unwrap_or_else(|| attempt.clone());
+            attempt::mark_stuck(tx, metrics, &stored)?;
+        }
+        None => {}
+    }
+    if let Some(operation) = settlement.supersede {
+        let reason = match operation {
+            Operation::Void => "payment was captured",
+            _ => "payment was voided",
+        };
+        supersede(tx, order_id, operation, reason, now_ms)?;
+    }
+    if let Some(state) = settlement.payment_to {
+        let id = matches!(state, PaymentState::Authorized | PaymentState::Captured)
+            .then_some(payment_id);
+        order::set_payment(tx, order_id, state, id, now_ms)?;
+    }
+    match settlement.hold {
+        Some(HoldMove::Commit) => stock::commit_hold(tx, metrics, order_id, now_ms)?,
+        Some(HoldMove::Release) => stock::release_hold(tx, metrics, order_id, now_ms)?,
+        Some(HoldMove::Return) => stock::return_committed(tx, metrics, order_id, now_ms)?,
         None => false,
     };
-    match (attempt.operation, outcome) {
-        (Operation::Authorize, AttemptOutcome::Succeeded) => {
-            ledger(tx, &attempt, "authorize", &payment_id, now_ms)?;
-            if let Some(o) = &order {
-                if matches!(o.payment_state, PaymentState::None | PaymentState::Pending) {
-                    order::set_payment(
-                        tx,
-                        &o.order_id,
-                        PaymentState::Authorized,
-                        Some(&payment_id),
-                        now_ms,
-                    )?;
-                }
-            }
-            if live {
-                // A cancel asked for while we waited turns the capture
-                // into a void.
-                let operation = if cancel_requested(tx, &attempt.order_id)? {
-                    Operation::Void
-                } else {
-                    Operation::Capture
-                };
-                let next = follow_up(tx, &attempt, operation, &payment_id, now_ms, follow)?;
-                return Ok(Some(next.idempotency_key));
-            }
-            orphan(
-                tx,
-                metrics,
-                &attempt,
-                Operation::Void,
-                &payment_id,
-                now_ms,
-                follow,
-            )
+    for &(from, to) in &settlement.order_to {
+        order::transition(tx, metrics, order_id, from, to, now_ms)?;
+    }
+    match settlement.follow_up {
+        Some(operation) if settlement.orphan => {
+            orphan(tx, metrics, attempt, operation, payment_id, now_ms, follow)
         }
-        (Operation::Authorize, _) => {
-            if let Some(o) = order.filter(|o| o.state == OrderState::Authorizing) {
-                order::set_payment(tx, &o.order_id, PaymentState::Declined, None, now_ms)?;
-                stock::release_hold(tx, metrics, &o.order_id, now_ms)?;
-                order::transition(
-                    tx,
-                    metrics,
-                    &o.order_id,
-                    OrderState::Authorizing,
-                    OrderState::Declined,
-                    now_ms,
-                )?;
-            }
-            Ok(None)
-        }
-        (Operation::Capture, AttemptOutcome::Succeeded) => {
-            ledger(tx, &attempt, "capture", &payment_id, now_ms)?;
-            supersede(
-                tx,
-                &attempt.order_id,
-                Operation::Void,
-                "payment was captured",
-                now_ms,
-            )?;
-            if let Some(o) = &order {
-                order::set_payment(
-                    tx,
-                    &o.order_id,
-                    PaymentState::Captured,
-                    Some(&payment_id),
-                    now_ms,
-                )?;
-            }
-            match order.filter(|_| live) {
-                Some(o) => {
-                    stock::commit_hold(tx, metrics, &o.order_id, now_ms)?;
-                    order::transition(
-                        tx,
-                        metrics,
-                        &o.order_id,
-                        OrderState::Authorizing,
-                        OrderState::Confirmed,
-                        now_ms,
-                    )?;
-                    if !cancel_requested(tx, &o.order_id)? {
-                        return Ok(None);
-                    }
-                    // Captured after the shopper cancelled: refund it.
-                    let (from, to) = (OrderState::Confirmed, OrderState::Refunding);
-                    order::transition(tx, metrics, &o.order_id, from, to, now_ms)?;
-                    let op = Operation::Refund;
-                    let next = follow_up(tx, &attempt, op, &payment_id, now_ms, follow)?;
-                    Ok(Some(next.idempotency_key))
-                }
-                None => orphan(
-                    tx,
-                    metrics,
-                    &attempt,
-                    Operation::Refund,
-                    &payment_id,
-                    now_ms,
-                    follow,
-                ),
-            }
-        }
-        (Operation::Capture, _) => {
-            // Authorized, not captured: give the money back.
-            let next = follow_up(tx, &attempt, Operation::Void, &payment_id, now_ms, follow)?;
+        Some(operation) => {
+            let next = follow_up(tx, attempt, operation, payment_id, now_ms, follow)?;
             Ok(Some(next.idempotency_key))
         }
-        (Operation::Void, AttemptOutcome::Succeeded) => {
-            ledger(tx, &attempt, "void", &payment_id, now_ms)?;
-            metrics.count_compensation("void", "ok");
-            supersede(
-                tx,
-                &attempt.order_id,
-                Operation::Capture,
-                "payment was voided",
-                now_ms,
-            )?;
-            if let Some(o) = order {
-                order::set_payment(tx, &o.order_id, PaymentState::Voided, None, now_ms)?;
-                if o.state == OrderState::Authorizing {
-                    stock::release_hold(tx, metrics, &o.order_id, now_ms)?;
-                    order::transition(
-                        tx,
-                        metrics,
-                        &o.order_id,
-                        OrderState::Authorizing,
-                        OrderState::Voided,
-                        now_ms,
-                    )?;
-                }
-            }
-            Ok(None)
-        }
-        (Operation::Refund, AttemptOutcome::Succeeded) => {
-            ledger(tx, &attempt, "refund", &payment_id, now_ms)?;
-            metrics.count_compensation("refund", "ok");
-            if let Some(o) = order {
-                order::set_payment(tx, &o.order_id, PaymentState::Refunded, None, now_ms)?;
-                if o.state == OrderState::Confirmed {
-                    order::transition(
-                        tx,
-                        metrics,
-                        &o.order_id,
-                        OrderState::Confirmed,
-                        OrderState::Refunding,
-                        now_ms,
-                    )?;
-                }
-                if matches!(o.state, OrderState::Confirmed | OrderState::Refunding) {
-                    stock::return_committed(tx, metrics, &o.order_id, now_ms)?;
-                    order::transition(
-                        tx,
-                        metrics,
-                        &o.order_id,
-                        OrderState::Refunding,
-                        OrderState::Refunded,
-                        now_ms,
-                    )?;
-                }
-            }
-            Ok(None)
-        }
-        (Operation::Void | Operation::Refund, _) => {
-            let stored = attempt::load(tx, key)?.unwrap_or(attempt);
-            attempt::mark_stuck(tx, metrics, &stored)?;
-            Ok(None)
-        }
+        None => Ok(None),
     }
 }
 

@@ -10,36 +10,12 @@
 //! the `stock` row is their sum.
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
-use serde::Serialize;
 
 use crate::clock::UnixMs;
+pub use crate::core::stock::{ReserveOutcome, StockLevel};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::partition;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StockLevel {
-    pub sku: String,
-    pub total: i64,
-    pub available: i64,
-    pub reserved: i64,
-    pub committed: i64,
-}
-
-impl StockLevel {
-    pub fn is_conserved(&self) -> bool {
-        self.available >= 0
-            && self.reserved >= 0
-            && self.committed >= 0
-            && self.available + self.reserved + self.committed == self.total
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    Reserved { expires_at_ms: UnixMs },
-    SoldOut,
-}
 
 const SELECT_STOCK: &str = "SELECT sku, total, available, reserved, committed FROM stock";
 

@@ -21,9 +21,9 @@ use super::{order, pg_err, stock, PgBackend};
 use crate::attempt::{attempt_key, Operation};
 use crate::blocking::{step, Blocking};
 use crate::clock::UnixMs;
+use crate::core::state::OrderState;
 use crate::error::{CheckoutError, StoreError};
 use crate::order::Order;
-use crate::state::OrderState;
 
 /// What the cancel's transaction left to do.
 enum Next {
