@@ -496,45 +496,14 @@ fn try_take(tx: &mut Tx<'_>, sku: &str, part: i32, units: i64) -> Result<bool, S
 
 pub(super) use crate::core::stock::HoldMove;
 
-/// A hold's move on its partition's counts, put off to the end of a batch.
+/// A hold's move on its partition's counts, put off to the end of a batch
+/// (a transaction that defers them: [`Tx::defer_hold_moves`]).
 #[derive(Debug)]
 pub(super) struct PutOff {
     sku: String,
     part: i32,
     step: HoldMove,
     units: i64,
-}
-
-thread_local! {
-    /// While a batch runs its jobs on this thread (`batch`), the partition
-    /// side of [`move_hold`] is collected here instead of written, so the
-    /// hot partition rows are locked once, at the batch's end
-    /// ([`apply_put_off`]), not from its first capture to its commit.
-    static PUT_OFF: std::cell::RefCell<Option<Vec<PutOff>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Starts collecting hold moves on this thread (see [`PUT_OFF`]).
-pub(super) fn put_off_begin() {
-    PUT_OFF.with(|cell| *cell.borrow_mut() = Some(Vec::new()));
-}
-
-/// How many moves are collected so far (a job's SAVEPOINT mark).
-pub(super) fn put_off_mark() -> usize {
-    PUT_OFF.with(|cell| cell.borrow().as_ref().map_or(0, Vec::len))
-}
-
-/// Forgets the moves collected after `mark` (their job was rolled back).
-pub(super) fn put_off_undo(mark: usize) {
-    PUT_OFF.with(|cell| {
-        if let Some(moves) = cell.borrow_mut().as_mut() {
-            moves.truncate(mark);
-        }
-    });
-}
-
-/// Stops collecting and returns what was collected.
-pub(super) fn put_off_end() -> Vec<PutOff> {
-    PUT_OFF.with(|cell| cell.borrow_mut().take().unwrap_or_default())
 }
 
 /// Writes collected hold moves: one conditional UPDATE per partition and
@@ -601,19 +570,13 @@ pub(super) fn move_hold(
         return Ok(false);
     };
     let (sku, part, quantity): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
-    let put_off = PUT_OFF.with(|cell| match cell.borrow_mut().as_mut() {
-        Some(moves) => {
-            moves.push(PutOff {
-                sku: sku.clone(),
-                part,
-                step,
-                units: quantity,
-            });
-            true
-        }
-        None => false,
-    });
-    if put_off {
+    if let Some(moves) = tx.deferred_hold_moves() {
+        moves.push(PutOff {
+            sku,
+            part,
+            step,
+            units: quantity,
+        });
         return Ok(true);
     }
     let changed = tx
