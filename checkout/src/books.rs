@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
+use crate::backend::sqlite::stock::{self, StockLevel};
 use crate::core::state::OrderState;
 use crate::error::StoreError;
-use crate::stock::{self, StockLevel};
 
 /// The books as of one commit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

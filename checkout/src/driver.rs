@@ -20,6 +20,8 @@
 use std::sync::Arc;
 
 use crate::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
+use crate::backend::sqlite::settle::{self, FollowUp};
+use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::{Clock, SystemClock, UnixMs};
 use crate::error::StoreError;
@@ -29,8 +31,6 @@ use crate::limits::PAYMENT_STEPS_MAX;
 use crate::metrics::Metrics;
 use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
 use crate::retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
-use crate::settle::{self, FollowUp};
-use crate::store::Store;
 
 /// How payments are retried and timed. Time and randomness are inputs.
 #[derive(Clone)]

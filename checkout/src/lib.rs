@@ -25,29 +25,23 @@
 //! - [`mod@core`]: the rules with no store, which both back ends call: the
 //!   checkout request and its validation, the order and its birth, the
 //!   idempotency key's claim, the order and payment state machines, the
-//!   settle decision ([`crate::core::settle::decide`]), provider events and how
-//!   one fits the payment ([`crate::core::event::fit`]), stock counts, seeds and
-//!   the partition plans. No `rusqlite`, no `postgres`, no clock. A new
-//!   payment rule goes here, then into each back end's apply.
+//!   settle decision ([`crate::core::settle::decide`]), provider events
+//!   and how one fits the payment ([`crate::core::event::fit`]), stock
+//!   counts, seeds and the partition plans. No `rusqlite`, no `postgres`,
+//!   no clock. A new payment rule goes here, then into each back end's
+//!   apply.
 //! - [`backend`]: the store boundary ([`OrderBackend`]: everything the
 //!   gateway asks of a store, from checkout to webhooks, the reconcilers'
-//!   passes and the books) and its two back ends: embedded SQLite (the
-//!   top-level files below that use `rusqlite`, behind `backend/sqlite.rs`)
-//!   and PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL);
-//!   both apply [`mod@core`]'s decisions.
-//! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
-//!   seeding products, inventory adjustments, the write path.
-//! - `schema`: the tables and their CHECK constraints, as numbered
-//!   migrations stamped in `PRAGMA user_version`.
-//! - [`stock`]: the atomic conditional reservation and the hold transitions
-//!   (commit once, release once, return on refund), conservation checks.
-//! - [`partition`]: a SKU's stock split over K rows: which one a hold
-//!   takes from, gathering, logged rebalances, retiring partitions.
-//! - [`state`]: re-exports [`crate::core::state`] (the state machines) under its
-//!   old path.
-//! - [`order`]: the durable order row and its transitions, each writing its
-//!   outbox event in the same transaction.
-//! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
+//!   passes and the books) and its two back ends, each applying
+//!   [`mod@core`]'s decisions in its own SQL:
+//!   - [`backend::sqlite`]: embedded SQLite, one gateway (its store, group
+//!     commit, schema, stock, partitions, orders, checkout service, settle,
+//!     events, audit; re-exported here under their old paths: [`store`],
+//!     [`group_commit`], [`stock`], [`partition`], [`order`], [`service`],
+//!     [`mod@audit`]);
+//!   - [`backend::postgres`]: PostgreSQL shared by a fleet.
+//! - [`state`]: re-exports [`crate::core::state`] (the state machines)
+//!   under its old path.
 //! - [`payment`]: the async `PaymentProvider` trait: authorize, capture,
 //!   void, refund, look-up by key, the event list; ambiguous vs definite
 //!   errors.
@@ -56,39 +50,35 @@
 //! - [`http_provider`]: the adapter for a card-provider-shaped HTTP API.
 //! - [`http_client`]: the workspace's one HTTP client (`reqwest`) on a
 //!   runtime of its own, and [`http_client::wait`] for blocking callers.
-//! - [`attempt`]: durable payment attempts (key, parameters, transport
-//!   state, outcome), stored before they are sent.
-//! - `settle`: the embedded store's settle: reads the facts, asks
-//!   [`crate::core::settle::decide`] and applies the settlement (the ledger,
-//!   superseded attempts, stuck compensations are this store's).
-//! - `events`: provider events (webhooks, the event list) applied to the
-//!   embedded store as [`crate::core::event::fit`] says.
-//! - [`driver`]: drives an attempt to an outcome: look-up first, the same
-//!   key and parameters again, bounded backoff with jitter.
+//! - [`driver`]: drives an attempt to an outcome on the embedded store:
+//!   look-up first, the same key and parameters again, bounded backoff
+//!   with jitter.
 //! - [`retry`]: retry policy, seeded jitter, injected sleeps.
 //! - [`webhook`]: signature check, event parsing, `apply_webhook`.
-//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous attempts,
-//!   missed events, orphan charges, stuck compensations.
-//! - [`service`]: the idempotent checkout, order lookup and cancel.
-//! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
-//! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
-//! - [`retention`]: `prune_once`: what the store forgets and when, in
-//!   bounded passes.
-//! - [`mod@audit`]: read-only offline checks of a data directory.
 //! - [`blocking`]: where an async call's store steps run (the gateway's
 //!   blocking threads, or inline for a synchronous caller).
-//! - [`books`]: stock and order counts in memory, published by the writer
-//!   after each commit (the [`Store`] holds them), for scrapes and
-//!   `/admin/state`.
-//! - [`group_commit`]: the single writer thread: every write (hot-path holds
-//!   and service transactions) is committed in batches, one fsync each.
 //! - [`limits`]: every bound, named with its unit.
 //! - [`clock`]: time as an input.
 //! - [`metrics`]: counters the gateway exports.
 //! - [`error`]: error enums mapped to the contract's error codes.
+//!
+//! Still at the top level, each with the embedded store's SQL beside
+//! types both back ends use (to be split next):
+//!
+//! - [`attempt`]: durable payment attempts (key, parameters, transport
+//!   state, outcome), stored before they are sent.
+//! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
+//! - [`books`]: stock and order counts in memory, published by the writer
+//!   after each commit (the [`Store`] holds them), for scrapes and
+//!   `/admin/state`.
+//! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
+//! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
+//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous
+//!   attempts, missed events, orphan charges, stuck compensations.
+//! - [`retention`]: `prune_once`: what the store forgets and when, in
+//!   bounded passes.
 
 pub mod attempt;
-pub mod audit;
 pub mod backend;
 pub mod blocking;
 pub mod books;
@@ -96,29 +86,23 @@ pub mod clock;
 pub mod core;
 pub mod driver;
 pub mod error;
-mod events;
-pub mod group_commit;
 pub mod http_client;
 pub mod http_provider;
 pub mod idempotency;
 pub mod limits;
 pub mod metrics;
-pub mod order;
 pub mod outbox;
-pub mod partition;
 pub mod payment;
 pub mod payment_reconciler;
 pub mod reconciler;
 pub mod retention;
 pub mod retry;
-mod schema;
-pub mod service;
-mod settle;
 pub mod simulator;
 pub use crate::core::state;
-pub mod stock;
-pub mod store;
 pub mod webhook;
+
+// The embedded SQLite back end's modules, under their old paths.
+pub use backend::sqlite::{audit, group_commit, order, partition, service, stock, store};
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Transaction};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
 use crate::core::order::Order;
 use crate::error::StoreError;
 use crate::limits::{OUTBOX_FILE_NAME, PASS_ROWS_MAX};
-use crate::store::Store;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboxEvent {

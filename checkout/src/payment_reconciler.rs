@@ -24,12 +24,12 @@
 use rusqlite::{params, OptionalExtension};
 
 use crate::attempt::{self, AttemptOutcome};
+use crate::backend::sqlite::events;
+use crate::backend::sqlite::service::CheckoutService;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
-use crate::events;
 use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PROVIDER_EVENTS_PAGE_MAX};
-use crate::service::CheckoutService;
 use crate::webhook::WebhookOutcome;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,15 +13,15 @@
 
 use rusqlite::params;
 
+use crate::backend::sqlite::order;
+use crate::backend::sqlite::partition;
+use crate::backend::sqlite::stock;
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
 use crate::core::state::OrderState;
 use crate::error::StoreError;
 use crate::limits::PASS_ROWS_MAX;
-use crate::order;
-use crate::partition;
 use crate::retention::{prune_once, PruneOutcome};
-use crate::stock;
-use crate::store::Store;
 
 /// States an order should leave on its own; resting longer than the
 /// threshold in one of them means something is stuck.

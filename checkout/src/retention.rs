@@ -16,13 +16,13 @@
 
 use rusqlite::{params, Transaction};
 
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{
     ENDED_HOLD_RETENTION_MS, IDEMPOTENCY_RETENTION_MS, OUTBOX_RETENTION_MS, PASS_ROWS_MAX,
     WEBHOOK_EVENT_RETENTION_MS,
 };
-use crate::store::Store;
 
 /// Rows one pass deleted, per kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

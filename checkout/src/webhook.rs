@@ -10,15 +10,15 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::backend::sqlite::events;
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
 pub use crate::core::event::{EventData, EventType, WebhookEvent, WebhookOutcome};
 use crate::error::StoreError;
-use crate::events;
 use crate::limits::{
     PROVIDER_ID_LEN_MAX, WEBHOOK_BODY_BYTES_MAX, WEBHOOK_HEADER_BYTES_MAX, WEBHOOK_SIGNATURES_MAX,
 };
 use crate::metrics::Metrics;
-use crate::store::Store;
 
 /// The header that carries the signature.
 pub const SIGNATURE_HEADER: &str = "Sluice-Signature";

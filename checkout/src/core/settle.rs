@@ -2,7 +2,7 @@
 //! attempt does to the order, its stock and the next attempt, as a plain
 //! function ([`decide`]) of what the store read. Both back ends read the
 //! same facts, call [`decide`] and apply the [`Settlement`] in their own
-//! SQL (SQLite: `crate::settle`; PostgreSQL: `backend/postgres/settle.rs`),
+//! SQL (SQLite: `crate::backend::sqlite::settle`; PostgreSQL: `backend/postgres/settle.rs`),
 //! so a payment rule is written here once.
 //!
 //! - authorize succeeded: a live order (still `authorizing`, its hold still
@@ -22,9 +22,25 @@
 //! - void / refund declined or failed: a stuck compensation, counted; an
 //!   operator looks.
 
+use crate::clock::UnixMs;
 use crate::core::attempt::{AttemptOutcome, Operation};
 use crate::core::state::{OrderState, PaymentState};
 use crate::core::stock::HoldMove;
+
+/// When a follow-up attempt is due for the reconciler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// The caller drives it now; the reconciler waits out the in-flight
+    /// bound.
+    Driven,
+    /// Nobody stored it to send it (a provider event): due at once, or
+    /// when the attempt it follows was due if a call stored that one
+    /// before and may still be waiting for its answer (the call adopts
+    /// the follow-up when the answer comes; see `crate::backend::sqlite::settle::settle`).
+    Due,
+    /// Due at this time (a [`FollowUp::Due`] inheriting its attempt's).
+    Until(UnixMs),
+}
 
 /// The settled attempt, as the decision needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +278,100 @@ mod tests {
             if !needs_cancel_flag(attempted, order.as_ref()) {
                 assert_eq!(asked, not, "{attempted:?} {order:?}");
             }
+        }
+    }
+
+    #[test]
+    fn each_outcome_does_what_the_table_says() {
+        use AttemptOutcome::{Declined, Failed, Succeeded};
+        use OrderState as O;
+        use PaymentState as P;
+        let live = facts(O::Authorizing, P::Pending, true);
+        let authorized = facts(O::Authorizing, P::Authorized, true);
+        let confirmed = facts(O::Confirmed, P::Captured, false);
+        #[allow(clippy::type_complexity)]
+        let table: [(
+            Operation,
+            AttemptOutcome,
+            &OrderFacts,
+            Option<PaymentState>,
+            Option<HoldMove>,
+            &[(OrderState, OrderState)],
+            Option<Operation>,
+        ); 8] = [
+            (
+                Operation::Authorize,
+                Succeeded,
+                &live,
+                Some(P::Authorized),
+                None,
+                &[],
+                Some(Operation::Capture),
+            ),
+            (
+                Operation::Authorize,
+                Declined,
+                &live,
+                Some(P::Declined),
+                Some(HoldMove::Release),
+                &[(O::Authorizing, O::Declined)],
+                None,
+            ),
+            (
+                Operation::Authorize,
+                Failed,
+                &live,
+                Some(P::Declined),
+                Some(HoldMove::Release),
+                &[(O::Authorizing, O::Declined)],
+                None,
+            ),
+            (
+                Operation::Capture,
+                Succeeded,
+                &authorized,
+                Some(P::Captured),
+                Some(HoldMove::Commit),
+                &[(O::Authorizing, O::Confirmed)],
+                None,
+            ),
+            (
+                Operation::Capture,
+                Failed,
+                &authorized,
+                None,
+                None,
+                &[],
+                Some(Operation::Void),
+            ),
+            (
+                Operation::Void,
+                Succeeded,
+                &authorized,
+                Some(P::Voided),
+                Some(HoldMove::Release),
+                &[(O::Authorizing, O::Voided)],
+                None,
+            ),
+            (
+                Operation::Refund,
+                Succeeded,
+                &confirmed,
+                Some(P::Refunded),
+                Some(HoldMove::Return),
+                &[(O::Confirmed, O::Refunding), (O::Refunding, O::Refunded)],
+                None,
+            ),
+            (Operation::Refund, Failed, &confirmed, None, None, &[], None),
+        ];
+        for (operation, outcome, order, payment_to, hold, order_to, follow_up) in table {
+            let s = decide(Attempted { operation, outcome }, Some(order), false);
+            let case = format!("{operation:?} {outcome:?}");
+            assert_eq!(s.payment_to, payment_to, "{case}");
+            assert_eq!(s.hold, hold, "{case}");
+            assert_eq!(s.order_to, order_to, "{case}");
+            assert_eq!(s.follow_up, follow_up, "{case}");
+            assert!(!s.orphan, "{case}");
         }
     }
 

@@ -45,6 +45,18 @@ pub enum HoldMove {
     Return,
 }
 
+/// The partition side of a hold's move: `units` of `sku` moved by `step`
+/// between two counts of partition `part`. A store that batches writes
+/// puts these off to the end of its batch (PostgreSQL: a transaction
+/// that defers its hold moves), summed per partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMove {
+    pub sku: String,
+    pub part: i32,
+    pub step: HoldMove,
+    pub units: i64,
+}
+
 /// A product as configuration describes it. Only the first seed sets the
 /// stock; price and reservation TTL follow the config on every seed.
 #[derive(Debug, Clone, PartialEq, Eq)]

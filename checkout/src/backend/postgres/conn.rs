@@ -47,10 +47,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::stock::PutOff;
 use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Row, Statement, Transaction};
+
+use crate::core::stock::PartitionMove;
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
@@ -211,7 +212,7 @@ pub(crate) struct Conn {
     client: Option<Client>,
     statements: Statements,
     /// The hold moves its transaction defers (see [`Tx::defer_hold_moves`]).
-    deferred: Option<Vec<PutOff>>,
+    deferred: Option<Vec<PartitionMove>>,
     pub(super) cut_off: bool,
 }
 
@@ -335,7 +336,7 @@ pub(crate) struct Tx<'a> {
     statements: &'a mut Statements,
     /// `Some` while the partition side of hold moves is deferred (shared
     /// with its savepoints).
-    deferred: &'a mut Option<Vec<PutOff>>,
+    deferred: &'a mut Option<Vec<PartitionMove>>,
 }
 
 impl Tx<'_> {
@@ -365,12 +366,12 @@ impl Tx<'_> {
     }
 
     /// The hold moves deferred so far, when they are.
-    pub(super) fn deferred_hold_moves(&mut self) -> Option<&mut Vec<PutOff>> {
+    pub(super) fn deferred_hold_moves(&mut self) -> Option<&mut Vec<PartitionMove>> {
         self.deferred.as_mut()
     }
 
     /// Stops deferring and returns what was deferred.
-    pub(super) fn take_deferred(&mut self) -> Vec<PutOff> {
+    pub(super) fn take_deferred(&mut self) -> Vec<PartitionMove> {
         self.deferred.take().unwrap_or_default()
     }
 

@@ -8,9 +8,9 @@ use postgres::Row;
 use super::conn::{Conn, Db, Tx};
 use super::pg_err;
 use crate::clock::UnixMs;
+use crate::core::order::Order;
 use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::StoreError;
-use crate::order::Order;
 
 /// The order row's columns, in [`from_row`]'s order (a macro, so each
 /// statement stays one `&'static str`, cached per connection).

@@ -24,11 +24,11 @@ use super::tally::Tally;
 use super::webhook::apply_event;
 use super::{pg_err, PgBackend};
 use crate::clock::UnixMs;
+use crate::core::event::WebhookOutcome;
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PAYMENT_IN_FLIGHT_MS, PROVIDER_EVENTS_PAGE_MAX};
 use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::webhook::WebhookOutcome;
 
 pub(super) fn reconcile_payments_once(
     backend: &PgBackend,

@@ -13,18 +13,18 @@
 use super::conn::{Db, Tx};
 use super::tally::Tally;
 use super::{order, pg_err, stock, PgBackend};
-use crate::attempt::{attempt_key, AttemptOutcome, Operation};
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
+use crate::core::attempt::{attempt_key, AttemptOutcome, Operation};
+use crate::core::order::Order;
+pub(super) use crate::core::settle::FollowUp;
 use crate::core::settle::{decide, needs_cancel_flag, Attempted, Compensation, OrderFacts};
 use crate::core::state::{OrderState, PaymentState};
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
-use crate::order::Order;
 use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
-pub(super) use crate::settle::FollowUp;
 
 /// Sends of one provider operation within one drive, at most.
 pub const SEND_TRIES_MAX: u32 = 3;

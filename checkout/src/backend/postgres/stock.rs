@@ -494,21 +494,11 @@ fn try_take(tx: &mut Tx<'_>, sku: &str, part: i32, units: i64) -> Result<bool, S
     Ok(taken == 1)
 }
 
-pub(super) use crate::core::stock::HoldMove;
-
-/// A hold's move on its partition's counts, put off to the end of a batch
-/// (a transaction that defers them: [`Tx::defer_hold_moves`]).
-#[derive(Debug)]
-pub(super) struct PutOff {
-    sku: String,
-    part: i32,
-    step: HoldMove,
-    units: i64,
-}
+pub(super) use crate::core::stock::{HoldMove, PartitionMove};
 
 /// Writes collected hold moves: one conditional UPDATE per partition and
 /// kind of move, the units summed, in (sku, partition) order.
-pub(super) fn apply_put_off(tx: &mut Tx<'_>, moves: Vec<PutOff>) -> Result<(), StoreError> {
+pub(super) fn apply_put_off(tx: &mut Tx<'_>, moves: Vec<PartitionMove>) -> Result<(), StoreError> {
     let mut summed: std::collections::BTreeMap<(String, i32, HoldMove), i64> =
         std::collections::BTreeMap::new();
     for m in moves {
@@ -571,7 +561,7 @@ pub(super) fn move_hold(
     };
     let (sku, part, quantity): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
     if let Some(moves) = tx.deferred_hold_moves() {
-        moves.push(PutOff {
+        moves.push(PartitionMove {
             sku,
             part,
             step,

@@ -20,14 +20,14 @@ use super::conn::{Db, Tx};
 use super::settle::{insert_attempt, make_due, settle, FollowUp};
 use super::tally::Tally;
 use super::{order, pg_err};
-use crate::attempt::Operation;
 use crate::clock::UnixMs;
+use crate::core::attempt::Operation;
 use crate::core::event::{fit, Fit};
+use crate::core::event::{EventType, WebhookEvent, WebhookOutcome};
+use crate::core::order::Order;
 use crate::core::state::PaymentState;
 use crate::error::StoreError;
-use crate::order::Order;
 use crate::payment::OperationOutcome;
-use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 
 /// Applies one verified event in the caller's transaction.
 pub(super) fn apply_event(

@@ -171,7 +171,7 @@ pub(crate) fn set_payment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::backend::sqlite::store::Store;
     use std::sync::atomic::Ordering;
 
     fn order_in(store: &Store, order_id: &str, state: OrderState) -> Order {

@@ -16,7 +16,10 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::attempt::{self, Attempt, AttemptOutcome, NewAttempt, Operation, Transport};
+use crate::backend::sqlite::order;
+use crate::backend::sqlite::stock;
 use crate::clock::UnixMs;
+pub(crate) use crate::core::settle::FollowUp;
 use crate::core::settle::{
     decide, needs_cancel_flag, Attempted, Compensation, OrderFacts, Settlement,
 };
@@ -25,27 +28,10 @@ use crate::core::stock::HoldMove;
 use crate::error::StoreError;
 use crate::limits::PAYMENT_IN_FLIGHT_MS;
 use crate::metrics::Metrics;
-use crate::order;
 use crate::payment::OperationOutcome;
-use crate::stock;
 
 /// What the caller should drive next: the key of the follow-up attempt.
 pub(crate) type Next = Option<String>;
-
-/// When a follow-up attempt is due for the reconciler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FollowUp {
-    /// The caller drives it now; the reconciler waits out the in-flight
-    /// bound.
-    Driven,
-    /// Nobody stored it to send it (a provider event): due at once, or
-    /// when the attempt it follows was due if a call stored that one
-    /// before and may still be waiting for its answer (the call adopts
-    /// the follow-up when the answer comes; see [`settle`]).
-    Due,
-    /// Due at this time (a [`FollowUp::Due`] inheriting its attempt's).
-    Until(UnixMs),
-}
 
 /// Applies a definite outcome to the attempt `key` and everything it
 /// decides. Returns the follow-up attempt to drive, if any.

@@ -6,16 +6,16 @@
 //! hold then moves exactly once (`held` → `committed` | `released`; a
 //! committed hold may be `returned` by a refund): each move is a conditional
 //! UPDATE on the hold's own state, so a second attempt changes nothing.
-//! The units sit in one of the SKU's partitions (see [`crate::partition`]);
+//! The units sit in one of the SKU's partitions (see [`crate::backend::sqlite::partition`]);
 //! the `stock` row is their sum.
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
+use crate::backend::sqlite::partition;
 use crate::clock::UnixMs;
 pub use crate::core::stock::{ReserveOutcome, StockLevel};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::partition;
 
 const SELECT_STOCK: &str = "SELECT sku, total, available, reserved, committed FROM stock";
 

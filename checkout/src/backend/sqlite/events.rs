@@ -2,20 +2,20 @@
 //! the store: "the most advanced state wins", whatever the order of
 //! arrival. An event moves the payment along its path (authorized →
 //! captured → refunded, or → voided, or → declined) by settling each
-//! attempt on the way (see [`crate::settle`]); an event the payment is
+//! attempt on the way (see [`crate::backend::sqlite::settle`]); an event the payment is
 //! already at or past is stale; one that contradicts it is refused.
 
 use rusqlite::{params, Transaction};
 
 use crate::attempt::{self, Attempt, NewAttempt, Operation};
+use crate::backend::sqlite::order::{self, Order};
+use crate::backend::sqlite::settle::{orphan, settle, FollowUp};
 use crate::clock::UnixMs;
 use crate::core::event::{fit, EventType, Fit, WebhookEvent, WebhookOutcome};
 use crate::core::state::PaymentState;
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::order::{self, Order};
 use crate::payment::OperationOutcome;
-use crate::settle::{orphan, settle, FollowUp};
 
 /// Applies one provider event (webhook or event list): "the most advanced
 /// state wins". The event id is stored first; a duplicate changes nothing.

@@ -15,19 +15,19 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
 use crate::attempt::{self, Attempt};
+use crate::backend::sqlite::group_commit::{
+    Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
+};
+use crate::backend::sqlite::partition::{self, Partition};
+use crate::backend::sqlite::stock::{self, ReserveOutcome, StockLevel};
 use crate::books::BooksCell;
 use crate::clock::{Clock, UnixMs};
 use crate::core::state::OrderState;
 pub use crate::core::stock::ProductSeed;
 use crate::core::stock::{check_adjustment, check_seeds};
 use crate::error::StoreError;
-use crate::group_commit::{
-    Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
-};
 use crate::limits::{DB_FILE_NAME, PASS_ROWS_MAX, SQLITE_BUSY_TIMEOUT_MS, STOCK_UNITS_MAX};
 use crate::metrics::Metrics;
-use crate::partition::{self, Partition};
-use crate::stock::{self, ReserveOutcome, StockLevel};
 
 pub struct Store {
     /// Declared first so it is dropped first: it drains its queue and
@@ -94,7 +94,7 @@ impl Store {
         std::fs::create_dir_all(data_dir)?;
         let db_path = data_dir.join(DB_FILE_NAME);
         let mut write_conn = open_connection(&db_path)?;
-        crate::schema::migrate(&mut write_conn)?;
+        crate::backend::sqlite::schema::migrate(&mut write_conn)?;
         crate::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());

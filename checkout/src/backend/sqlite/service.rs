@@ -25,6 +25,9 @@ use std::sync::Arc;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::attempt::{self, NewAttempt, Operation};
+use crate::backend::sqlite::order::{self, Order};
+use crate::backend::sqlite::stock::{self, ReserveOutcome};
+use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::core::claim::{decide_claim, ClaimDecision};
@@ -37,10 +40,7 @@ use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
 use crate::idempotency::{ClaimedKey, IdempotencyKey};
 use crate::metrics::Metrics;
-use crate::order::{self, Order};
 use crate::payment::PaymentProvider;
-use crate::stock::{self, ReserveOutcome};
-use crate::store::Store;
 
 /// What a cancel's store side left to do.
 enum CancelNext {

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use crate::backend::sqlite::partition;
+use crate::backend::sqlite::stock::{self, ReserveOutcome};
 use crate::books::BooksCell;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
@@ -27,8 +29,6 @@ use crate::limits::{
     GROUP_COMMIT_WAIT_MAX_US, ORDER_QUANTITY_MAX,
 };
 use crate::metrics::Metrics;
-use crate::partition;
-use crate::stock::{self, ReserveOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupCommitConfig {
