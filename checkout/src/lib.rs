@@ -34,14 +34,19 @@
 //!   gateway asks of a store, from checkout to webhooks, the reconcilers'
 //!   passes and the books) and its two back ends, each applying
 //!   [`mod@core`]'s decisions in its own SQL:
-//!   - [`backend::sqlite`]: embedded SQLite, one gateway (its store, group
-//!     commit, schema, stock, partitions, orders, checkout service, settle,
-//!     events, audit; re-exported here under their old paths: [`store`],
-//!     [`group_commit`], [`stock`], [`partition`], [`order`], [`service`],
-//!     [`mod@audit`]);
-//!   - [`backend::postgres`]: PostgreSQL shared by a fleet.
-//! - [`state`]: re-exports [`crate::core::state`] (the state machines)
-//!   under its old path.
+//!   - [`backend::sqlite`]: embedded SQLite, one gateway: its store,
+//!     group commit, schema, stock, partitions, orders, attempts, the
+//!     checkout service and its payment driver, settle, events, outbox,
+//!     books, the reconcilers, retention and the offline audit (the public
+//!     ones re-exported here under their old paths: [`store`],
+//!     [`group_commit`], [`stock`], [`partition`], [`order`], [`attempt`],
+//!     [`service`], [`driver`], [`reconciler`], [`payment_reconciler`],
+//!     [`retention`], [`mod@audit`]);
+//!   - [`backend::postgres`]: PostgreSQL shared by a fleet;
+//!   - [`backend::pass`]: what both back ends' background passes report.
+//! - [`state`], [`idempotency`]: [`crate::core::state`] (the state
+//!   machines) and [`crate::core::idempotency`] (the validated key) under
+//!   their old paths.
 //! - [`payment`]: the async `PaymentProvider` trait: authorize, capture,
 //!   void, refund, look-up by key, the event list; ambiguous vs definite
 //!   errors.
@@ -50,62 +55,49 @@
 //! - [`http_provider`]: the adapter for a card-provider-shaped HTTP API.
 //! - [`http_client`]: the workspace's one HTTP client (`reqwest`) on a
 //!   runtime of its own, and [`http_client::wait`] for blocking callers.
-//! - [`driver`]: drives an attempt to an outcome on the embedded store:
-//!   look-up first, the same key and parameters again, bounded backoff
-//!   with jitter.
 //! - [`retry`]: retry policy, seeded jitter, injected sleeps.
-//! - [`webhook`]: signature check, event parsing, `apply_webhook`.
+//! - [`webhook`]: signature check, event parsing, `apply_webhook` (on the
+//!   embedded store).
 //! - [`blocking`]: where an async call's store steps run (the gateway's
 //!   blocking threads, or inline for a synchronous caller).
 //! - [`limits`]: every bound, named with its unit.
 //! - [`clock`]: time as an input.
 //! - [`metrics`]: counters the gateway exports.
 //! - [`error`]: error enums mapped to the contract's error codes.
-//!
-//! Still at the top level, each with the embedded store's SQL beside
-//! types both back ends use (to be split next):
-//!
-//! - [`attempt`]: durable payment attempts (key, parameters, transport
-//!   state, outcome), stored before they are sent.
-//! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
-//! - [`books`]: stock and order counts in memory, published by the writer
-//!   after each commit (the [`Store`] holds them), for scrapes and
-//!   `/admin/state`.
-//! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
-//! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
-//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous
-//!   attempts, missed events, orphan charges, stuck compensations.
-//! - [`retention`]: `prune_once`: what the store forgets and when, in
-//!   bounded passes.
+//! - [`books`]: stock and order counts in memory as of the last commit
+//!   (the embedded [`Store`] publishes them after each commit), for
+//!   scrapes and `/admin/state`; the store's backlog gauges.
+//! - [`outbox`]: the outbox event, the [`Sink`] and the JSON-lines file
+//!   sink, the relay's outcome (each back end writes and relays its own
+//!   rows).
 
-pub mod attempt;
 pub mod backend;
 pub mod blocking;
 pub mod books;
 pub mod clock;
 pub mod core;
-pub mod driver;
 pub mod error;
 pub mod http_client;
 pub mod http_provider;
-pub mod idempotency;
 pub mod limits;
 pub mod metrics;
 pub mod outbox;
 pub mod payment;
-pub mod payment_reconciler;
-pub mod reconciler;
-pub mod retention;
 pub mod retry;
 pub mod simulator;
 pub use crate::core::state;
 pub mod webhook;
 
 // The embedded SQLite back end's modules, under their old paths.
-pub use backend::sqlite::{audit, group_commit, order, partition, service, stock, store};
+pub use crate::core::idempotency;
+pub use backend::sqlite::{
+    attempt, audit, driver, group_commit, order, partition, payment_reconciler, reconciler,
+    retention, service, stock, store,
+};
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
+pub use backend::sqlite::outbox::relay_once;
 pub use backend::{OrderBackend, PgBackend, PgConfig, SessionTimeouts, SqliteBackend};
 pub use blocking::{Blocking, Inline};
 pub use books::Books;
@@ -118,9 +110,7 @@ pub use http_provider::{classify_status, HttpProvider, HttpProviderConfig, Statu
 pub use idempotency::{IdempotencyKey, InvalidKey};
 pub use metrics::{AuthLatency, LabeledCounters, LatencyHistogram, Metrics};
 pub use order::{Order, OrderView, PaymentView};
-pub use outbox::{
-    relay_once, JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError,
-};
+pub use outbox::{JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError};
 pub use partition::{Partition, PARTITIONS_MAX};
 pub use payment::{
     AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider, ProviderEvent,

@@ -9,7 +9,7 @@
 //! ([`crate::http_client::wait`]): each call must be finished — or known
 //! to be ambiguous — before the next durable step is written. Every call
 //! carries an idempotency key derived from (order, operation) (see
-//! [`crate::attempt`]), so a retry after an ambiguous answer never charges
+//! [`crate::backend::sqlite::attempt`]), so a retry after an ambiguous answer never charges
 //! twice.
 
 use async_trait::async_trait;

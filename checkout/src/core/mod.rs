@@ -9,8 +9,10 @@
 //!   stored ([`claim::decide_claim`]).
 //! - [`event`]: provider events and how one fits the payment as stored
 //!   ([`event::fit`]).
+//! - [`idempotency`]: the validated `Idempotency-Key` and the request
+//!   hash.
 //! - [`order`]: the order's fields, its contract view and its birth
-//!   ([`order::new_order`]).
+//!   (`order::new_order`).
 //! - [`request`]: the checkout request and its validation, the subject's
 //!   bounds.
 //! - [`state`]: the order and payment state machines, each an enum with
@@ -25,6 +27,7 @@
 pub mod attempt;
 pub mod claim;
 pub mod event;
+pub mod idempotency;
 pub mod order;
 pub mod partition;
 pub mod request;

@@ -1,5 +1,5 @@
 //! The order with no store: its fields, the view the contract shows, and
-//! its birth ([`new_order`], which both back ends call).
+//! its birth (`new_order`, which both back ends call).
 
 use serde::Serialize;
 

@@ -2,8 +2,8 @@
 //! refuses before it touches the store, and the bounds a subject buys
 //! within.
 
+use crate::core::idempotency::request_hash;
 use crate::error::{CheckoutError, StoreError};
-use crate::idempotency::request_hash;
 use crate::limits::{ORDER_QUANTITY_MAX, PAYMENT_METHOD_LEN_MAX, SKU_LEN_MAX, SUBJECT_LEN_MAX};
 
 /// The body of `POST /checkout`.

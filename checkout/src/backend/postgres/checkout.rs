@@ -34,13 +34,13 @@ use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::core::attempt::{attempt_key, Operation};
 use crate::core::claim::{decide_claim, ClaimDecision};
+use crate::core::idempotency::IdempotencyKey;
 use crate::core::order::new_order;
 use crate::core::order::Order;
 use crate::core::request::{validate_sku, validate_subject, CheckoutRequest, Created, OrderLimits};
 use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::IdempotencyKey;
 
 /// What step 1 left to do.
 pub(super) enum Begun {

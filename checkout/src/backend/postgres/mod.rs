@@ -80,11 +80,15 @@ use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
 use self::conn::{Conn, Tx};
+use crate::backend::pass::PaymentsReconcileOutcome;
+use crate::backend::pass::PruneOutcome;
+use crate::backend::pass::ReconcileOutcome;
 use crate::backend::OrderBackend;
 use crate::blocking::{Blocking, Inline};
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
 use crate::core::event::{WebhookEvent, WebhookOutcome};
+use crate::core::idempotency::IdempotencyKey;
 use crate::core::order::Order;
 use crate::core::partition::Partition;
 use crate::core::request::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
@@ -93,13 +97,9 @@ use crate::core::stock::StockLevel;
 use crate::core::stock::{check_adjustment, check_seeds, ProductSeed};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::IdempotencyKey;
 use crate::metrics::Metrics;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::payment::PaymentProvider;
-use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::reconciler::ReconcileOutcome;
-use crate::retention::PruneOutcome;
 
 pub use batch::{
     BatchStats, ANSWER_BATCHERS, BATCH_MAX, BATCH_QUEUE_MAX, BATCH_WAIT, CHECKOUT_BATCHERS,

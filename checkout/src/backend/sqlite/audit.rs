@@ -9,7 +9,7 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use crate::attempt;
+use crate::backend::sqlite::attempt;
 use crate::backend::sqlite::stock;
 use crate::backend::sqlite::store::open_read_only;
 use crate::clock::UnixMs;

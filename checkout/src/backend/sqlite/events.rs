@@ -7,7 +7,7 @@
 
 use rusqlite::{params, Transaction};
 
-use crate::attempt::{self, Attempt, NewAttempt, Operation};
+use crate::backend::sqlite::attempt::{self, Attempt, NewAttempt, Operation};
 use crate::backend::sqlite::order::{self, Order};
 use crate::backend::sqlite::settle::{orphan, settle, FollowUp};
 use crate::clock::UnixMs;

@@ -260,7 +260,7 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Job>, metrics: &Metrics, 
         // Before anyone hears "done": whoever sees their write acknowledged
         // sees it in the books too. A failed read keeps the previous books
         // until the next commit.
-        if let Ok(read) = crate::books::read(conn) {
+        if let Ok(read) = crate::backend::sqlite::books::read(conn) {
             books.publish(read);
         }
     }

@@ -10,7 +10,6 @@ pub use crate::core::order::{Order, OrderView, PaymentView};
 use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::outbox;
 
 const SELECT_ORDER: &str = "SELECT order_id, subject, sku, quantity, payment_method, amount_cents,
     state, payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms
@@ -105,7 +104,12 @@ pub(crate) fn insert(tx: &Transaction<'_>, order: &Order) -> Result<(), StoreErr
         order.updated_at_ms,
         order.reservation_expires_at_ms,
     ])?;
-    outbox::insert_event(tx, order, order.state.event_type(), order.created_at_ms)
+    crate::backend::sqlite::outbox::insert_event(
+        tx,
+        order,
+        order.state.event_type(),
+        order.created_at_ms,
+    )
 }
 
 /// Moves `order_id` from `from` to `to` if the table allows it and the order
@@ -138,7 +142,7 @@ pub(crate) fn transition(
         });
     }
     debug_assert_eq!(order.state, to);
-    outbox::insert_event(tx, &order, to.event_type(), now_ms)?;
+    crate::backend::sqlite::outbox::insert_event(tx, &order, to.event_type(), now_ms)?;
     Ok(order)
 }
 

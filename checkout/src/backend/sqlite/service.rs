@@ -24,21 +24,22 @@ use std::sync::Arc;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::attempt::{self, NewAttempt, Operation};
+use crate::backend::sqlite::attempt::{self, NewAttempt, Operation};
+use crate::backend::sqlite::driver::{Driver, PaymentsConfig};
+use crate::backend::sqlite::idempotency::ClaimedKey;
 use crate::backend::sqlite::order::{self, Order};
 use crate::backend::sqlite::stock::{self, ReserveOutcome};
 use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
 use crate::core::claim::{decide_claim, ClaimDecision};
+use crate::core::idempotency::IdempotencyKey;
 use crate::core::order::new_order;
 use crate::core::request::validate_subject;
 pub use crate::core::request::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
 use crate::core::state::{OrderState, PaymentState};
-use crate::driver::{Driver, PaymentsConfig};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::{ClaimedKey, IdempotencyKey};
 use crate::metrics::Metrics;
 use crate::payment::PaymentProvider;
 
@@ -268,7 +269,7 @@ impl CheckoutService {
     ///
     /// `reserved → authorizing` (payment `pending`) commits together with
     /// the authorize attempt, before anything is sent; then the attempt is
-    /// driven (see [`crate::driver`]). An answer that stays ambiguous past
+    /// driven (see [`crate::backend::sqlite::driver`]). An answer that stays ambiguous past
     /// the retry bound leaves the order `authorizing` for the reconciler.
     pub fn pay(&self, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
         let id = order_id.to_owned();

@@ -15,7 +15,9 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::attempt::{self, Attempt, AttemptOutcome, NewAttempt, Operation, Transport};
+use crate::backend::sqlite::attempt::{
+    self, Attempt, AttemptOutcome, NewAttempt, Operation, Transport,
+};
 use crate::backend::sqlite::order;
 use crate::backend::sqlite::stock;
 use crate::clock::UnixMs;

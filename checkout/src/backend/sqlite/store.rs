@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
-use crate::attempt::{self, Attempt};
+use crate::backend::sqlite::attempt::{self, Attempt};
 use crate::backend::sqlite::group_commit::{
     Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
 };
@@ -95,11 +95,11 @@ impl Store {
         let db_path = data_dir.join(DB_FILE_NAME);
         let mut write_conn = open_connection(&db_path)?;
         crate::backend::sqlite::schema::migrate(&mut write_conn)?;
-        crate::books::seed(&write_conn)?;
+        crate::backend::sqlite::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());
         let books = Arc::new(BooksCell::default());
-        books.publish(crate::books::read(&write_conn)?);
+        books.publish(crate::backend::sqlite::books::read(&write_conn)?);
         let writer = Writer::start(
             write_conn,
             group_commit,

@@ -17,8 +17,8 @@ use rusqlite::{params, Connection, Row, Transaction};
 
 use crate::clock::UnixMs;
 pub use crate::core::attempt::{attempt_key, AttemptOutcome, Operation, Transport};
+use crate::core::idempotency::request_hash;
 use crate::error::StoreError;
-use crate::idempotency::request_hash;
 use crate::limits::{COMPENSATION_TRIES_BUDGET, PAYMENT_IN_FLIGHT_MS};
 use crate::metrics::Metrics;
 
