@@ -133,6 +133,19 @@ pub fn needs_cancel_flag(attempted: Attempted, order: Option<&OrderFacts>) -> bo
         && order.is_some_and(OrderFacts::is_live)
 }
 
+/// Every follow-up [`decide`] may store after `attempted`, whatever the
+/// order and the cancel flag: what a call whose answer came second (a
+/// webhook settled its attempt first) looks for to adopt.
+pub fn possible_follow_ups(attempted: Attempted) -> &'static [Operation] {
+    use AttemptOutcome as A;
+    match (attempted.operation, attempted.outcome) {
+        (Operation::Authorize, A::Succeeded) => &[Operation::Capture, Operation::Void],
+        (Operation::Capture, A::Succeeded) => &[Operation::Refund],
+        (Operation::Capture, A::Declined | A::Failed) => &[Operation::Void],
+        _ => &[],
+    }
+}
+
 /// The one settle decision (see the table at the top).
 pub fn decide(
     attempted: Attempted,
@@ -266,6 +279,25 @@ mod tests {
                 assert!(transition_allowed(*from, *to), "{attempted:?} {order:?}");
                 assert_eq!(at, Some(*from), "{attempted:?} {order:?}");
                 at = Some(*to);
+            }
+        }
+    }
+
+    #[test]
+    fn possible_follow_ups_are_exactly_what_decide_stores() {
+        for operation in Operation::ALL {
+            for outcome in AttemptOutcome::ALL {
+                let attempted = Attempted { operation, outcome };
+                let mut stored: Vec<Operation> = every_input()
+                    .into_iter()
+                    .filter(|(a, _, _)| *a == attempted)
+                    .filter_map(|(a, order, cancel)| decide(a, order.as_ref(), cancel).follow_up)
+                    .collect();
+                stored.sort_by_key(|op| op.as_str());
+                stored.dedup();
+                let mut possible = possible_follow_ups(attempted).to_vec();
+                possible.sort_by_key(|op| op.as_str());
+                assert_eq!(stored, possible, "{attempted:?}");
             }
         }
     }

@@ -23,7 +23,7 @@ use crate::backend::sqlite::stock;
 use crate::clock::UnixMs;
 pub(crate) use crate::core::settle::FollowUp;
 use crate::core::settle::{
-    decide, needs_cancel_flag, Attempted, Compensation, OrderFacts, Settlement,
+    decide, needs_cancel_flag, possible_follow_ups, Attempted, Compensation, OrderFacts, Settlement,
 };
 use crate::core::state::{OrderState, PaymentState};
 use crate::core::stock::HoldMove;
@@ -197,16 +197,11 @@ pub(crate) fn adopt_follow_up(
     let Some(settled) = attempt::load(tx, key)? else {
         return Ok(None);
     };
-    // What `settle` stores after each outcome (see the table at the top).
-    let follow_ups: &[Operation] = match (settled.operation, settled.outcome) {
-        (Operation::Authorize, AttemptOutcome::Succeeded) => &[Operation::Capture, Operation::Void],
-        (Operation::Capture, AttemptOutcome::Succeeded) => &[Operation::Refund],
-        (Operation::Capture, AttemptOutcome::Declined | AttemptOutcome::Failed) => {
-            &[Operation::Void]
-        }
-        _ => &[],
+    let attempted = Attempted {
+        operation: settled.operation,
+        outcome: settled.outcome,
     };
-    for &operation in follow_ups {
+    for &operation in possible_follow_ups(attempted) {
         let next = attempt::attempt_key(&settled.order_id, operation);
         if attempt::adopt(tx, &next, now_ms)? {
             return Ok(Some(next));
