@@ -1,31 +1,10 @@
 //! The `Idempotency-Key` as a validated newtype, and the hash that tells
-//! "same request" from "same key, another body".
+//! "same request" from "same key, another body" (both back ends store it
+//! with the key's claim, `super::claim`).
 
-use rusqlite::{params, Connection};
 use sha2::{Digest, Sha256};
 
-use crate::clock::UnixMs;
-use crate::error::StoreError;
 use crate::limits::{IDEMPOTENCY_KEY_LEN_MAX, IDEMPOTENCY_KEY_LEN_MIN};
-
-/// A claimed key whose request is still running: `(subject, key)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClaimedKey {
-    pub(crate) subject: String,
-    pub(crate) key: IdempotencyKey,
-}
-
-impl ClaimedKey {
-    /// The request is over: a retry now replays instead of `409`. Runs in
-    /// the caller's transaction, so it costs no durable wait of its own.
-    pub(crate) fn complete(&self, conn: &Connection, now_ms: UnixMs) -> Result<(), StoreError> {
-        conn.prepare_cached(
-            "UPDATE idempotency SET completed_at_ms = ?3 WHERE subject = ?1 AND key = ?2",
-        )?
-        .execute(params![self.subject, self.key.as_str(), now_ms])?;
-        Ok(())
-    }
-}
 
 /// 8–255 visible ASCII characters (`!` to `~`); nothing else gets stored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,12 +9,12 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use crate::attempt;
+use crate::backend::sqlite::attempt;
+use crate::backend::sqlite::stock;
+use crate::backend::sqlite::store::open_read_only;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{DB_FILE_NAME, EXPIRED_HOLD_GRACE_MS};
-use crate::stock;
-use crate::store::open_read_only;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Violation {
@@ -117,16 +117,16 @@ impl fmt::Display for Violation {
 /// Every violation found in `data_dir` as of `now_ms`.
 pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreError> {
     let conn = open_read_only(&data_dir.join(DB_FILE_NAME))?;
-    let version = crate::schema::version(&conn)?;
-    if version != crate::schema::SCHEMA_VERSION {
-        let hint = if version > crate::schema::SCHEMA_VERSION {
+    let version = crate::backend::sqlite::schema::version(&conn)?;
+    if version != crate::backend::sqlite::schema::SCHEMA_VERSION {
+        let hint = if version > crate::backend::sqlite::schema::SCHEMA_VERSION {
             "run the newer sluice's audit"
         } else {
             "start this sluice once on it to migrate it"
         };
         return Err(StoreError::InvalidArgument(format!(
             "the store's schema is version {version}, this binary's is {}: {hint}",
-            crate::schema::SCHEMA_VERSION
+            crate::backend::sqlite::schema::SCHEMA_VERSION
         )));
     }
     // One read transaction: every check sees the same commit.
@@ -209,8 +209,10 @@ pub fn audit(data_dir: &Path, now_ms: UnixMs) -> Result<Vec<Violation>, StoreErr
 /// its own holds.
 fn partition_checks(conn: &Connection, violations: &mut Vec<Violation>) -> Result<(), StoreError> {
     for level in stock::load_all(conn)? {
-        let parts = crate::partition::load(conn, &level.sku)?;
-        let sum = |f: fn(&crate::partition::Partition) -> i64| parts.iter().map(f).sum::<i64>();
+        let parts = crate::backend::sqlite::partition::load(conn, &level.sku)?;
+        let sum = |f: fn(&crate::backend::sqlite::partition::Partition) -> i64| {
+            parts.iter().map(f).sum::<i64>()
+        };
         let summed = (
             sum(|p| p.share),
             sum(|p| p.available),

@@ -1,8 +1,15 @@
-//! Order and payment states, and the one table of legal order transitions.
+//! The order and payment state machines: each an enum of states, one table
+//! of legal moves and one function that says whether a move is legal.
 //!
 //! An order is born `reserved` (stock held) or `rejected` (out of stock);
-//! every later change is a row of [`TRANSITIONS`]. Terminal states have no
-//! outgoing row.
+//! every later change is a row of [`TRANSITIONS`] ([`transition_allowed`]).
+//! Terminal states have no outgoing row.
+//!
+//! A payment starts at `none` and moves along [`PAYMENT_STEPS`]; the
+//! provider may report a state further along than the last one stored
+//! (its events can skip steps we never saw), so the payment's function
+//! ([`PaymentState::advances_to`]) allows any state reachable from the
+//! current one.
 
 use serde::Serialize;
 
@@ -119,7 +126,31 @@ pub enum PaymentState {
     Refunded,
 }
 
+/// Every step of a payment's path. Why each row exists:
+/// - none: the authorize attempt is stored (`pending`);
+/// - pending: the provider authorizes or declines;
+/// - authorized: the money is captured, or the authorization voided;
+/// - captured: the money is refunded.
+pub const PAYMENT_STEPS: &[(PaymentState, PaymentState)] = &[
+    (PaymentState::None, PaymentState::Pending),
+    (PaymentState::Pending, PaymentState::Authorized),
+    (PaymentState::Pending, PaymentState::Declined),
+    (PaymentState::Authorized, PaymentState::Captured),
+    (PaymentState::Authorized, PaymentState::Voided),
+    (PaymentState::Captured, PaymentState::Refunded),
+];
+
 impl PaymentState {
+    /// The one function that says whether a payment may move from `self`
+    /// to `to`: `to` is one or more [`PAYMENT_STEPS`] ahead.
+    pub fn advances_to(self, to: PaymentState) -> bool {
+        // The path has no cycle, so this ends within its length.
+        PAYMENT_STEPS
+            .iter()
+            .filter(|(from, _)| *from == self)
+            .any(|&(_, next)| next == to || next.advances_to(to))
+    }
+
     pub const ALL: [PaymentState; 7] = [
         PaymentState::None,
         PaymentState::Pending,
@@ -152,5 +183,68 @@ impl PaymentState {
             self,
             PaymentState::Pending | PaymentState::Authorized | PaymentState::Captured
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_payment_pair_against_the_path() {
+        use PaymentState::*;
+        let legal = [
+            (None, Pending),
+            (None, Authorized),
+            (None, Declined),
+            (None, Captured),
+            (None, Voided),
+            (None, Refunded),
+            (Pending, Authorized),
+            (Pending, Declined),
+            (Pending, Captured),
+            (Pending, Voided),
+            (Pending, Refunded),
+            (Authorized, Captured),
+            (Authorized, Voided),
+            (Authorized, Refunded),
+            (Captured, Refunded),
+        ];
+        let mut checked = 0;
+        for from in PaymentState::ALL {
+            for to in PaymentState::ALL {
+                assert_eq!(
+                    from.advances_to(to),
+                    legal.contains(&(from, to)),
+                    "{from:?} -> {to:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 49);
+    }
+
+    #[test]
+    fn every_order_pair_against_the_table() {
+        use OrderState::*;
+        let legal = [
+            (Reserved, Authorizing),
+            (Reserved, Cancelled),
+            (Reserved, Expired),
+            (Authorizing, Confirmed),
+            (Authorizing, Declined),
+            (Authorizing, Voided),
+            (Confirmed, Refunding),
+            (Refunding, Refunded),
+        ];
+        for from in OrderState::ALL {
+            for to in OrderState::ALL {
+                assert_eq!(
+                    transition_allowed(from, to),
+                    legal.contains(&(from, to)),
+                    "{from} -> {to}"
+                );
+            }
+        }
     }
 }

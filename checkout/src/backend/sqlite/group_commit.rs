@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use crate::backend::sqlite::partition;
+use crate::backend::sqlite::stock::{self, ReserveOutcome};
+use crate::books::BooksCell;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{
@@ -26,8 +29,6 @@ use crate::limits::{
     GROUP_COMMIT_WAIT_MAX_US, ORDER_QUANTITY_MAX,
 };
 use crate::metrics::Metrics;
-use crate::partition;
-use crate::stock::{self, ReserveOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupCommitConfig {
@@ -137,12 +138,13 @@ impl Writer {
         conn: Connection,
         config: GroupCommitConfig,
         metrics: Arc<Metrics>,
+        books: Arc<BooksCell>,
     ) -> Result<Self, StoreError> {
         let config = config.clamped();
         let (queue, jobs) = mpsc::sync_channel(config.queue_max);
         let thread = std::thread::Builder::new()
             .name("sluice-checkout-writer".into())
-            .spawn(move || run(conn, jobs, config, &metrics))?;
+            .spawn(move || run(conn, jobs, config, &metrics, &books))?;
         Ok(Self {
             queue: Some(queue),
             thread: Some(thread),
@@ -200,7 +202,13 @@ fn reserve_job(request: ReserveRequest) -> Result<(Job, Pending), WriterError> {
     Ok((Job::Reserve { request, reply }, Pending(answer)))
 }
 
-fn run(mut conn: Connection, jobs: Receiver<Job>, config: GroupCommitConfig, metrics: &Metrics) {
+fn run(
+    mut conn: Connection,
+    jobs: Receiver<Job>,
+    config: GroupCommitConfig,
+    metrics: &Metrics,
+    books: &BooksCell,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(config.batch_max);
     let mut last_batch_len = 0;
     while let Ok(first) = jobs.recv() {
@@ -233,7 +241,7 @@ fn run(mut conn: Connection, jobs: Receiver<Job>, config: GroupCommitConfig, met
         if !config.commit_delay.is_zero() {
             std::thread::sleep(config.commit_delay);
         }
-        commit_batch(&mut conn, &mut batch, metrics);
+        commit_batch(&mut conn, &mut batch, metrics, books);
     }
 }
 
@@ -244,7 +252,7 @@ enum Answer {
 }
 
 /// Runs and commits one batch, then answers every job in it.
-fn commit_batch(conn: &mut Connection, batch: &mut Vec<Job>, metrics: &Metrics) {
+fn commit_batch(conn: &mut Connection, batch: &mut Vec<Job>, metrics: &Metrics, books: &BooksCell) {
     let mut answers = Vec::with_capacity(batch.len());
     let committed = execute(conn, batch, metrics, &mut answers);
     if committed.is_ok() {
@@ -252,8 +260,8 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Job>, metrics: &Metrics) 
         // Before anyone hears "done": whoever sees their write acknowledged
         // sees it in the books too. A failed read keeps the previous books
         // until the next commit.
-        if let Ok(books) = crate::books::read(conn) {
-            metrics.books.publish(books);
+        if let Ok(read) = crate::backend::sqlite::books::read(conn) {
+            books.publish(read);
         }
     }
     let fate = committed.map_err(|e| e.to_string());

@@ -23,31 +23,10 @@
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::clock::UnixMs;
+use crate::core::partition::plan_even;
+pub(crate) use crate::core::partition::start_of;
+pub use crate::core::partition::{Partition, PARTITIONS_MAX};
 use crate::error::StoreError;
-
-/// Partitions of one SKU, at most (the schema's CHECK says the same).
-pub const PARTITIONS_MAX: u32 = 1024;
-
-/// One partition's counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Partition {
-    pub part: u32,
-    pub share: i64,
-    pub available: i64,
-    pub reserved: i64,
-    pub committed: i64,
-}
-
-/// Where a reservation starts looking: spreads shoppers over the
-/// partitions (FNV-1a of the order id; any stable spread will do).
-pub(crate) fn start_of(order_id: &str) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in order_id.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
-}
 
 /// Every partition of `sku`, live and retired, by number.
 pub fn load(conn: &Connection, sku: &str) -> Result<Vec<Partition>, StoreError> {
@@ -215,68 +194,37 @@ pub(crate) fn gather(
 }
 
 /// Evens out the available units over the live partitions, and empties
-/// the retired ones' free units into them. Returns the units moved.
+/// the retired ones' free units into them, as [`plan_even`] plans it (the
+/// plan PostgreSQL runs too). Returns the units moved.
 pub fn rebalance(
     tx: &Transaction<'_>,
     sku: &str,
     reason: &str,
     now_ms: UnixMs,
 ) -> Result<i64, StoreError> {
-    let live = i64::from(live_count(tx, sku)?);
-    let parts = load(tx, sku)?;
-    let free: i64 = parts.iter().map(|p| p.available).sum();
-    // Live partition `i` should hold `free / live`, the first `free % live`
-    // one more; retired ones nothing.
-    let want = |part: u32| -> i64 {
-        let part = i64::from(part);
-        if part >= live {
-            0
-        } else {
-            free / live + i64::from(part < free % live)
-        }
-    };
-    let mut surplus: Vec<(u32, i64)> = Vec::new();
-    let mut deficit: Vec<(u32, i64)> = Vec::new();
-    for p in &parts {
-        let diff = p.available - want(p.part);
-        if diff > 0 {
-            surplus.push((p.part, diff));
-        } else if diff < 0 {
-            deficit.push((p.part, -diff));
-        }
-    }
+    let live = live_count(tx, sku)?;
+    // By number, from 0: `load` orders them so.
+    let available: Vec<i64> = load(tx, sku)?.iter().map(|p| p.available).collect();
     let mut moved_total = 0;
-    let mut surplus = surplus.into_iter();
-    let mut current = surplus.next();
-    for (to, mut need) in deficit {
-        while need > 0 {
-            let Some((from, left)) = current.as_mut() else {
-                break;
-            };
-            let units = need.min(*left);
-            if move_units(tx, sku, *from, to, units, reason, now_ms)? {
-                moved_total += units;
-            }
-            need -= units;
-            *left -= units;
-            if *left == 0 {
-                current = surplus.next();
-            }
+    for (from, to, units) in plan_even(&available, live as usize) {
+        let (from, to) = (from as u32, to as u32);
+        if move_units(tx, sku, from, to, units, reason, now_ms)? {
+            moved_total += units;
         }
     }
     Ok(moved_total)
 }
 
-/// Whether `sku`'s free units sit badly: a retired partition holds some, or
-/// a live one is empty while another has two or more.
+/// Whether `sku`'s free units sit badly (the rule:
+/// [`crate::core::partition::needs_rebalance`]).
 pub(crate) fn needs_rebalance(conn: &Connection, sku: &str) -> Result<bool, StoreError> {
     let live = live_count(conn, sku)?;
-    let parts = load(conn, sku)?;
-    let retired_free = parts.iter().any(|p| p.part >= live && p.available > 0);
-    let live_parts = parts.iter().filter(|p| p.part < live);
-    let empty = live_parts.clone().any(|p| p.available == 0);
-    let rich = live_parts.clone().any(|p| p.available >= 2);
-    Ok(retired_free || (empty && rich))
+    // By number, from 0: `load` orders them so.
+    let available: Vec<i64> = load(conn, sku)?.iter().map(|p| p.available).collect();
+    Ok(crate::core::partition::needs_rebalance(
+        &available,
+        live as usize,
+    ))
 }
 
 /// Sets `sku` to `k` live partitions: the missing ones are created empty,

@@ -1,31 +1,81 @@
-//! The embedded back end behind [`OrderBackend`]: the existing SQLite
-//! [`Store`] (single writer, group commit) and [`CheckoutService`] (the
-//! payment driver with its retries), unchanged. Its SQL stays where it was
-//! (`store`, `stock`, `partition`, `order`, `service`, …).
+//! The embedded SQLite back end: one gateway, its stock in its `data_dir`.
+//! [`SqliteBackend`] puts it behind [`OrderBackend`]; the files below hold
+//! its SQL, each applying [`crate::core`]'s decisions:
+//!
+//! - [`store`]: the stock authority (WAL, `synchronous=FULL`); opening,
+//!   seeding products, inventory adjustments, the write path.
+//! - [`group_commit`]: the single writer thread: every write (hot-path
+//!   holds and service transactions) is committed in batches, one fsync
+//!   each.
+//! - `schema`: the tables and their CHECK constraints, as numbered
+//!   migrations stamped in `PRAGMA user_version`.
+//! - [`stock`]: the atomic conditional reservation and the hold moves
+//!   (commit once, release once, return on refund), conservation checks.
+//! - [`partition`]: a SKU's stock split over K rows: which one a hold takes
+//!   from, gathering, logged rebalances, retiring partitions.
+//! - [`order`]: the order row and its transitions, each writing its outbox
+//!   event in the same transaction.
+//! - [`service`]: the idempotent checkout, order lookup and cancel.
+//! - `idempotency`: a claimed key's request marked over.
+//! - `settle`: reads an answered attempt's facts, asks
+//!   [`crate::core::settle::decide`] and applies the settlement.
+//! - `events`: provider events applied as [`crate::core::event::fit`] says.
+//! - [`mod@audit`]: read-only offline checks of a data directory.
+//! - `books`: the order counts and stock rows read after each commit.
+//! - [`outbox`]: an order change's event, and the relay's pass.
+//! - [`attempt`]: durable payment attempts (key, parameters, transport
+//!   state, outcome), stored before they are sent.
+//! - [`driver`]: drives an attempt to an outcome: look-up first, the same
+//!   key and parameters again, bounded backoff with jitter.
+//! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
+//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous
+//!   attempts, missed events, orphan charges, stuck compensations.
+//! - [`retention`]: `prune_once`: what the store forgets and when, in
+//!   bounded passes.
+
+pub mod attempt;
+pub mod audit;
+pub(crate) mod books;
+pub mod driver;
+pub(crate) mod events;
+pub mod group_commit;
+pub(crate) mod idempotency;
+pub mod order;
+pub mod outbox;
+pub mod partition;
+pub mod payment_reconciler;
+pub mod reconciler;
+pub mod retention;
+pub(crate) mod schema;
+pub mod service;
+pub(crate) mod settle;
+pub mod stock;
+pub mod store;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::audit::audit;
+use self::audit::audit;
+use self::order::Order;
+use self::outbox::relay_once;
+use self::partition::Partition;
+use self::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
+use self::stock::StockLevel;
+use self::store::{ProductSeed, Store};
+use crate::backend::sqlite::payment_reconciler::PaymentsReconcileOutcome;
+use crate::backend::sqlite::reconciler::{reconcile_once, ReconcileOutcome};
+use crate::backend::sqlite::retention::{prune_once, PruneOutcome};
 use crate::backend::OrderBackend;
 use crate::blocking::Blocking;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
+use crate::core::idempotency::IdempotencyKey;
+use crate::core::state::OrderState;
 use crate::error::{CheckoutError, StoreError};
-use crate::idempotency::IdempotencyKey;
 use crate::metrics::Metrics;
-use crate::order::Order;
-use crate::outbox::{relay_once, RelayError, RelayOutcome, Sink};
-use crate::partition::Partition;
-use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::reconciler::{reconcile_once, ReconcileOutcome};
-use crate::retention::{prune_once, PruneOutcome};
-use crate::service::{CheckoutRequest, CheckoutService, Created, OrderLimits, SubjectOrders};
-use crate::state::OrderState;
-use crate::stock::StockLevel;
-use crate::store::{ProductSeed, Store};
+use crate::outbox::{RelayError, RelayOutcome, Sink};
 use crate::webhook::{apply_webhook, WebhookEvent, WebhookOutcome};
 
 /// The SQLite store of one gateway and the service over it.

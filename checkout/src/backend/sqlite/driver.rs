@@ -19,18 +19,18 @@
 
 use std::sync::Arc;
 
-use crate::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
+use crate::backend::sqlite::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
+use crate::backend::sqlite::idempotency::ClaimedKey;
+use crate::backend::sqlite::settle::{self, FollowUp};
+use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::{Clock, SystemClock, UnixMs};
 use crate::error::StoreError;
 use crate::http_client::wait;
-use crate::idempotency::ClaimedKey;
 use crate::limits::PAYMENT_STEPS_MAX;
 use crate::metrics::Metrics;
 use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
 use crate::retry::{Jitter, RetryPolicy, Sleeper, ThreadSleeper};
-use crate::settle::{self, FollowUp};
-use crate::store::Store;
 
 /// How payments are retried and timed. Time and randomness are inputs.
 #[derive(Clone)]

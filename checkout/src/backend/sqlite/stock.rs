@@ -6,40 +6,16 @@
 //! hold then moves exactly once (`held` → `committed` | `released`; a
 //! committed hold may be `returned` by a refund): each move is a conditional
 //! UPDATE on the hold's own state, so a second attempt changes nothing.
-//! The units sit in one of the SKU's partitions (see [`crate::partition`]);
+//! The units sit in one of the SKU's partitions (see [`crate::backend::sqlite::partition`]);
 //! the `stock` row is their sum.
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
-use serde::Serialize;
 
+use crate::backend::sqlite::partition;
 use crate::clock::UnixMs;
+pub use crate::core::stock::{ReserveOutcome, StockLevel};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::partition;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StockLevel {
-    pub sku: String,
-    pub total: i64,
-    pub available: i64,
-    pub reserved: i64,
-    pub committed: i64,
-}
-
-impl StockLevel {
-    pub fn is_conserved(&self) -> bool {
-        self.available >= 0
-            && self.reserved >= 0
-            && self.committed >= 0
-            && self.available + self.reserved + self.committed == self.total
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    Reserved { expires_at_ms: UnixMs },
-    SoldOut,
-}
 
 const SELECT_STOCK: &str = "SELECT sku, total, available, reserved, committed FROM stock";
 

@@ -2,51 +2,20 @@
 //! the store: "the most advanced state wins", whatever the order of
 //! arrival. An event moves the payment along its path (authorized →
 //! captured → refunded, or → voided, or → declined) by settling each
-//! attempt on the way (see [`crate::settle`]); an event the payment is
+//! attempt on the way (see [`crate::backend::sqlite::settle`]); an event the payment is
 //! already at or past is stale; one that contradicts it is refused.
 
 use rusqlite::{params, Transaction};
 
-use crate::attempt::{self, Attempt, NewAttempt, Operation};
+use crate::backend::sqlite::attempt::{self, Attempt, NewAttempt, Operation};
+use crate::backend::sqlite::order::{self, Order};
+use crate::backend::sqlite::settle::{orphan, settle, FollowUp};
 use crate::clock::UnixMs;
+use crate::core::event::{fit, EventType, Fit, WebhookEvent, WebhookOutcome};
+use crate::core::state::PaymentState;
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::order::{self, Order};
 use crate::payment::OperationOutcome;
-use crate::settle::{orphan, settle, FollowUp};
-use crate::state::PaymentState;
-use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
-
-/// How a provider event relates to the payment as stored.
-pub(crate) enum Fit {
-    /// Move forward to the event's state.
-    Advance,
-    /// Already there or past it.
-    Stale,
-    /// Contradicts what is stored.
-    Reject,
-    /// Money for an order whose payment was declined.
-    Orphan(Operation),
-}
-
-/// The decision, as a plain function (both back ends apply it).
-pub(crate) fn fit(current: PaymentState, event: EventType) -> Fit {
-    use EventType as E;
-    use PaymentState as P;
-    match (current, event) {
-        (P::None | P::Pending, _) => Fit::Advance,
-        (P::Authorized, E::Captured | E::Voided | E::Refunded) => Fit::Advance,
-        (P::Authorized, E::Authorized) => Fit::Stale,
-        (P::Captured, E::Refunded) => Fit::Advance,
-        (P::Captured, E::Authorized | E::Captured) => Fit::Stale,
-        (P::Refunded, E::Authorized | E::Captured | E::Refunded) => Fit::Stale,
-        (P::Voided, E::Authorized | E::Voided) => Fit::Stale,
-        (P::Declined, E::Declined) => Fit::Stale,
-        (P::Declined, E::Authorized) => Fit::Orphan(Operation::Void),
-        (P::Declined, E::Captured) => Fit::Orphan(Operation::Refund),
-        _ => Fit::Reject,
-    }
-}
 
 /// Applies one provider event (webhook or event list): "the most advanced
 /// state wins". The event id is stored first; a duplicate changes nothing.

@@ -14,34 +14,20 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
-use crate::attempt::{self, Attempt};
-use crate::clock::{Clock, UnixMs};
-use crate::error::StoreError;
-use crate::group_commit::{
+use crate::backend::sqlite::attempt::{self, Attempt};
+use crate::backend::sqlite::group_commit::{
     Deliver, GroupCommitConfig, Pending, ReserveRequest, RunJob, Writer, WriterError,
 };
-use crate::limits::{
-    ADJUST_REASON_LEN_MAX, DB_FILE_NAME, PASS_ROWS_MAX, SKU_LEN_MAX, SQLITE_BUSY_TIMEOUT_MS,
-    STOCK_UNITS_MAX,
-};
+use crate::backend::sqlite::partition::{self, Partition};
+use crate::backend::sqlite::stock::{self, ReserveOutcome, StockLevel};
+use crate::books::BooksCell;
+use crate::clock::{Clock, UnixMs};
+use crate::core::state::OrderState;
+pub use crate::core::stock::ProductSeed;
+use crate::core::stock::{check_adjustment, check_seeds};
+use crate::error::StoreError;
+use crate::limits::{DB_FILE_NAME, PASS_ROWS_MAX, SQLITE_BUSY_TIMEOUT_MS, STOCK_UNITS_MAX};
 use crate::metrics::Metrics;
-use crate::partition::{self, Partition, PARTITIONS_MAX};
-use crate::state::OrderState;
-use crate::stock::{self, ReserveOutcome, StockLevel};
-
-/// A product as configuration describes it. Only the first seed sets the
-/// stock; price and reservation TTL follow the config on every seed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProductSeed {
-    pub sku: String,
-    pub total: u32,
-    pub price_cents: u64,
-    /// The room's `reservation_ttl_s`, in milliseconds.
-    pub reservation_ttl_ms: i64,
-    /// Rows the stock is split into (the product's `partitions`); follows
-    /// the config on every seed, moving free units by a logged rebalance.
-    pub partitions: u32,
-}
 
 pub struct Store {
     /// Declared first so it is dropped first: it drains its queue and
@@ -50,6 +36,9 @@ pub struct Store {
     reader: Mutex<Connection>,
     data_dir: PathBuf,
     metrics: Arc<Metrics>,
+    /// Stock and order counts as of the last commit (the writer publishes
+    /// them).
+    books: Arc<BooksCell>,
 }
 
 impl std::fmt::Debug for Store {
@@ -105,17 +94,24 @@ impl Store {
         std::fs::create_dir_all(data_dir)?;
         let db_path = data_dir.join(DB_FILE_NAME);
         let mut write_conn = open_connection(&db_path)?;
-        crate::schema::migrate(&mut write_conn)?;
-        crate::books::seed(&write_conn)?;
+        crate::backend::sqlite::schema::migrate(&mut write_conn)?;
+        crate::backend::sqlite::books::seed(&write_conn)?;
         let reader = open_connection(&db_path)?;
         let metrics = Arc::new(Metrics::default());
-        metrics.books.publish(crate::books::read(&write_conn)?);
-        let writer = Writer::start(write_conn, group_commit, Arc::clone(&metrics))?;
+        let books = Arc::new(BooksCell::default());
+        books.publish(crate::backend::sqlite::books::read(&write_conn)?);
+        let writer = Writer::start(
+            write_conn,
+            group_commit,
+            Arc::clone(&metrics),
+            Arc::clone(&books),
+        )?;
         Ok(Self {
             writer,
             reader: Mutex::new(reader),
             data_dir: data_dir.to_path_buf(),
             metrics,
+            books,
         })
     }
 
@@ -250,44 +246,13 @@ impl Store {
     /// without touching the store: a reload checks its seeds with this
     /// before any of its steps changes the running state.
     pub fn check_seeds(products: &[ProductSeed]) -> Result<(), StoreError> {
-        for product in products {
-            validate_sku(&product.sku)?;
-            if product.reservation_ttl_ms <= 0 {
-                return Err(StoreError::InvalidArgument(format!(
-                    "reservation ttl of {} must be positive",
-                    product.sku
-                )));
-            }
-            if !(1..=PARTITIONS_MAX).contains(&product.partitions) {
-                return Err(StoreError::InvalidArgument(format!(
-                    "partitions of {} must be 1 to {PARTITIONS_MAX}",
-                    product.sku
-                )));
-            }
-            if i64::try_from(product.price_cents).is_err() {
-                return Err(StoreError::InvalidArgument(format!(
-                    "price of {} too large",
-                    product.sku
-                )));
-            }
-        }
-        Ok(())
+        check_seeds(products)
     }
 
     /// Whether an adjustment's `delta` and `reason` may be applied at all
     /// (both back ends check it before writing).
     pub fn check_adjustment(delta: i64, reason: &str) -> Result<(), StoreError> {
-        if reason.trim().is_empty() || reason.len() > ADJUST_REASON_LEN_MAX {
-            return Err(StoreError::InvalidArgument(format!(
-                "reason must be 1 to {ADJUST_REASON_LEN_MAX} bytes"
-            )));
-        }
-        if delta == 0 || delta.abs() > STOCK_UNITS_MAX {
-            return Err(StoreError::InvalidArgument(format!(
-                "delta must be non-zero and at most {STOCK_UNITS_MAX} units"
-            )));
-        }
-        Ok(())
+        check_adjustment(delta, reason)
     }
 
     /// Changes a SKU's stock by `delta` units (added to or taken from
@@ -360,7 +325,7 @@ impl Store {
 
     /// Stock and order counts as of the last commit, from memory.
     pub fn books(&self) -> Arc<crate::books::Books> {
-        self.metrics.books.get()
+        self.books.get()
     }
 
     /// Every SKU's counts, read from the database.
@@ -453,15 +418,6 @@ impl Store {
         .optional()?
         .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))
     }
-}
-
-pub(crate) fn validate_sku(sku: &str) -> Result<(), StoreError> {
-    if sku.is_empty() || sku.len() > SKU_LEN_MAX || !sku.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(StoreError::InvalidArgument(format!(
-            "sku must be 1 to {SKU_LEN_MAX} visible ASCII characters"
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -23,28 +23,15 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use crate::attempt::{self, AttemptOutcome};
+pub use crate::backend::pass::PaymentsReconcileOutcome;
+use crate::backend::sqlite::attempt::{self, AttemptOutcome};
+use crate::backend::sqlite::events;
+use crate::backend::sqlite::service::CheckoutService;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
-use crate::events;
 use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PROVIDER_EVENTS_PAGE_MAX};
-use crate::service::CheckoutService;
 use crate::webhook::WebhookOutcome;
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PaymentsReconcileOutcome {
-    /// Provider events read from its list, and what applying them did.
-    pub events_read: usize,
-    pub events_processed: usize,
-    /// The event list could not be read this pass (ambiguous answer).
-    pub events_unavailable: bool,
-    /// Unresolved attempts driven, and how many now have an outcome.
-    pub attempts_driven: usize,
-    pub attempts_resolved: usize,
-    /// Compensations past their budget, not succeeded (an operator looks).
-    pub stuck_compensations: usize,
-}
 
 impl CheckoutService {
     /// One pass over at most `limit` events and `limit` attempts.

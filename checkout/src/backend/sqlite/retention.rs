@@ -16,36 +16,14 @@
 
 use rusqlite::{params, Transaction};
 
+pub use crate::backend::pass::PruneOutcome;
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{
     ENDED_HOLD_RETENTION_MS, IDEMPOTENCY_RETENTION_MS, OUTBOX_RETENTION_MS, PASS_ROWS_MAX,
     WEBHOOK_EVENT_RETENTION_MS,
 };
-use crate::store::Store;
-
-/// Rows one pass deleted, per kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PruneOutcome {
-    pub idempotency_keys: usize,
-    pub outbox_events: usize,
-    pub webhook_events: usize,
-    pub ended_holds: usize,
-}
-
-impl PruneOutcome {
-    /// Some kind reached the limit: more may be due (the next pass goes on).
-    pub fn more_due(&self, limit: usize) -> bool {
-        [
-            self.idempotency_keys,
-            self.outbox_events,
-            self.webhook_events,
-            self.ended_holds,
-        ]
-        .into_iter()
-        .any(|n| n >= limit)
-    }
-}
 
 /// Deletes, per kind, at most `limit` rows past their retention as of
 /// `now_ms`, oldest first, in one durable write.

@@ -4,68 +4,12 @@
 //! does.
 
 use rusqlite::{params, Connection, Row, Transaction};
-use serde::Serialize;
 
 use crate::clock::UnixMs;
+pub use crate::core::order::{Order, OrderView, PaymentView};
+use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::outbox;
-use crate::state::{transition_allowed, OrderState, PaymentState};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Order {
-    pub order_id: String,
-    /// The pass subject that created it; the only one who may see it.
-    pub subject: String,
-    pub sku: String,
-    pub quantity: u32,
-    pub payment_method: String,
-    pub amount_cents: u64,
-    pub state: OrderState,
-    pub payment_state: PaymentState,
-    pub payment_id: Option<String>,
-    pub created_at_ms: UnixMs,
-    pub updated_at_ms: UnixMs,
-    /// None when no stock was ever held (`rejected`).
-    pub reservation_expires_at_ms: Option<UnixMs>,
-}
-
-/// The order as the contract shows it (`order_id`, `sku`, `quantity`,
-/// `state`, `created_at`, `reservation_expires_at`, `payment.state`); times
-/// are Unix seconds. No subject: that names a person's pass.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OrderView {
-    pub order_id: String,
-    pub sku: String,
-    pub quantity: u32,
-    pub state: OrderState,
-    pub created_at: i64,
-    pub reservation_expires_at: Option<i64>,
-    pub payment: PaymentView,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PaymentView {
-    pub state: PaymentState,
-    pub amount_cents: u64,
-}
-
-impl Order {
-    pub fn view(&self) -> OrderView {
-        OrderView {
-            order_id: self.order_id.clone(),
-            sku: self.sku.clone(),
-            quantity: self.quantity,
-            state: self.state,
-            created_at: self.created_at_ms.div_euclid(1000),
-            reservation_expires_at: self.reservation_expires_at_ms.map(|ms| ms.div_euclid(1000)),
-            payment: PaymentView {
-                state: self.payment_state,
-                amount_cents: self.amount_cents,
-            },
-        }
-    }
-}
 
 const SELECT_ORDER: &str = "SELECT order_id, subject, sku, quantity, payment_method, amount_cents,
     state, payment_state, payment_id, created_at_ms, updated_at_ms, reservation_expires_at_ms
@@ -160,7 +104,12 @@ pub(crate) fn insert(tx: &Transaction<'_>, order: &Order) -> Result<(), StoreErr
         order.updated_at_ms,
         order.reservation_expires_at_ms,
     ])?;
-    outbox::insert_event(tx, order, order.state.event_type(), order.created_at_ms)
+    crate::backend::sqlite::outbox::insert_event(
+        tx,
+        order,
+        order.state.event_type(),
+        order.created_at_ms,
+    )
 }
 
 /// Moves `order_id` from `from` to `to` if the table allows it and the order
@@ -193,7 +142,7 @@ pub(crate) fn transition(
         });
     }
     debug_assert_eq!(order.state, to);
-    outbox::insert_event(tx, &order, to.event_type(), now_ms)?;
+    crate::backend::sqlite::outbox::insert_event(tx, &order, to.event_type(), now_ms)?;
     Ok(order)
 }
 
@@ -226,7 +175,7 @@ pub(crate) fn set_payment(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::backend::sqlite::store::Store;
     use std::sync::atomic::Ordering;
 
     fn order_in(store: &Store, order_id: &str, state: OrderState) -> Order {

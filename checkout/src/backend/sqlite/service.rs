@@ -24,102 +24,24 @@ use std::sync::Arc;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::attempt::{self, NewAttempt, Operation};
+use crate::backend::sqlite::attempt::{self, NewAttempt, Operation};
+use crate::backend::sqlite::driver::{Driver, PaymentsConfig};
+use crate::backend::sqlite::idempotency::ClaimedKey;
+use crate::backend::sqlite::order::{self, Order};
+use crate::backend::sqlite::stock::{self, ReserveOutcome};
+use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
-use crate::driver::{Driver, PaymentsConfig};
+use crate::core::claim::{decide_claim, ClaimDecision};
+use crate::core::idempotency::IdempotencyKey;
+use crate::core::order::new_order;
+use crate::core::request::validate_subject;
+pub use crate::core::request::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
+use crate::core::state::{OrderState, PaymentState};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::{request_hash, ClaimedKey, IdempotencyKey};
-use crate::limits::{
-    IDEMPOTENCY_LOCK_STALE_MS, ORDER_QUANTITY_MAX, PAYMENT_METHOD_LEN_MAX, SUBJECT_LEN_MAX,
-};
 use crate::metrics::Metrics;
-use crate::order::{self, Order};
 use crate::payment::PaymentProvider;
-use crate::state::{OrderState, PaymentState};
-use crate::stock::{self, ReserveOutcome};
-use crate::store::{validate_sku, Store};
-
-/// The body of `POST /checkout`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-pub struct CheckoutRequest {
-    pub sku: String,
-    pub quantity: u32,
-    pub payment_method: String,
-}
-
-impl CheckoutRequest {
-    /// What every back end refuses before it touches the store: an SKU
-    /// that cannot exist, a quantity outside 1 to [`ORDER_QUANTITY_MAX`],
-    /// a payment method that is not 1 to [`PAYMENT_METHOD_LEN_MAX`]
-    /// visible ASCII characters. The gateway asks first, so such a request
-    /// takes no place in the checkout pool.
-    pub fn validate(&self) -> Result<(), CheckoutError> {
-        validate_sku(&self.sku).map_err(|e| CheckoutError::BadRequest(e.to_string()))?;
-        if !(1..=ORDER_QUANTITY_MAX).contains(&self.quantity) {
-            return Err(CheckoutError::BadRequest(format!(
-                "quantity must be 1 to {ORDER_QUANTITY_MAX}"
-            )));
-        }
-        let method = &self.payment_method;
-        if method.is_empty()
-            || method.len() > PAYMENT_METHOD_LEN_MAX
-            || !method.bytes().all(|b| b.is_ascii_graphic())
-        {
-            return Err(CheckoutError::BadRequest(format!(
-                "payment_method must be 1 to {PAYMENT_METHOD_LEN_MAX} visible ASCII characters"
-            )));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn hash(&self) -> String {
-        request_hash(&[&self.sku, &self.quantity.to_string(), &self.payment_method])
-    }
-}
-
-/// Whether this call made the order (`201`) or replayed it (`200`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Created {
-    Created,
-    Replay,
-}
-
-impl Created {
-    pub fn status(self) -> u16 {
-        match self {
-            Created::Created => 201,
-            Created::Replay => 200,
-        }
-    }
-}
-
-/// Bounds one subject (an admission pass) buys within.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OrderLimits {
-    /// Orders the subject may create, every state counted: a declined or
-    /// sold-out attempt was a checkout too. `0` lets it create none (its
-    /// right was withdrawn) while replays of its keys still answer.
-    pub orders_per_subject_max: u32,
-}
-
-impl OrderLimits {
-    /// No bound on orders per subject (library use and tests; the gateway
-    /// always passes the room's `max_orders_per_pass`).
-    pub const UNLIMITED: OrderLimits = OrderLimits {
-        orders_per_subject_max: u32::MAX,
-    };
-}
-
-/// The orders of one subject, as counted in the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SubjectOrders {
-    /// Orders created under the subject.
-    pub started: u32,
-    /// Of those, the ones still `reserved` or `authorizing`.
-    pub open: u32,
-}
 
 /// What a cancel's store side left to do.
 enum CancelNext {
@@ -347,7 +269,7 @@ impl CheckoutService {
     ///
     /// `reserved → authorizing` (payment `pending`) commits together with
     /// the authorize attempt, before anything is sent; then the attempt is
-    /// driven (see [`crate::driver`]). An answer that stays ambiguous past
+    /// driven (see [`crate::backend::sqlite::driver`]). An answer that stays ambiguous past
     /// the retry bound leaves the order `authorizing` for the reconciler.
     pub fn pay(&self, order_id: &str, now_ms: UnixMs) -> Result<Order, CheckoutError> {
         let id = order_id.to_owned();
@@ -523,15 +445,6 @@ impl CheckoutService {
     }
 }
 
-pub(crate) fn validate_subject(subject: &str) -> Result<(), CheckoutError> {
-    if subject.is_empty() || subject.len() > SUBJECT_LEN_MAX {
-        return Err(CheckoutError::BadRequest(format!(
-            "subject must be 1 to {SUBJECT_LEN_MAX} bytes"
-        )));
-    }
-    Ok(())
-}
-
 /// The orders of `subject` (index `orders_by_subject`).
 fn subject_orders(conn: &rusqlite::Connection, subject: &str) -> Result<SubjectOrders, StoreError> {
     let (started, open): (i64, i64) = conn
@@ -581,13 +494,16 @@ fn claim_key(
         }
         .into());
     };
-    if stored_hash != hash {
-        return Err(CheckoutError::Mismatch);
-    }
-    let abandoned = now_ms.saturating_sub(locked_at_ms) >= IDEMPOTENCY_LOCK_STALE_MS;
-    match (order_id, completed_at_ms.is_some() || abandoned) {
-        (Some(order_id), true) => Ok(Claim::Replay(order_id)),
-        (None, true) => {
+    match decide_claim(
+        &stored_hash,
+        hash,
+        order_id,
+        locked_at_ms,
+        completed_at_ms.is_some(),
+        now_ms,
+    )? {
+        ClaimDecision::Replay(order_id) => Ok(Claim::Replay(order_id)),
+        ClaimDecision::TakeOver => {
             // The owner died before creating the order: take the key over.
             tx.prepare_cached(
                 "UPDATE idempotency SET locked_at_ms = ?3 WHERE subject = ?1 AND key = ?2",
@@ -595,7 +511,6 @@ fn claim_key(
             .execute(params![subject, key.as_str(), now_ms])?;
             Ok(Claim::Start)
         }
-        (_, false) => Err(CheckoutError::Conflict),
     }
 }
 
@@ -620,38 +535,6 @@ fn start_authorize(
     };
     let attempt = attempt::insert(tx, &new, now_ms)?;
     Ok((order, attempt.idempotency_key))
-}
-
-/// A new order for `request` at `price_cents` a unit: `reserved` until
-/// `held_until` when stock was held, else `rejected` (out of stock). Both
-/// back ends create their orders through it.
-pub(crate) fn new_order(
-    order_id: String,
-    subject: &str,
-    request: &CheckoutRequest,
-    price_cents: i64,
-    held_until: Option<UnixMs>,
-    now_ms: UnixMs,
-) -> Order {
-    Order {
-        order_id,
-        subject: subject.to_owned(),
-        sku: request.sku.clone(),
-        quantity: request.quantity,
-        payment_method: request.payment_method.clone(),
-        amount_cents: u64::try_from(price_cents)
-            .unwrap_or(0)
-            .saturating_mul(u64::from(request.quantity)),
-        state: match held_until {
-            Some(_) => OrderState::Reserved,
-            None => OrderState::Rejected,
-        },
-        payment_state: PaymentState::None,
-        payment_id: None,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        reservation_expires_at_ms: held_until,
-    }
 }
 
 /// Step 1's order row, its hold (if stock allows) and its birth event.

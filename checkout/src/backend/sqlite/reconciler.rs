@@ -6,22 +6,23 @@
 //! stock whose free units sit badly, rechecks stock conservation
 //! against the holds, and forgets what is past its retention (keys,
 //! published events, provider event ids, ended holds: see
-//! [`crate::retention`]).
+//! [`crate::backend::sqlite::retention`]).
 //! Payments (ambiguous attempts, missed provider events, orphan charges,
 //! stuck compensations) need the provider: see
 //! [`crate::CheckoutService::reconcile_payments_once`].
 
 use rusqlite::params;
 
+pub use crate::backend::pass::ReconcileOutcome;
+use crate::backend::sqlite::order;
+use crate::backend::sqlite::partition;
+use crate::backend::sqlite::retention::prune_once;
+use crate::backend::sqlite::stock;
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
+use crate::core::state::OrderState;
 use crate::error::StoreError;
 use crate::limits::PASS_ROWS_MAX;
-use crate::order;
-use crate::partition;
-use crate::retention::{prune_once, PruneOutcome};
-use crate::state::OrderState;
-use crate::stock;
-use crate::store::Store;
 
 /// States an order should leave on its own; resting longer than the
 /// threshold in one of them means something is stuck.
@@ -30,25 +31,6 @@ const WATCHED_STATES: [OrderState; 3] = [
     OrderState::Authorizing,
     OrderState::Refunding,
 ];
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReconcileOutcome {
-    /// Holds released because they expired (their orders are `expired`).
-    pub expired: usize,
-    /// Overdue holds kept because the payment may hold money.
-    pub kept_for_payment: usize,
-    /// Orders resting too long, per state (`sluice_stuck_orders{state}`).
-    pub stuck: Vec<(OrderState, usize)>,
-    /// Partitioned SKUs whose free units were evened out (logged moves).
-    pub rebalanced: usize,
-    /// SKUs and partitions whose counts do not add up or disagree with
-    /// their holds.
-    pub conservation_violations: usize,
-    /// Idempotency keys forgotten (also in `pruned`).
-    pub keys_purged: usize,
-    /// Everything this pass forgot, per kind.
-    pub pruned: PruneOutcome,
-}
 
 /// One pass over at most `limit` rows of each kind.
 pub fn reconcile_once(
