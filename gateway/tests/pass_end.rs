@@ -223,3 +223,51 @@ async fn an_idle_pass_lets_the_next_shopper_in() {
         "{text}"
     );
 }
+
+/// On a fleet (three gateways, their own Redis): the pass the origin ends
+/// through one gateway frees its slot for the fleet, so the next shopper,
+/// polling another gateway, is let in; the ending gateway refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_fleet_the_ended_pass_frees_its_slot_for_every_gateway() {
+    let redis = common::redis::Redis::start();
+    let origin = origin();
+    let keys = "[[keys]]\nkid = \"end\"\nalg = \"HS256\"\nsecret = \"c2x1aWNlLXBhc3MtZW5kLXRlc3Qta2V5LTMyLWJ5dGVzLW9r\"\n";
+    let fleet: Vec<Gateway> = (0..3)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                origin: Some(origin.clone()),
+                rest: format!(
+                    "[cluster]\nredis_url = \"{}\"\n\n{keys}\n{ROOM}joins_per_minute_per_client = 100000\n",
+                    redis.url()
+                ),
+                env: vec![("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into())],
+                ..GatewayOptions::default()
+            })
+        })
+        .collect();
+    let client = client();
+    let pass = admitted_pass(&fleet[0].url(""), &client, "drop").await;
+    let joined: Value = client
+        .post(fleet[1].url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ticket = joined["ticket"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{joined}"))
+        .to_string();
+    assert_eq!(
+        pass_within(&client, &fleet[2], &ticket, Duration::from_secs(2)).await,
+        None,
+        "the fleet's one slot is held"
+    );
+    let r = get_with(&client, &fleet[0], "/account/done", &pass).await;
+    assert!(r.headers().get("sluice-pass").is_none());
+    let r = get_with(&client, &fleet[0], "/account/page", &pass).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let next = pass_within(&client, &fleet[2], &ticket, Duration::from_secs(10)).await;
+    assert!(next.is_some(), "the slot came back for the whole fleet");
+}
