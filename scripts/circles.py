@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-PATH = re.compile(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)*)(\s*::\s*\{)?")
+PATH = re.compile(r"\b(crate|super|self)\b((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)*)(\s*::\s*\{)?")
 
 
 def modules(src):
@@ -69,16 +69,36 @@ def group_items(text, start):
     return [n.split("::")[0].strip() for n in names if n.strip()]
 
 
-def resolve(here, head, tail, known):
-    """The module a path names, seen from module `here`."""
+def inline_depths(text):
+    """For each `{` of an inline `mod name {` block: its span. Returns a
+    function giving how many such blocks enclose a position."""
+    spans = []
+    for m in re.finditer(r"\bmod\s+[A-Za-z_][A-Za-z0-9_]*\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+            i += 1
+        spans.append((m.end(), i))
+    return lambda pos: sum(1 for a, b in spans if a <= pos < b)
+
+
+def resolve(here, head, tail, known, inline=0):
+    """The module a path names, seen from module `here` (from inside
+    `inline` nested inline `mod x { … }` blocks of its file, which are part
+    of the file's module here: their `super::` first climbs out of them)."""
     if head == "crate":
         base = ()
     elif head == "self":
         base = here
     else:
-        base = here[:-1]
+        climbs = 1
         while tail and tail[0] == "super":
-            base, tail = base[:-1], tail[1:]
+            climbs, tail = climbs + 1, tail[1:]
+        climbs -= min(climbs, inline)
+        base = here[: len(here) - climbs] if climbs else here
     best = base
     for i in range(1, len(tail) + 1):
         if base + tuple(tail[:i]) in known:
@@ -93,16 +113,18 @@ def edges(mods):
     for here, path in mods.items():
         with open(path, encoding="utf-8") as f:
             text = without_comments_and_strings(f.read())
+        depth_at = inline_depths(text)
         for m in PATH.finditer(text):
             head = m.group(1)
             tail = [p.strip() for p in m.group(2).split("::") if p.strip()]
+            inline = depth_at(m.start())
             targets = []
             if m.group(3):
                 prefix = tail
                 for name in group_items(text, m.end()):
-                    targets.append(resolve(here, head, prefix + [name], mods))
+                    targets.append(resolve(here, head, prefix + [name], mods, inline))
             else:
-                targets.append(resolve(here, head, tail, mods))
+                targets.append(resolve(here, head, tail, mods, inline))
             for target in targets:
                 if target not in mods or target == here:
                     continue

@@ -15,6 +15,22 @@ if [ "${1:-}" = "--test" ]; then
   command -v timeout >/dev/null || need+=(coreutils)             # bounds the schemathesis run
   command -v python3 >/dev/null || need+=(python3)
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv) # schemathesis lives in a venv
+  # scripts/test-ops.sh: systemd-analyze checks ops/systemd/sluice.service
+  # offline (the package's binaries only: nothing is started, PID 1 stays).
+  command -v systemd-analyze >/dev/null || need+=(systemd)
+  type -P kill >/dev/null || need+=(procps)                     # the unit's ExecReload, for verify
+fi
+# scripts/test-image.sh: buildah builds the image from a root filesystem
+# (no registry, no base image); unshare, chroot and pgrep try it.
+if [ "${1:-}" = "--image" ]; then
+  command -v buildah >/dev/null || need+=(buildah)
+  command -v unshare >/dev/null || need+=(util-linux)
+  command -v pgrep >/dev/null || need+=(procps)
+  command -v strace >/dev/null || need+=(strace)          # the unit's SystemCallFilter against a run
+  command -v systemd-analyze >/dev/null || need+=(systemd)
+  command -v curl >/dev/null || need+=(curl)
+  command -v python3 >/dev/null || need+=(python3)
+  command -v git >/dev/null || need+=(git)
 fi
 
 # PostgreSQL's server binaries (initdb, pg_ctl), for tests that start a
@@ -70,6 +86,19 @@ if [ "${1:-}" = "--test" ]; then
     echo "installing: schemathesis $SCHEMATHESIS_VERSION" >&2
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+  # kubernetes-validate (which ships the Kubernetes schemas: it runs
+  # offline) and checkov check ops/kubernetes/ (scripts/test-ops.sh), in a
+  # venv of their own: checkov pins many packages. Pinned.
+  KUBERNETES_VALIDATE_VERSION=1.37.0
+  CHECKOV_VERSION=3.3.30
+  ops_venv="${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice-tools}/venv-ops"
+  if ! "$ops_venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KUBERNETES_VALIDATE_VERSION" ||
+     ! "$ops_venv/bin/checkov" --version 2>/dev/null | grep -qx "$CHECKOV_VERSION"; then
+    echo "installing: kubernetes-validate $KUBERNETES_VALIDATE_VERSION, checkov $CHECKOV_VERSION" >&2
+    python3 -m venv "$ops_venv"
+    "$ops_venv/bin/pip" install --quiet --disable-pip-version-check \
+      "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "checkov==$CHECKOV_VERSION"
   fi
   # cargo deny checks licences, duplicate crates and sources (deny.toml).
   CARGO_DENY_VERSION=0.20.2

@@ -135,6 +135,7 @@ fn main() {
         poll_min: Duration::from_secs(2),
         poll_max: Duration::from_secs(60),
         opens_at_ms: None,
+        pass_idle: std::time::Duration::ZERO,
         max_orders_per_pass: n(1),
     };
     let stock = Arc::new(InMemoryStock::new());

@@ -529,6 +529,7 @@ mod tests {
             poll_min: Duration::from_secs(1),
             poll_max: Duration::from_secs(30),
             opens_at_ms: None,
+            pass_idle: std::time::Duration::ZERO,
         }
     }
 

@@ -76,6 +76,9 @@ pub enum RoomEvent {
     },
     /// A snapshot of a room whose pre-queue of `entrants` was drawn.
     Drawn { entrants: u64 },
+    /// The pass of place `place` was ended before its time (idle, or by the
+    /// origin): its slot is free, and it is refused until `expires_at_s`.
+    PassEnded { place: u64, expires_at_s: u64 },
 }
 
 /// Where the room's events go. Called once per operation with everything
@@ -165,6 +168,10 @@ impl RoomEvent {
             ),
             Drawn { entrants } => (13, 0, [entrants, 0, 0, 0]),
             Collected { place } => (14, 0, [place, 0, 0, 0]),
+            PassEnded {
+                place,
+                expires_at_s,
+            } => (15, 0, [place, expires_at_s, 0, 0]),
         };
         let mut out = [0u8; RECORD_BYTES];
         out[0] = kind;
@@ -243,6 +250,10 @@ impl RoomEvent {
             },
             13 => Drawn { entrants: a },
             14 => Collected { place: a },
+            15 => PassEnded {
+                place: a,
+                expires_at_s: b,
+            },
             other => return Err(DecodeError::Kind(other)),
         })
     }

@@ -74,8 +74,8 @@ pub mod wait_estimate;
 pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
-    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, RoomState,
-    RoomView, Status, Stop, Wait, WaitingRoom, Watermark,
+    Admitted, JoinError, Joined, PassEnd, PollError, PreQueue, ReleaseOutcome, RestoreError,
+    RoomState, RoomView, Status, Stop, Wait, WaitingRoom, Watermark,
 };
 pub use stats::RoomStats;
 pub use stock::{InMemoryStock, StockAuthority};

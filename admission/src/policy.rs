@@ -36,6 +36,9 @@ pub struct Policy {
     /// Fair start: joins before this instant (unix ms) go into a pre-queue
     /// that is drawn at random when the room opens.
     pub opens_at_ms: Option<u64>,
+    /// A pass with no request and no checkout running for this long gives
+    /// its slot back and is refused from then on; zero: never.
+    pub pass_idle: Duration,
 }
 
 /// Why a policy cannot run.
@@ -68,6 +71,7 @@ impl Policy {
             poll_min: room.poll_min,
             poll_max: room.poll_max,
             opens_at_ms: room.opens_at_unix.map(|s| s.saturating_mul(1000)),
+            pass_idle: room.pass_idle.unwrap_or(Duration::ZERO),
         }
     }
 

@@ -74,6 +74,10 @@ pub struct RoomStats {
     pub paused: bool,
     pub sold_out: bool,
     pub wait: WaitHistogram,
+    /// Passes ended before their time (`sluice_passes_ended_total`): idle
+    /// for `pass_idle_s`, and ended by the origin (`Sluice-Pass: end`).
+    pub passes_ended_idle: u64,
+    pub passes_ended_origin: u64,
 }
 
 #[cfg(test)]

@@ -216,6 +216,7 @@ impl Line {
             poll_min: Duration::from_secs(cfg.poll_min_s),
             poll_max: Duration::from_secs(cfg.poll_max_s),
             opens_at_ms: None,
+            pass_idle: std::time::Duration::ZERO,
             max_orders_per_pass: NonZeroU32::new(1).unwrap(),
         };
         let room = WaitingRoom::new(

@@ -21,28 +21,29 @@
 //! checkout is the same three durable waits on both (see
 //! `docs/orders.md`); no transaction is open across a provider call.
 
+pub mod pass;
 pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
 
+use crate::backend::pass::PaymentsReconcileOutcome;
+use crate::backend::pass::PruneOutcome;
+use crate::backend::pass::ReconcileOutcome;
 use crate::blocking::Blocking;
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
+use crate::core::event::{WebhookEvent, WebhookOutcome};
+use crate::core::idempotency::IdempotencyKey;
+use crate::core::order::Order;
+use crate::core::partition::Partition;
+use crate::core::request::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
+use crate::core::state::OrderState;
+use crate::core::stock::ProductSeed;
+use crate::core::stock::StockLevel;
 use crate::error::{CheckoutError, StoreError};
-use crate::idempotency::IdempotencyKey;
 use crate::metrics::Metrics;
-use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
-use crate::partition::Partition;
-use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::reconciler::ReconcileOutcome;
-use crate::retention::PruneOutcome;
-use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
-use crate::state::OrderState;
-use crate::stock::StockLevel;
-use crate::store::ProductSeed;
-use crate::webhook::{WebhookEvent, WebhookOutcome};
 
 pub use postgres::{PgBackend, PgConfig, SessionTimeouts};
 pub use sqlite::SqliteBackend;
@@ -140,7 +141,7 @@ pub trait OrderBackend: Send + Sync {
 
     /// One bounded retention pass: per kind (idempotency keys, published
     /// outbox events, provider webhook ids, ended holds), at most `limit`
-    /// of the oldest rows past their retention (see [`crate::retention`]).
+    /// of the oldest rows past their retention (see [`crate::backend::sqlite::retention`]).
     fn prune_once(&self, now_ms: UnixMs, limit: usize) -> Result<PruneOutcome, StoreError>;
 
     /// One bounded outbox relay pass: publishes up to `limit` pending
@@ -196,7 +197,7 @@ pub trait OrderBackend: Send + Sync {
     /// The payments reconciler's pass: the provider's event list, and
     /// attempts left without an answer resolved with the provider's
     /// look-up, then the same request again (see
-    /// [`crate::payment_reconciler`]).
+    /// [`crate::backend::sqlite::payment_reconciler`]).
     fn reconcile_payments_once(
         &self,
         now_ms: UnixMs,

@@ -2,7 +2,7 @@
 //! the gateway maps to the contract's `{"error": code}` with [`CheckoutError::code`]
 //! and [`CheckoutError::status`].
 
-use crate::state::OrderState;
+use crate::core::state::OrderState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

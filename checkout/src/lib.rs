@@ -22,22 +22,31 @@
 //!
 //! Map of the crate, one concept per file:
 //!
+//! - [`mod@core`]: the rules with no store, which both back ends call: the
+//!   checkout request and its validation, the order and its birth, the
+//!   idempotency key's claim, the order and payment state machines, the
+//!   settle decision ([`crate::core::settle::decide`]), provider events
+//!   and how one fits the payment ([`crate::core::event::fit`]), stock
+//!   counts, seeds and the partition plans. No `rusqlite`, no `postgres`,
+//!   no clock. A new payment rule goes here, then into each back end's
+//!   apply.
 //! - [`backend`]: the store boundary ([`OrderBackend`]: everything the
 //!   gateway asks of a store, from checkout to webhooks, the reconcilers'
-//!   passes and the books) and its two back ends: embedded SQLite (below)
-//!   and PostgreSQL shared by a fleet (`backend/postgres/`, its own SQL).
-//! - [`store`]: the SQLite stock authority (WAL, `synchronous=FULL`); opening,
-//!   seeding products, inventory adjustments, the write path.
-//! - `schema`: the tables and their CHECK constraints, as numbered
-//!   migrations stamped in `PRAGMA user_version`.
-//! - [`stock`]: the atomic conditional reservation and the hold transitions
-//!   (commit once, release once, return on refund), conservation checks.
-//! - [`partition`]: a SKU's stock split over K rows: which one a hold
-//!   takes from, gathering, logged rebalances, retiring partitions.
-//! - [`state`]: order and payment states, and the one transition table.
-//! - [`order`]: the durable order row and its transitions, each writing its
-//!   outbox event in the same transaction.
-//! - [`idempotency`]: the validated `Idempotency-Key` and the request hash.
+//!   passes and the books) and its two back ends, each applying
+//!   [`mod@core`]'s decisions in its own SQL:
+//!   - [`backend::sqlite`]: embedded SQLite, one gateway: its store,
+//!     group commit, schema, stock, partitions, orders, attempts, the
+//!     checkout service and its payment driver, settle, events, outbox,
+//!     books, the reconcilers, retention and the offline audit (the public
+//!     ones re-exported here under their old paths: [`store`],
+//!     [`group_commit`], [`stock`], [`partition`], [`order`], [`attempt`],
+//!     [`service`], [`driver`], [`reconciler`], [`payment_reconciler`],
+//!     [`retention`], [`mod@audit`]);
+//!   - [`backend::postgres`]: PostgreSQL shared by a fleet;
+//!   - [`backend::pass`]: what both back ends' background passes report.
+//! - [`state`], [`idempotency`]: [`crate::core::state`] (the state
+//!   machines) and [`crate::core::idempotency`] (the validated key) under
+//!   their old paths.
 //! - [`payment`]: the async `PaymentProvider` trait: authorize, capture,
 //!   void, refund, look-up by key, the event list; ambiguous vs definite
 //!   errors.
@@ -46,69 +55,49 @@
 //! - [`http_provider`]: the adapter for a card-provider-shaped HTTP API.
 //! - [`http_client`]: the workspace's one HTTP client (`reqwest`) on a
 //!   runtime of its own, and [`http_client::wait`] for blocking callers.
-//! - [`attempt`]: durable payment attempts (key, parameters, transport
-//!   state, outcome), stored before they are sent.
-//! - `settle`: the payment state machine: what an attempt's outcome does
-//!   to the order, its stock and the next attempt.
-//! - `events`: provider events (webhooks, the event list) applied as "the
-//!   most advanced state wins".
-//! - [`driver`]: drives an attempt to an outcome: look-up first, the same
-//!   key and parameters again, bounded backoff with jitter.
 //! - [`retry`]: retry policy, seeded jitter, injected sleeps.
-//! - [`webhook`]: signature check, event parsing, `apply_webhook`.
-//! - [`payment_reconciler`]: `reconcile_payments_once`: ambiguous attempts,
-//!   missed events, orphan charges, stuck compensations.
-//! - [`service`]: the idempotent checkout, order lookup and cancel.
-//! - [`outbox`]: the relay (`relay_once`) and the JSON-lines file sink.
-//! - [`reconciler`]: `reconcile_once`: expiry, stuck orders, conservation.
-//! - [`retention`]: `prune_once`: what the store forgets and when, in
-//!   bounded passes.
-//! - [`mod@audit`]: read-only offline checks of a data directory.
+//! - [`webhook`]: signature check, event parsing, `apply_webhook` (on the
+//!   embedded store).
 //! - [`blocking`]: where an async call's store steps run (the gateway's
 //!   blocking threads, or inline for a synchronous caller).
-//! - [`books`]: stock and order counts in memory, published after each
-//!   commit, for scrapes and `/admin/state`.
-//! - [`group_commit`]: the single writer thread: every write (hot-path holds
-//!   and service transactions) is committed in batches, one fsync each.
 //! - [`limits`]: every bound, named with its unit.
 //! - [`clock`]: time as an input.
 //! - [`metrics`]: counters the gateway exports.
 //! - [`error`]: error enums mapped to the contract's error codes.
+//! - [`books`]: stock and order counts in memory as of the last commit
+//!   (the embedded [`Store`] publishes them after each commit), for
+//!   scrapes and `/admin/state`; the store's backlog gauges.
+//! - [`outbox`]: the outbox event, the [`Sink`] and the JSON-lines file
+//!   sink, the relay's outcome (each back end writes and relays its own
+//!   rows).
 
-pub mod attempt;
-pub mod audit;
 pub mod backend;
 pub mod blocking;
 pub mod books;
 pub mod clock;
-pub mod driver;
+pub mod core;
 pub mod error;
-mod events;
-pub mod group_commit;
 pub mod http_client;
 pub mod http_provider;
-pub mod idempotency;
 pub mod limits;
 pub mod metrics;
-pub mod order;
 pub mod outbox;
-pub mod partition;
 pub mod payment;
-pub mod payment_reconciler;
-pub mod reconciler;
-pub mod retention;
 pub mod retry;
-mod schema;
-pub mod service;
-mod settle;
 pub mod simulator;
-pub mod state;
-pub mod stock;
-pub mod store;
+pub use crate::core::state;
 pub mod webhook;
+
+// The embedded SQLite back end's modules, under their old paths.
+pub use crate::core::idempotency;
+pub use backend::sqlite::{
+    attempt, audit, driver, group_commit, order, partition, payment_reconciler, reconciler,
+    retention, service, stock, store,
+};
 
 pub use attempt::{attempt_key, Attempt, AttemptOutcome, Operation, Transport};
 pub use audit::{audit, Violation};
+pub use backend::sqlite::outbox::relay_once;
 pub use backend::{OrderBackend, PgBackend, PgConfig, SessionTimeouts, SqliteBackend};
 pub use blocking::{Blocking, Inline};
 pub use books::Books;
@@ -121,9 +110,7 @@ pub use http_provider::{classify_status, HttpProvider, HttpProviderConfig, Statu
 pub use idempotency::{IdempotencyKey, InvalidKey};
 pub use metrics::{AuthLatency, LabeledCounters, LatencyHistogram, Metrics};
 pub use order::{Order, OrderView, PaymentView};
-pub use outbox::{
-    relay_once, JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError,
-};
+pub use outbox::{JsonLinesSink, OutboxEvent, RelayError, RelayOutcome, Sink, SinkError};
 pub use partition::{Partition, PARTITIONS_MAX};
 pub use payment::{
     AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider, ProviderEvent,

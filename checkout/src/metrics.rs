@@ -38,8 +38,6 @@ pub struct Metrics {
     pub webhook_events: LabeledCounters,
     /// `sluice_payment_auth_seconds{provider,result}`.
     pub auth_latency: AuthLatency,
-    /// Stock and order counts as of the last commit.
-    pub books: crate::books::BooksCell,
 }
 
 impl Metrics {

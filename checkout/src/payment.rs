@@ -9,14 +9,14 @@
 //! ([`crate::http_client::wait`]): each call must be finished — or known
 //! to be ambiguous — before the next durable step is written. Every call
 //! carries an idempotency key derived from (order, operation) (see
-//! [`crate::attempt`]), so a retry after an ambiguous answer never charges
+//! [`crate::backend::sqlite::attempt`]), so a retry after an ambiguous answer never charges
 //! twice.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::attempt::Operation;
-use crate::webhook::WebhookEvent;
+use crate::core::attempt::Operation;
+use crate::core::event::WebhookEvent;
 
 /// The provider's answer to an authorization.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::{Clock, SystemClock};
-use crate::idempotency::request_hash;
+use crate::core::idempotency::request_hash;
 use crate::limits::PROVIDER_EVENTS_PAGE_MAX;
 use crate::payment::{
     AuthorizeOutcome, EventPage, OperationOutcome, PaymentError, PaymentProvider, ProviderEvent,

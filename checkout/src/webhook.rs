@@ -8,64 +8,20 @@
 //! wins", so the order of arrival does not matter.
 
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::backend::sqlite::events;
+use crate::backend::sqlite::store::Store;
 use crate::clock::UnixMs;
+pub use crate::core::event::{EventData, EventType, WebhookEvent, WebhookOutcome};
 use crate::error::StoreError;
-use crate::events;
 use crate::limits::{
     PROVIDER_ID_LEN_MAX, WEBHOOK_BODY_BYTES_MAX, WEBHOOK_HEADER_BYTES_MAX, WEBHOOK_SIGNATURES_MAX,
 };
 use crate::metrics::Metrics;
-use crate::store::Store;
 
 /// The header that carries the signature.
 pub const SIGNATURE_HEADER: &str = "Sluice-Signature";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum EventType {
-    #[serde(rename = "payment.authorized")]
-    Authorized,
-    #[serde(rename = "payment.declined")]
-    Declined,
-    #[serde(rename = "payment.captured")]
-    Captured,
-    #[serde(rename = "payment.voided")]
-    Voided,
-    #[serde(rename = "payment.refunded")]
-    Refunded,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Authorized => "payment.authorized",
-            EventType::Declined => "payment.declined",
-            EventType::Captured => "payment.captured",
-            EventType::Voided => "payment.voided",
-            EventType::Refunded => "payment.refunded",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventData {
-    pub payment_id: String,
-    pub order_id: String,
-    pub amount_cents: u64,
-}
-
-/// `{"id":"evt_…","type":"payment.…","created":<unix>,"data":{…}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WebhookEvent {
-    pub id: String,
-    #[serde(rename = "type")]
-    pub event_type: EventType,
-    /// Unix seconds.
-    pub created: i64,
-    pub data: EventData,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
@@ -205,33 +161,6 @@ pub fn parse_event(raw_body: &[u8]) -> Result<WebhookEvent, WebhookError> {
         return Err(WebhookError::BadBody("amount_cents too large".into()));
     }
     Ok(event)
-}
-
-/// What applying one event did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebhookOutcome {
-    /// The event moved the payment (and maybe the order) forward, or
-    /// scheduled a compensation for money with no live order.
-    Processed,
-    /// This event id was applied before; nothing changed.
-    Duplicate,
-    /// The payment is already at or past what the event says.
-    Stale,
-    /// The event contradicts what is stored (e.g. voided after captured,
-    /// another amount); refused, counted, nothing changed.
-    RejectedTransition,
-}
-
-impl WebhookOutcome {
-    /// The `result` label of `sluice_webhook_events_total`.
-    pub fn result(self) -> &'static str {
-        match self {
-            WebhookOutcome::Processed => "processed",
-            WebhookOutcome::Duplicate => "duplicate",
-            WebhookOutcome::Stale => "stale",
-            WebhookOutcome::RejectedTransition => "rejected_transition",
-        }
-    }
 }
 
 /// Applies one verified event: the event id, the payment and order change

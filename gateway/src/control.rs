@@ -1,5 +1,6 @@
-//! The control loop: reload on SIGHUP and on a change of the config file,
-//! and flag readiness down when shutdown begins.
+//! The control loop: reload on SIGHUP and on a change of the config file or
+//! of the deny list it names (`gateway.deny_cidrs_file`), and flag
+//! readiness down when shutdown begins.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,11 +19,43 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 pub struct Control {
     shared: Arc<Shared>,
+    /// The deny list file's content as last seen (a hash), so an edit of
+    /// that file alone reloads the config (which reads it again whole).
+    deny_seen: std::sync::Mutex<Option<(std::path::PathBuf, u64)>>,
 }
 
 impl Control {
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        let control = Self {
+            shared,
+            deny_seen: std::sync::Mutex::new(None),
+        };
+        control.deny_list_changed();
+        control
+    }
+
+    /// Whether the config's deny list file changed since last looked at
+    /// (the first look only notes it). An unreadable file is no change: the
+    /// reload it would trigger would fail and keep the last good list.
+    fn deny_list_changed(&self) -> bool {
+        let runtime = self.shared.runtime();
+        let Some(deny) = &runtime.config.gateway.deny_cidrs else {
+            *self.deny_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            return false;
+        };
+        let Ok(content) = std::fs::read(&deny.path) else {
+            return false;
+        };
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            content.hash(&mut h);
+            h.finish()
+        };
+        let mut seen = self.deny_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = matches!(&*seen, Some((path, h)) if *path == deny.path && *h != hash);
+        *seen = Some((deny.path.clone(), hash));
+        changed
     }
 
     /// One reload attempt, logged. `trigger` names what asked for it.
@@ -70,6 +103,9 @@ impl BackgroundService for Control {
                 }
                 _ = tick.tick() => {
                     self.reload_once("file change", true);
+                    if self.deny_list_changed() {
+                        self.reload_once("deny list change", false);
+                    }
                 }
             }
         }

@@ -33,6 +33,8 @@ pub enum ErrorCode {
     StoreUnavailable,
     GatewayTimeout,
     Overloaded,
+    NotOpen,
+    EventClosed,
 }
 
 impl ErrorCode {
@@ -62,6 +64,8 @@ impl ErrorCode {
             StoreUnavailable => "store_unavailable",
             GatewayTimeout => "gateway_timeout",
             Overloaded => "overloaded",
+            NotOpen => "not_open",
+            EventClosed => "event_closed",
         }
     }
 
@@ -74,16 +78,15 @@ impl ErrorCode {
             NotFound | UnknownRoom => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             IdempotencyConflict => StatusCode::CONFLICT,
-            SoldOut => StatusCode::GONE,
+            SoldOut | EventClosed => StatusCode::GONE,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             BadGateway => StatusCode::BAD_GATEWAY,
-            QueueFull | AdmissionsPaused | Unavailable | StoreUnavailable | Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            QueueFull | AdmissionsPaused | Unavailable | StoreUnavailable | Overloaded
+            | NotOpen => StatusCode::SERVICE_UNAVAILABLE,
             GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }

@@ -1,7 +1,9 @@
 //! Forwarding headers: request ids, `X-Forwarded-*` names, hop-by-hop
-//! removal. The `X-Forwarded-For` chain itself is [`crate::client`]'s.
+//! removal, the headers a client may not send on to the origin. The `X-Forwarded-For` chain itself is [`crate::client`]'s.
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
+
+use crate::pass_headers;
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -57,12 +59,16 @@ pub fn not_forwarded(trusted_peer: bool) -> impl Iterator<Item = &'static Header
     PATH_OVERRIDES.iter().chain(&METHOD_OVERRIDES).chain(claims)
 }
 
-/// Those of [`not_forwarded`] that `headers` holds: one pass over the
-/// request's names (usually a handful) instead of a removal per name.
+/// Those of [`not_forwarded`] that `headers` holds, and the gateway's own
+/// pass headers in any spelling ([`pass_headers::is_reserved`]), whoever
+/// sends them: one pass over the request's names (usually a handful)
+/// instead of a removal per name.
 pub fn not_forwarded_in(headers: &HeaderMap, trusted_peer: bool) -> Vec<HeaderName> {
     headers
         .keys()
-        .filter(|name| not_forwarded(trusted_peer).any(|n| n == *name))
+        .filter(|name| {
+            not_forwarded(trusted_peer).any(|n| n == *name) || pass_headers::is_reserved(name)
+        })
         .cloned()
         .collect()
 }
@@ -195,14 +201,22 @@ mod tests {
         ] {
             h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
         }
-        let names = |trusted| -> Vec<String> {
-            not_forwarded_in(&h, trusted)
+        let names = |h: &HeaderMap, trusted| -> Vec<String> {
+            not_forwarded_in(h, trusted)
                 .iter()
                 .map(|n| n.to_string())
                 .collect()
         };
-        assert_eq!(names(false), ["x-real-ip", "x-original-url"]);
-        assert_eq!(names(true), ["x-original-url"]);
+        assert_eq!(names(&h, false), ["x-real-ip", "x-original-url"]);
+        assert_eq!(names(&h, true), ["x-original-url"]);
+        for (k, v) in [("sluice_room", "vip"), ("sluice-pass-subject", "x")] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        assert_eq!(
+            names(&h, true),
+            ["x-original-url", "sluice_room", "sluice-pass-subject"],
+            "the pass headers, even from a trusted proxy"
+        );
         assert!(not_forwarded_in(&HeaderMap::new(), false).is_empty());
         let mut plain = HeaderMap::new();
         plain.insert(header::HOST, HeaderValue::from_static("shop"));

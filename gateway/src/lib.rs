@@ -10,8 +10,10 @@
 //!   or a file change), around `state` (what the listeners share, and the
 //!   all-or-nothing reload).
 //! - `route` decides what a request gets, from the current `runtime`
-//!   snapshot (config + `catalog` + `origin_cache`); `origin_dns` resolves
-//!   an origin given by host name off the proxy threads.
+//!   snapshot (config + `catalog` + `origin_cache` + the `jwks` document);
+//!   `next_path` is the checked `next` of the `303` to the queue and of the
+//!   queue page; `origin_dns` resolves an origin given by host name off the
+//!   proxy threads.
 //! - `connections` caps open public connections, per gateway and per
 //!   client (and raises the fd limit); `head_deadline` bounds the time a
 //!   request head may take to arrive (slowloris), `body` the size and time
@@ -20,8 +22,11 @@
 //!   is.
 //! - Leaves every handler uses: `response` (an answer the gateway writes
 //!   itself), `error` (the contract's JSON error shape), `headers` (the
-//!   forwarding headers), `clock` (the one place the wall clock is read),
-//!   `node` (this gateway's id in a fleet), `metrics` (the Prometheus
+//!   forwarding headers), `pass_headers` (`Sluice-Room`,
+//!   `Sluice-Pass-Subject`: which pass opened a protected path),
+//!   `pass_end` (`Sluice-Pass: end` from the origin), `clock` (the one
+//!   place the wall clock is read), `node` (this gateway's id in a fleet),
+//!   `metrics` (the Prometheus
 //!   registry, every family labelled with the gateway's `region`) and
 //!   `scrape` (families built at scrape time from live state).
 //! - `queue` is the waiting room over HTTP (its tokens checked through
@@ -30,8 +35,10 @@
 //!   core over HTTP (on a bounded blocking pool, `orders::pool`), and
 //!   `readiness` the probes behind `/readyz`.
 //! - `sim_webhooks` sends the in-process payment simulator's signed
-//!   webhooks to the gateway's own `/webhooks/simulated`; `keygen` prints a
-//!   fresh signing key; `logging` sets up `tracing`.
+//!   webhooks to the gateway's own `/webhooks/simulated`; `sd_notify` tells
+//!   systemd (`Type=notify`) the gateway is ready once both listeners are
+//!   bound, and when it starts draining; `keygen` prints a fresh signing
+//!   key; `logging` sets up `tracing`.
 mod admin;
 mod body;
 mod catalog;
@@ -42,13 +49,17 @@ mod control;
 mod error;
 mod head_deadline;
 mod headers;
+mod jwks;
 pub mod keygen;
 pub mod logging;
 mod metrics;
+mod next_path;
 mod node;
 mod orders;
 mod origin_cache;
 mod origin_dns;
+mod pass_end;
+mod pass_headers;
 mod proxy;
 mod proxy_protocol;
 mod queue;
@@ -57,6 +68,7 @@ mod response;
 mod route;
 mod runtime;
 mod scrape;
+mod sd_notify;
 pub mod server;
 mod sim_webhooks;
 mod state;

@@ -8,7 +8,7 @@
 //! | `request_filter` | request id and [`client`], [`read_request`] (one `Host`, the canonical path, or `400`), then [`route`]: catalog, error, cache hit, or on to the origin |
 //! | `request_body_filter` | enforce `max_body_bytes` on bodies without a declared length |
 //! | `upstream_peer` | the configured origin, with its timeouts |
-//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers |
+//! | `upstream_request_filter` | the canonical path as the target, forwarding headers (the client's `X-Forwarded-For` chain replaces the request's), drop hop-by-hop headers and any `Sluice-Room`/`Sluice-Pass-*` sent; on a protected path, the pass's room and `sub` ([`pass_headers`]) |
 //! | `upstream_response_filter` | origin timing; decide whether the response may be cached |
 //! | `upstream_response_body_filter` | collect a cacheable body, store it at the end |
 //! | `response_filter` | echo the request id, drop hop-by-hop headers |
@@ -28,6 +28,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::ErrorType;
 use sluice_admission::tokens::Claims;
+use sluice_admission::PassEnd;
 
 use crate::body::{self, BodyError};
 use crate::client::{self, Client};
@@ -36,7 +37,9 @@ use crate::headers;
 use crate::metrics::status_class;
 use crate::orders::{Env, OrderRoute, CHECKOUT_BODY_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::origin_cache::RequestKey;
-use crate::queue::Rooms;
+use crate::pass_end::{origin_ends_pass, SLUICE_PASS};
+use crate::pass_headers;
+use crate::queue::{QueueRequest, Rooms};
 use crate::response::LocalResponse;
 use crate::route::{
     is_origin_target, origin_target, read_request, route, PassCheck, RequestFacts, Route,
@@ -185,13 +188,18 @@ impl ProxyHttp for Proxy {
                 ctx.source = "queue";
                 let req = session.req_header();
                 let path = ctx.path.as_ref().map_or("", |p| p.decoded());
-                let local = self.shared.rooms.handle(
-                    &req.method,
+                let deny = ctx.runtime.config.gateway.deny_cidrs.as_ref();
+                let queue = QueueRequest {
+                    method: &req.method,
                     path,
-                    &req.headers,
-                    ctx.client.ip,
-                    &self.shared.metrics,
-                );
+                    query: req.uri.query(),
+                    headers: &req.headers,
+                    client: ctx.client.ip,
+                };
+                let local =
+                    self.shared
+                        .rooms
+                        .handle(queue, deny.map(|d| &d.list), &self.shared.metrics);
                 let local = local.await;
                 self.write_local(session, ctx, local).await?;
                 Ok(true)
@@ -308,15 +316,25 @@ impl ProxyHttp for Proxy {
         let proto = if self.shared.tls { "https" } else { "http" };
         upstream.insert_header(headers::X_FORWARDED_PROTO, proto)?;
         upstream.insert_header(headers::X_REQUEST_ID, ctx.request_id.clone())?;
+        // Set only where route() verified a pass: a protected path.
+        if let Some((room, pass)) = &ctx.pass {
+            for (name, value) in pass_headers::of_pass(room, pass) {
+                upstream.insert_header(name, value)?;
+            }
+        }
         Ok(())
     }
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if origin_ends_pass(&upstream.headers) {
+            self.end_pass(session, upstream, ctx)?;
+        }
+        upstream.remove_header(&SLUICE_PASS);
         if let Some(sent) = ctx.upstream_sent {
             let elapsed = sent.elapsed();
             ctx.upstream_time = Some(elapsed);
@@ -474,6 +492,27 @@ impl ProxyHttp for Proxy {
 }
 
 impl Proxy {
+    /// The origin said `Sluice-Pass: end`: ends the pass the request
+    /// carried (the one its protected path was checked with, else any valid
+    /// pass it presents) and clears its cookie. The answer is
+    /// never cached with the cookie cleared (a `Set-Cookie` answer is not
+    /// stored).
+    fn end_pass(&self, session: &Session, upstream: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
+        let rooms = &self.shared.rooms;
+        let pass = ctx
+            .pass
+            .clone()
+            .or_else(|| rooms.pass_of(&session.req_header().headers, &self.shared.metrics));
+        let Some((room, claims)) = pass else {
+            return Ok(());
+        };
+        // Counted by the room (`sluice_passes_ended_total`).
+        rooms.end_pass(&room, &claims, PassEnd::Origin);
+        let (name, value) = crate::queue::clear_pass_cookie(self.shared.tls);
+        upstream.append_header(name, value)?;
+        Ok(())
+    }
+
     /// The request's body, at most `max` bytes within the header timeout;
     /// otherwise the answer that refuses it (`413` saying `too_large`, or
     /// `408`), counted.

@@ -22,6 +22,8 @@ use sluice_edge::path::{normalize, CanonicalPath};
 
 use crate::catalog::Lookup;
 use crate::error::{ApiError, ErrorCode};
+use crate::jwks;
+use crate::next_path;
 use crate::origin_cache::{CachedResponse, RequestKey};
 use crate::response::LocalResponse;
 use crate::runtime::Runtime;
@@ -138,15 +140,29 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
     if path.starts_with("/webhooks/") {
         return Route::Webhook;
     }
+    // Public whatever `protect` says: an origin fetches it without a pass.
+    if path == jwks::PATH {
+        return Route::Local(jwks::answer(req.method, &rt.jwks));
+    }
     if let Some(room) = rt.protecting_room_where(path, |room| !passes.has_pass(&room.name)) {
         let queue = format!("/queue/{}", room.name);
         if wants_html(req.headers) {
+            // Back to the page asked for once admitted, spelled as the
+            // origin would be sent it. Only a page that was read: the
+            // admitted browser goes back with a GET, which would not redo
+            // a form's POST (and would get its path's answer to a GET).
+            let location = if matches!(*req.method, Method::GET | Method::HEAD) {
+                next_path::queue_location(&room.name, &origin_target(req.path, req.query))
+            } else {
+                queue.clone()
+            };
             return Route::Local(LocalResponse {
                 status: StatusCode::SEE_OTHER,
                 headers: vec![
                     (
                         header::LOCATION,
-                        HeaderValue::from_str(&queue).expect("room names are header-safe"),
+                        HeaderValue::from_str(&location)
+                            .expect("room names and a form-encoded next are header-safe"),
                     ),
                     (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
                     (
@@ -154,7 +170,7 @@ pub fn route(rt: &Runtime, req: &RequestFacts<'_>, passes: &dyn PassCheck, now: 
                         HeaderValue::from_static("text/plain; charset=utf-8"),
                     ),
                 ],
-                body: Bytes::from(format!("See {queue}\n")),
+                body: Bytes::from(format!("See {location}\n")),
                 source: "local",
             });
         }
@@ -275,6 +291,17 @@ mod tests {
 
     /// What the proxy does: read the request, then route it.
     fn go(rt: &Runtime, method: &Method, raw_path: &str, headers: &HeaderMap) -> Route {
+        go_query(rt, method, raw_path, None, headers)
+    }
+
+    /// [`go`] with a query.
+    fn go_query(
+        rt: &Runtime,
+        method: &Method,
+        raw_path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Route {
         let mut headers = headers.clone();
         if !headers.contains_key(header::HOST) {
             headers.insert(header::HOST, HeaderValue::from_static("shop"));
@@ -287,7 +314,7 @@ mod tests {
         let facts = RequestFacts {
             method,
             path: &path,
-            query: None,
+            query,
             host: "shop",
             headers,
         };
@@ -343,9 +370,10 @@ mod tests {
             panic!()
         };
         assert_eq!(r.status, StatusCode::SEE_OTHER);
-        assert!(r
-            .headers
-            .contains(&(header::LOCATION, HeaderValue::from_static("/queue/drop"))));
+        assert!(r.headers.contains(&(
+            header::LOCATION,
+            HeaderValue::from_static("/queue/drop?next=%2Fcheckout")
+        )));
         let api = HeaderMap::new();
         let Route::Local(r) = go(&rt, &Method::POST, "/orders/abc/cancel", &api) else {
             panic!()
@@ -355,6 +383,66 @@ mod tests {
         assert_eq!(
             (v["error"].as_str(), v["join"].as_str()),
             (Some("invalid_pass"), Some("/queue/drop/join"))
+        );
+    }
+
+    fn location(r: Route) -> String {
+        let Route::Local(r) = r else {
+            panic!("not answered")
+        };
+        assert_eq!(r.status, StatusCode::SEE_OTHER);
+        let (_, location) = r
+            .headers
+            .iter()
+            .find(|(name, _)| name == header::LOCATION)
+            .expect("a Location");
+        location.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_browser_sent_to_the_queue_carries_the_path_it_asked_for_when_it_may() {
+        let rt = runtime("origin = \"http://127.0.0.1:1\"");
+        let mut browser = HeaderMap::new();
+        browser.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
+        let to = |raw: &str, query: Option<&str>| {
+            location(go_query(&rt, &Method::GET, raw, query, &browser))
+        };
+        assert_eq!(
+            to("/orders/abc", Some("x=1")),
+            "/queue/drop?next=%2Forders%2Fabc%3Fx%3D1"
+        );
+        // The canonical spelling, the one the origin would be sent.
+        assert_eq!(
+            to("/%6Frders/abc", None),
+            "/queue/drop?next=%2Forders%2Fabc"
+        );
+        // Too long, or a query a browser would not send: no `next`.
+        let long = format!("/orders/{}", "a".repeat(next_path::NEXT_BYTES_MAX));
+        assert_eq!(to(&long, None), "/queue/drop");
+        assert_eq!(to("/orders/abc", Some("a=<b>")), "/queue/drop");
+        // A form posted without a pass: the queue, and then the home page.
+        assert_eq!(
+            location(go(&rt, &Method::POST, "/checkout", &browser)),
+            "/queue/drop"
+        );
+        assert_eq!(
+            location(go(&rt, &Method::HEAD, "/checkout", &browser)),
+            "/queue/drop?next=%2Fcheckout"
+        );
+    }
+
+    #[test]
+    fn the_key_set_is_public_whatever_protect_says() {
+        let rt = protecting("\"/**\"", false);
+        let h = HeaderMap::new();
+        let Route::Local(r) = go(&rt, &Method::GET, "/.well-known/sluice/jwks.json", &h) else {
+            panic!("not answered")
+        };
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(&r.body[..], br#"{"keys":[]}"#);
+        assert_eq!(
+            status(&go(&rt, &Method::GET, "/.well-known/jwks.json", &h)),
+            401
         );
     }
 

@@ -28,6 +28,8 @@ pub struct Runtime {
     /// A host name's addresses, resolved in the background
     /// ([`crate::origin_dns`]); kept across reloads.
     origin_dns: Arc<OriginDns>,
+    /// `/.well-known/sluice/jwks.json` for this config's keys.
+    pub jwks: bytes::Bytes,
 }
 
 /// The origin's host name has no known address yet.
@@ -64,6 +66,7 @@ impl Runtime {
             Some(origin_peer(&config.gateway, address, origin))
         });
         Runtime {
+            jwks: crate::jwks::document(&config.keys),
             config,
             catalog,
             origin_cache,

@@ -1,7 +1,7 @@
-//! Wiring: one pingora server with seven services (public proxy behind the
+//! Wiring: one pingora server with eight services (public proxy behind the
 //! connection cap, admin listener, control loop, origin DNS refresher,
-//! release worker, orders worker, simulator webhooks) around one
-//! [`Shared`] state.
+//! release worker, orders worker, simulator webhooks, the systemd
+//! readiness notice) around one [`Shared`] state.
 
 use std::sync::Arc;
 
@@ -136,6 +136,15 @@ pub fn run(config_path: &std::path::Path, overrides: Overrides) -> anyhow::Resul
     server.add_service(releaser);
     server.add_service(orders);
     server.add_service(sim_webhooks);
+    let ready = format!(
+        "listening on {}, admin on {}",
+        gateway.listen, gateway.admin_listen
+    );
+    let ports = [gateway.listen.port(), gateway.admin_listen.port()];
+    server.add_service(background_service(
+        "sluice sd_notify",
+        crate::sd_notify::Notify::new(&ports, ready),
+    ));
     let config = shared.runtime().config.clone();
     let why = simulator_outside_demo(&config);
     if !why.is_empty() {

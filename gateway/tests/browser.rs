@@ -207,6 +207,59 @@ async fn a_shopper_waits_is_admitted_and_moves_on() {
     browser.close().await;
 }
 
+/// A shopper who opens a protected page without a pass is sent to the
+/// queue and, once admitted, back to the very page and query it asked for.
+#[tokio::test]
+async fn a_shopper_sent_to_the_queue_comes_back_to_the_page_asked_for() {
+    let mut opts = GatewayOptions {
+        rest: "[[rooms]]\nname = \"drop\"\nprotect = [\"/members/**\"]\nrelease_per_second = 20\nmax_active = 5\nqueue_capacity = 5\npoll_min_s = 1\npoll_max_s = 5\n".into(),
+        ..Default::default()
+    };
+    opts.static_files.push((
+        "members/deal.html",
+        b"<!doctype html><title>Deal</title><h1 id=deal>Members deal</h1>".to_vec(),
+    ));
+    let gw = Gateway::start(opts);
+    for (lang, admitted) in [("en-US", "It's your turn!"), ("pt-BR", "Chegou a sua vez!")] {
+        let Some(browser) = Browser::start(lang).await else {
+            return;
+        };
+        comes_back(&gw, &browser, admitted).await;
+        browser.close().await;
+    }
+}
+
+async fn comes_back(gw: &Gateway, browser: &Browser, admitted: &str) {
+    let c = &browser.client;
+    c.goto(&gw.url("/members/deal.html?src=mail"))
+        .await
+        .unwrap();
+    let text = browser
+        .wait_state("admitted", Duration::from_secs(10))
+        .await;
+    assert!(text.starts_with(admitted), "{text}");
+    let mut back = None;
+    for _ in 0..50 {
+        let url = c.current_url().await.unwrap();
+        if url.path() == "/members/deal.html" {
+            back = Some(url);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let back = back.expect("the page sends the admitted shopper back");
+    assert_eq!(back.query(), Some("src=mail"));
+    // Let through with the pass the page collected, not sent round again.
+    let heading = c
+        .find(Locator::Id("deal"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(heading, "Members deal");
+}
+
 /// Requests for `path` in the gateway's access log.
 fn served(gw: &Gateway, path: &str) -> usize {
     let needle = format!("path={path} ");

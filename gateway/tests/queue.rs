@@ -211,7 +211,7 @@ async fn protected_paths_without_a_pass_point_to_the_queue() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()["location"], "/queue/drop");
+    assert_eq!(r.headers()["location"], "/queue/drop?next=%2Fcheckout");
 }
 
 #[tokio::test]

@@ -19,10 +19,14 @@
 //! - [`WaitingRoom::may_start`] says whether a pass still holds its active
 //!   slot (and so may start a checkout); [`WaitingRoom::give_back_if_spent`]
 //!   frees the slot once the pass can start no more.
+//! - [`WaitingRoom::end_pass`] ends a pass before its time (the origin said
+//!   so), and the release pass ends those idle for `pass_idle`; an ended
+//!   pass is refused until its expiry ([`WaitingRoom::pass_ended`]).
 //!
 //! Time is always an argument (`now_ms`, unix milliseconds) and randomness
 //! comes from the RNG given at creation, so tests drive everything.
 
+mod ending;
 mod join;
 mod outcome;
 mod pass;
@@ -40,6 +44,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::RngCore;
 
+pub use ending::{is_idle, PassEnd};
 pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };
@@ -105,6 +110,11 @@ struct ActivePass {
     number: u64,
     issued_at_s: u64,
     expires_at_s: u64,
+    /// Unix second of the pass's last request (in memory only: a restart
+    /// counts from the restart).
+    last_active_s: u64,
+    /// Checkouts of the pass running now: it is not idle while one is.
+    checkouts_running: u32,
 }
 
 /// The room's slots as the estimate sees them, in places: with a
@@ -166,6 +176,9 @@ struct Counters {
     abandoned: u64,
     expired: u64,
     admitted: u64,
+    /// Passes ended before their time, idle and by the origin.
+    ended_idle: u64,
+    ended_origin: u64,
     wait: WaitHistogram,
 }
 
@@ -193,6 +206,9 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     active: BTreeMap<u64, ActivePass>,
     /// Released places whose pass was not collected yet, by place.
     uncollected: BTreeMap<u64, PendingPass>,
+    /// Passes ended before their time (idle, or by the origin), by place:
+    /// refused until their expiry (unix s), kept until then.
+    ended: BTreeMap<u64, u64>,
     /// Released places collected and not: the share the release makes up.
     no_shows: NoShowMeter,
     paused: bool,
@@ -294,6 +310,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             pace,
             active: BTreeMap::new(),
             uncollected: BTreeMap::new(),
+            ended: BTreeMap::new(),
             no_shows: NoShowMeter::default(),
             paused: false,
             meter: RateMeter::default(),
@@ -483,6 +500,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             paused: self.paused,
             sold_out: !self.stock.can_sell(&self.name),
             wait: self.counters.wait.clone(),
+            passes_ended_idle: self.counters.ended_idle,
+            passes_ended_origin: self.counters.ended_origin,
         }
     }
 

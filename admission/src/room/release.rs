@@ -25,7 +25,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.open_if_due(now_ms);
         self.saw(now_ms);
         let cursor_before = self.cursor;
-        let expired_passes = self.expire_passes(now_ms);
+        let expired_passes = self.expire_passes(now_ms) + self.end_idle_passes(now_ms);
         let share = self.share_milli();
         let (rate, burst) = (
             self.policy.release_per_second.get(),
@@ -112,6 +112,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             number: self.counters.admitted + 1,
             issued_at_s,
             expires_at_s: issued_at_s + self.policy.pass_ttl.as_secs(),
+            last_active_s: issued_at_s,
+            checkouts_running: 0,
         };
         self.store.set(
             self.cursor,

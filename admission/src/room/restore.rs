@@ -195,6 +195,13 @@ impl WaitingRoom<MemoryStore> {
                 self.active.remove(&place);
                 self.uncollected.remove(&place);
             }
+            RoomEvent::PassEnded {
+                place,
+                expires_at_s,
+            } => {
+                self.active.remove(&place);
+                self.ended.insert(place, expires_at_s);
+            }
             RoomEvent::Cursor { cursor } => {
                 self.cursor = self.cursor.max(cursor);
                 self.store.trim_before(self.cursor, usize::MAX);
@@ -231,6 +238,9 @@ impl WaitingRoom<MemoryStore> {
                 number,
                 issued_at_s,
                 expires_at_s,
+                // Idle counts from the restart, not from before it.
+                last_active_s: self.view.seen_s().max(issued_at_s),
+                checkouts_running: 0,
             },
         );
     }
@@ -249,6 +259,8 @@ impl WaitingRoom<MemoryStore> {
             number,
             issued_at_s,
             expires_at_s,
+            last_active_s: Self::unix_s(now_ms).max(issued_at_s),
+            checkouts_running: 0,
         };
         let window_s = claim_window_ms(&self.policy) / 1000;
         let claim_by_s = Self::unix_s(now_ms) + window_s.max(CLAIM_SLACK_S);
@@ -313,6 +325,12 @@ impl WaitingRoom<MemoryStore> {
                 collected,
             });
         }
+        for (&place, &expires_at_s) in &self.ended {
+            visit(RoomEvent::PassEnded {
+                place,
+                expires_at_s,
+            });
+        }
     }
 
     /// How many events [`Self::snapshot`] gives, about.
@@ -322,6 +340,8 @@ impl WaitingRoom<MemoryStore> {
             .as_ref()
             .filter(|p| !p.opened)
             .map_or(0, |p| p.entrants());
-        2 + pre + self.store.len() as u64 + (self.active.len() + self.uncollected.len()) as u64
+        2 + pre
+            + self.store.len() as u64
+            + (self.active.len() + self.uncollected.len() + self.ended.len()) as u64
     }
 }

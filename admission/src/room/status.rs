@@ -122,14 +122,19 @@ impl<S: QueueStore> WaitingRoom<S> {
                 return Status::Waiting(wait);
             }
         }
-        match self.active.get(&place) {
-            Some(pass) if Self::unix_s(now_ms) < pass.expires_at_s => Status::Admitted(Admitted {
-                seq,
-                ticket_id: *ticket_id,
-                number: pass.number,
-                issued_at_s: pass.issued_at_s,
-                expires_at_s: pass.expires_at_s,
-            }),
+        let now_unix_s = Self::unix_s(now_ms);
+        match self.active.get_mut(&place) {
+            Some(pass) if now_unix_s < pass.expires_at_s => {
+                // The page's status calls are the pass's use too.
+                pass.last_active_s = pass.last_active_s.max(now_unix_s);
+                Status::Admitted(Admitted {
+                    seq,
+                    ticket_id: *ticket_id,
+                    number: pass.number,
+                    issued_at_s: pass.issued_at_s,
+                    expires_at_s: pass.expires_at_s,
+                })
+            }
             _ => Status::Expired,
         }
     }

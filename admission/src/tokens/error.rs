@@ -29,6 +29,8 @@ pub enum TokenError {
     BadLifetime,
     #[error("token could not be signed")]
     Signing,
+    #[error("pass was ended before its time (idle, or by the store)")]
+    Ended,
 }
 
 impl TokenError {
@@ -46,6 +48,7 @@ impl TokenError {
             TokenError::IssuedInFuture => "issued_in_future",
             TokenError::BadLifetime => "bad_lifetime",
             TokenError::Signing => "signing",
+            TokenError::Ended => "ended",
         }
     }
 }

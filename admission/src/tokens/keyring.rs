@@ -99,7 +99,13 @@ struct Key {
     alg: Algorithm,
     encoding: EncodingKey,
     decoding: DecodingKey,
+    /// An EdDSA key's raw 32-byte Ed25519 public key; `None` for HS256,
+    /// whose secret has no public half.
+    ed25519_public: Option<[u8; ED25519_PUBLIC_KEY_BYTES]>,
 }
+
+/// The length of a raw Ed25519 public key (RFC 8032 §5.1.5).
+pub const ED25519_PUBLIC_KEY_BYTES: usize = 32;
 
 /// Signs with the first key, verifies with any. Cheap to share behind an
 /// `Arc`; rebuilt whole on config reload.
@@ -173,6 +179,18 @@ impl Keyring {
     pub fn signing_kid(&self) -> &str {
         // `new` refuses an empty list, so there is always a first key.
         self.keys.first().map_or("", |k| k.kid.as_str())
+    }
+
+    /// The public keys of the EdDSA keys, in the configured order (the
+    /// signing key first when it is one), each with its `kid`: what an
+    /// origin needs to verify passes itself. HS256 keys have no public
+    /// half and are left out.
+    pub fn ed25519_public_keys(
+        &self,
+    ) -> impl Iterator<Item = (&str, &[u8; ED25519_PUBLIC_KEY_BYTES])> {
+        self.keys
+            .iter()
+            .filter_map(|k| Some((k.kid.as_str(), k.ed25519_public.as_ref()?)))
     }
 
     /// Signs `claims` with the first key. Deterministic for both HS256 and
@@ -272,17 +290,24 @@ impl Key {
                     alg: Algorithm::HS256,
                     encoding: EncodingKey::from_secret(&secret),
                     decoding: DecodingKey::from_secret(&secret),
+                    ed25519_public: None,
                 })
             }
             KeyMaterial::Ed25519Pkcs8Der(der) => {
                 let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der)
+                    .map_err(|_| KeyError::BadEd25519(spec.kid.clone()))?;
+                let public: [u8; ED25519_PUBLIC_KEY_BYTES] = pair
+                    .public_key()
+                    .as_ref()
+                    .try_into()
                     .map_err(|_| KeyError::BadEd25519(spec.kid.clone()))?;
                 Ok(Key {
                     kid: spec.kid,
                     alg: Algorithm::EdDSA,
                     encoding: EncodingKey::from_ed_der(&der),
                     // ring verifies against the raw 32-byte public key.
-                    decoding: DecodingKey::from_ed_der(pair.public_key().as_ref()),
+                    decoding: DecodingKey::from_ed_der(&public),
+                    ed25519_public: Some(public),
                 })
             }
         }
@@ -307,5 +332,54 @@ fn map_decode_error(kind: &ErrorKind) -> TokenError {
         ErrorKind::InvalidSignature | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
         ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => TokenError::AlgMismatch,
         _ => TokenError::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::{generate_ed25519_pkcs8_der, generate_hs256_secret};
+    use ring::signature::{UnparsedPublicKey, ED25519};
+
+    #[test]
+    fn only_eddsa_keys_have_a_public_key_and_it_verifies_their_tokens() {
+        let der = generate_ed25519_pkcs8_der().unwrap();
+        let ring = Keyring::new(vec![
+            KeySpec {
+                kid: "ed".into(),
+                material: KeyMaterial::Ed25519Pkcs8Der(der.clone()),
+            },
+            KeySpec {
+                kid: "hs".into(),
+                material: KeyMaterial::Hs256(generate_hs256_secret(&mut rand::rng()).to_vec()),
+            },
+        ])
+        .unwrap();
+        let public: Vec<(&str, [u8; 32])> =
+            ring.ed25519_public_keys().map(|(k, p)| (k, *p)).collect();
+        let expected = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).unwrap();
+        assert_eq!(
+            public,
+            [(
+                "ed",
+                <[u8; 32]>::try_from(expected.public_key().as_ref()).unwrap()
+            )]
+        );
+        // The signing input is `header.payload`; the signature is the
+        // third part. Checked with ring alone, as an origin would.
+        let claims = Claims::new(TokenType::Pass, "drop", &"0".repeat(32), 1, 10, 20);
+        let token = ring.sign(&claims).unwrap();
+        let (input, signature) = token.rsplit_once('.').unwrap();
+        let signature = URL_SAFE_NO_PAD.decode(signature).unwrap();
+        let key = UnparsedPublicKey::new(&ED25519, public[0].1);
+        assert!(key.verify(input.as_bytes(), &signature).is_ok());
+        assert!(key.verify(b"other", &signature).is_err());
+
+        let hs_only = Keyring::new(vec![KeySpec {
+            kid: "hs".into(),
+            material: KeyMaterial::Hs256(generate_hs256_secret(&mut rand::rng()).to_vec()),
+        }])
+        .unwrap();
+        assert_eq!(hs_only.ed25519_public_keys().count(), 0);
     }
 }

@@ -17,4 +17,6 @@ mod keyring;
 pub use claims::{Claims, TokenType, ISSUER};
 pub use error::{KeyError, TokenError};
 pub use keygen::{generate_ed25519_pkcs8_der, generate_hs256_secret};
-pub use keyring::{Expected, KeyMaterial, KeySpec, Keyring, IAT_LEEWAY_S};
+pub use keyring::{
+    Expected, KeyMaterial, KeySpec, Keyring, ED25519_PUBLIC_KEY_BYTES, IAT_LEEWAY_S,
+};

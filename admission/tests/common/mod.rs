@@ -35,6 +35,7 @@ pub fn policy() -> Policy {
         poll_min: Duration::from_secs(2),
         poll_max: Duration::from_secs(10),
         opens_at_ms: None,
+        pass_idle: std::time::Duration::ZERO,
         max_orders_per_pass: nz(1),
     }
 }

@@ -560,7 +560,7 @@ impl Orders {
         let (backend, stock) = (self.backend.clone(), self.stock.clone());
         let sku = request.sku.clone();
         let started = std::time::Instant::now();
-        let _in_flight = rooms.checkout_started(room);
+        let _in_flight = rooms.checkout_started(room, pass);
         let ran = self
             .checkouts
             .spawn_held(async move {

@@ -21,7 +21,10 @@ use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::Watermark;
-use sluice_admission::{JoinError, Joined, PassOrders, Policy, RoomStats, Status};
+use sluice_admission::tokens::Claims;
+use sluice_admission::{
+    JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId,
+};
 
 use sluice_admission::adaptive::Outcome;
 
@@ -45,6 +48,9 @@ pub struct Settings<'a> {
     pub policy: Policy,
     /// The kill switch.
     pub paused: bool,
+    /// The event's close (unix s): from then on nobody more is released,
+    /// as if paused.
+    pub closes_at_s: Option<u64>,
     /// Joins per minute per client address.
     pub joins_per_minute: NonZeroU32,
     /// The room's config, for the adaptive release's bounds and start.
@@ -79,7 +85,22 @@ pub trait RoomBackend: Send + Sync {
 
     /// Whether the pass of place `seq` (verified) still holds its active
     /// slot, so may start a checkout.
-    fn may_start(&self, seq: u64, ticket_id: &sluice_admission::TicketId, now_ms: u64) -> bool;
+    fn may_start(&self, seq: u64, ticket_id: &TicketId, now_ms: u64) -> bool;
+
+    /// Notes a request made with pass `seq` (verified): it is in use.
+    fn touch_pass(&self, seq: u64, ticket_id: &TicketId, now_ms: u64);
+
+    /// A checkout of pass `seq` started (`running`) or ended: a pass with
+    /// a checkout running is never idle.
+    fn pass_checkout(&self, seq: u64, ticket_id: &TicketId, running: bool, now_ms: u64);
+
+    /// Ends pass `seq` before its time: its slot goes back to the line and
+    /// the pass is refused until its expiry, on every gateway. `true` if it
+    /// held a slot.
+    fn end_pass(&self, pass: &Claims, why: PassEnd, now_ms: u64) -> bool;
+
+    /// Whether pass `seq` was ended before its time (and is not expired).
+    fn pass_ended(&self, seq: u64, now_ms: u64) -> bool;
 
     /// Gives the pass's slot back when `orders` shows it spent its
     /// checkouts; `true` when a slot was freed.
@@ -97,7 +118,8 @@ pub trait RoomBackend: Send + Sync {
     fn apply(&self, settings: Settings<'_>, now_ms: u64);
 
     /// One release pass (the release worker's tick); the passes released.
-    /// A back end that releases on its own schedule does nothing here.
+    /// A back end that releases on its own schedule only checks here that
+    /// the event has not closed.
     fn release_once(&self, now_ms: u64, places_max: usize) -> u32;
 
     /// One adaptive-release step, where this gateway decides the room's

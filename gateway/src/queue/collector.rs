@@ -12,10 +12,10 @@ use super::Rooms;
 use crate::clock::now_ms;
 use crate::scrape::{assemble, descs, labels, sample, Family};
 
-const FAMILIES: [Family; 14] = [
+const FAMILIES: [Family; 15] = [
     Family::new(
         "sluice_queue_joins_total",
-        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited).",
+        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed).",
         MetricType::COUNTER,
     ),
     Family::new(
@@ -83,6 +83,11 @@ const FAMILIES: [Family; 14] = [
         "With [cluster] redis_url: 1 while this gateway's heartbeat reached the room store (Redis) within the last 3 s, else 0 (joins answer 503 store_unavailable, waiting shoppers see paused).",
         MetricType::GAUGE,
     ),
+    Family::new(
+        "sluice_passes_ended_total",
+        "Passes ended before their time, their slot given back: reason idle (no request and no checkout for pass_idle_s) or origin (Sluice-Pass: end); on a fleet, by this gateway.",
+        MetricType::COUNTER,
+    ),
 ];
 
 pub struct RoomCollector {
@@ -122,6 +127,12 @@ impl Collector for RoomCollector {
                 (
                     "rate_limited",
                     entry.rate_limited_joins.load(Ordering::Relaxed),
+                ),
+                ("forbidden", entry.forbidden_joins.load(Ordering::Relaxed)),
+                ("not_open", entry.not_open_joins.load(Ordering::Relaxed)),
+                (
+                    "event_closed",
+                    entry.event_closed_joins.load(Ordering::Relaxed),
                 ),
             ] {
                 metrics[0].push(sample(
@@ -165,6 +176,16 @@ impl Collector for RoomCollector {
             metrics[9].push(sample(&r, MetricType::GAUGE, s.no_show_share));
             metrics[10].push(sample(&r, MetricType::GAUGE, s.uncollected as f64));
             metrics[11].push(sample(&r, MetricType::COUNTER, s.too_early_total as f64));
+            for (reason, n) in [
+                ("idle", s.passes_ended_idle),
+                ("origin", s.passes_ended_origin),
+            ] {
+                metrics[14].push(sample(
+                    &[("room", room), ("reason", reason)],
+                    MetricType::COUNTER,
+                    n as f64,
+                ));
+            }
         }
         if let Some(offset_ms) = self.rooms.fleet_clock_offset_ms() {
             metrics[12].push(sample(&[], MetricType::GAUGE, offset_ms as f64 / 1000.0));

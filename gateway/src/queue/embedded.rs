@@ -5,6 +5,7 @@
 //! the release worker's tick releases places and compacts a grown journal;
 //! the adaptive controller is this gateway's own.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -13,8 +14,10 @@ use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::{RoomView, Watermark};
+use sluice_admission::tokens::Claims;
 use sluice_admission::{
-    JoinError, Joined, PassOrders, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom,
+    JoinError, Joined, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId,
+    WaitingRoom,
 };
 
 use super::adaptive::{AdaptiveRelease, AdaptiveView};
@@ -32,6 +35,10 @@ pub struct EmbeddedRoom {
     journal: Option<journal::RoomJournal>,
     /// Checkouts measured and the rate decided. Taken before `line`.
     adaptive: Mutex<AdaptiveRelease>,
+    /// The event's close (unix s; 0: none) and the kill switch as the
+    /// config last gave them: the room is paused when either says so.
+    closes_at_s: AtomicU64,
+    config_paused: AtomicBool,
 }
 
 impl EmbeddedRoom {
@@ -45,6 +52,8 @@ impl EmbeddedRoom {
             line: Mutex::new(line),
             journal,
             adaptive: Mutex::new(adaptive),
+            closes_at_s: AtomicU64::new(0),
+            config_paused: AtomicBool::new(false),
         }
     }
 
@@ -56,6 +65,13 @@ impl EmbeddedRoom {
 
     pub fn adaptive(&self) -> MutexGuard<'_, AdaptiveRelease> {
         self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Paused by the kill switch, or by the event's close at `now_ms`.
+    fn paused_at(&self, now_ms: u64) -> bool {
+        let closes_at_s = self.closes_at_s.load(Ordering::Relaxed);
+        self.config_paused.load(Ordering::Relaxed)
+            || (closes_at_s > 0 && now_ms / 1000 >= closes_at_s)
     }
 
     /// Starts a new journal generation from the room's snapshot when the
@@ -107,6 +123,26 @@ impl RoomBackend for EmbeddedRoom {
         self.line().may_start(seq, ticket_id, now_ms)
     }
 
+    fn touch_pass(&self, seq: u64, ticket_id: &TicketId, now_ms: u64) {
+        self.line().touch_pass(seq, ticket_id, now_ms);
+    }
+
+    fn pass_checkout(&self, seq: u64, ticket_id: &TicketId, running: bool, now_ms: u64) {
+        self.line()
+            .checkout_running(seq, ticket_id, running, now_ms);
+    }
+
+    fn end_pass(&self, pass: &Claims, why: PassEnd, now_ms: u64) -> bool {
+        let Some(id) = TicketId::parse(&pass.sub) else {
+            return false;
+        };
+        self.line().end_pass(pass.seq, &id, why, now_ms)
+    }
+
+    fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
+        self.line().pass_ended(seq, now_ms)
+    }
+
     fn give_back_if_spent(&self, seq: u64, orders: PassOrders, _now_ms: u64) -> bool {
         self.line().give_back_if_spent(seq, orders)
     }
@@ -130,11 +166,19 @@ impl RoomBackend for EmbeddedRoom {
         if let Some(rate) = adaptive.configure(settings.config, now_ms) {
             line.set_release_per_second(rate);
         }
-        line.set_paused(settings.paused);
+        self.closes_at_s
+            .store(settings.closes_at_s.unwrap_or(0), Ordering::Relaxed);
+        self.config_paused.store(settings.paused, Ordering::Relaxed);
+        line.set_paused(self.paused_at(now_ms));
     }
 
     fn release_once(&self, now_ms: u64, places_max: usize) -> u32 {
         let mut line = self.line();
+        // The event closes while the room runs: nobody more is released.
+        let paused = self.paused_at(now_ms);
+        if paused != line.is_paused() {
+            line.set_paused(paused);
+        }
         let released = line.release_once(now_ms, places_max).released;
         self.compact_if_due(&line);
         released

@@ -22,6 +22,7 @@ pub mod adaptive;
 mod backend;
 mod collector;
 mod embedded;
+mod event;
 pub mod fleet;
 pub mod journal;
 pub mod page;
@@ -46,7 +47,8 @@ use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
 use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
 use sluice_admission::{
-    JoinError, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId, WaitingRoom,
+    JoinError, PassEnd, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId,
+    WaitingRoom,
 };
 use sluice_policies::model::{Admissions, Room};
 use sluice_policies::Config;
@@ -58,7 +60,10 @@ use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
 use backend::{PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
+use event::Door;
 pub use release::Releaser;
+pub use respond::clear_pass_cookie;
+use sluice_policies::deny_list::DenyList;
 
 /// A join a browser sent for another site's page (`Sec-Fetch-Site:
 /// cross-site`, a header page scripts cannot set). A join needs no
@@ -78,6 +83,18 @@ pub const PASS_COOKIE: &str = "sluice_pass";
 /// Most client addresses each room's join limiter remembers.
 pub const JOIN_CLIENTS_MAX: usize = 200_000;
 
+/// A request under `/queue/`, as the proxy read it.
+pub struct QueueRequest<'a> {
+    pub method: &'a Method,
+    /// The canonical, decoded path.
+    pub path: &'a str,
+    /// The query as sent (the page's `next`).
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    /// The client's address ([`crate::client`]).
+    pub client: Option<IpAddr>,
+}
+
 /// One room and its place in the registry.
 pub struct RoomEntry {
     /// Joins per client: `joins_per_minute_per_client` of the config in
@@ -86,6 +103,13 @@ pub struct RoomEntry {
     limiter: ArcSwap<RoomLimiter>,
     /// Joins refused by the per-client limit (the room never sees them).
     rate_limited_joins: AtomicU64,
+    /// Joins refused at the door before the room saw them: a denied
+    /// network, before `prequeue_at`, after `closes_at`.
+    pub(crate) forbidden_joins: AtomicU64,
+    pub(crate) not_open_joins: AtomicU64,
+    pub(crate) event_closed_joins: AtomicU64,
+    /// The campaign's schedule and message in force (reloadable).
+    event: ArcSwap<event::Event>,
     /// What a token of this room may claim.
     lifetimes: Lifetimes,
     /// Where the line lives: in this process ([`embedded::EmbeddedRoom`])
@@ -188,15 +212,23 @@ impl RoomLimiter {
     }
 }
 
-/// A running checkout of a room, counted by its adaptive release until
-/// this drops (on every path out of the handler, a hang-up included).
+/// A running checkout of a room, counted by its adaptive release (and as
+/// its pass's use) until this drops (on every path out of the handler, a
+/// hang-up included).
 #[must_use = "the checkout counts as running until this drops"]
-pub struct CheckoutInFlight(Option<Arc<RoomEntry>>);
+pub struct CheckoutInFlight(Option<(Arc<RoomEntry>, Option<PassRef>)>);
+
+/// A pass's place and ticket id, as its verified claims give them.
+type PassRef = (u64, TicketId);
 
 impl Drop for CheckoutInFlight {
     fn drop(&mut self) {
-        if let Some(entry) = &self.0 {
-            entry.backend.checkout_ended(now_ms());
+        if let Some((entry, pass)) = &self.0 {
+            let now = now_ms();
+            entry.backend.checkout_ended(now);
+            if let Some((seq, id)) = pass {
+                entry.backend.pass_checkout(*seq, id, false, now);
+            }
         }
     }
 }
@@ -428,6 +460,10 @@ impl Rooms {
                         room.joins_per_minute_per_client,
                     )),
                     rate_limited_joins: AtomicU64::new(0),
+                    forbidden_joins: AtomicU64::new(0),
+                    not_open_joins: AtomicU64::new(0),
+                    event_closed_joins: AtomicU64::new(0),
+                    event: ArcSwap::from_pointee(event::Event::of(room)),
                     lifetimes: Lifetimes::new(room),
                     backend: self.make_backend(room, policy.clone(), now_ms)?,
                     heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
@@ -455,10 +491,12 @@ impl Rooms {
         let mut next = HashMap::with_capacity(plan.rooms.len());
         for room in plan.rooms {
             let entry = room.entry;
+            let event = event::Event::of(&room.config);
             entry.backend.apply(
                 Settings {
                     policy: room.policy,
                     paused: plan.paused,
+                    closes_at_s: event.closes_at_s,
                     joins_per_minute: room.joins_per_minute,
                     config: &room.config,
                 },
@@ -470,6 +508,7 @@ impl Rooms {
                     .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
             }
             entry.lifetimes.set(room.ttls);
+            entry.event.store(Arc::new(event));
             entry
                 .heartbeat_s
                 .store(room.config.heartbeat.as_secs(), Ordering::Relaxed);
@@ -520,10 +559,22 @@ impl Rooms {
             .or_else(|| cookie(headers, PASS_COOKIE))
             .ok_or(TokenError::Malformed)?;
         let entry = self.get(room).ok_or(TokenError::WrongAudience)?;
+        let now = now_ms();
         let result = self
             .keyring
             .load()
-            .verify(token, &entry.expect_pass(room), now_ms() / 1000);
+            .verify(token, &entry.expect_pass(room), now / 1000)
+            .and_then(|claims| {
+                // An ended pass is refused until its expiry; any other
+                // request with it is its use (not idle).
+                if entry.backend.pass_ended(claims.seq, now) {
+                    return Err(TokenError::Ended);
+                }
+                if let Some(id) = TicketId::parse(&claims.sub) {
+                    entry.backend.touch_pass(claims.seq, &id, now);
+                }
+                Ok(claims)
+            });
         if let Err(e) = &result {
             metrics
                 .ticket_rejections
@@ -558,12 +609,24 @@ impl Rooms {
     /// Counts a checkout of `room` as running until the returned guard
     /// drops (adaptive release's in-flight signal); a room that does not
     /// exist counts nothing.
-    pub fn checkout_started(&self, room: &str) -> CheckoutInFlight {
-        let entry = self.get(room);
-        if let Some(entry) = &entry {
-            entry.backend.checkout_started(now_ms());
+    pub fn checkout_started(&self, room: &str, pass: &Claims) -> CheckoutInFlight {
+        let Some(entry) = self.get(room) else {
+            return CheckoutInFlight(None);
+        };
+        let now = now_ms();
+        entry.backend.checkout_started(now);
+        let pass = TicketId::parse(&pass.sub).map(|id| (pass.seq, id));
+        if let Some((seq, id)) = &pass {
+            entry.backend.pass_checkout(*seq, id, true, now);
         }
-        CheckoutInFlight(entry)
+        CheckoutInFlight(Some((entry, pass)))
+    }
+
+    /// Ends `pass` (verified for `room`) before its time; `true` if it held
+    /// a slot.
+    pub fn end_pass(&self, room: &str, pass: &Claims, why: PassEnd) -> bool {
+        self.get(room)
+            .is_some_and(|entry| entry.backend.end_pass(pass, why, now_ms()))
     }
 
     /// A checkout of an admitted shopper of `room` that reached the
@@ -607,12 +670,17 @@ impl Rooms {
     /// fleet's shared line: a join, or collecting a released place's pass.
     pub async fn handle(
         &self,
-        method: &Method,
-        path: &str,
-        headers: &HeaderMap,
-        client: Option<IpAddr>,
+        req: QueueRequest<'_>,
+        deny: Option<&DenyList>,
         metrics: &Metrics,
     ) -> LocalResponse {
+        let QueueRequest {
+            method,
+            path,
+            query,
+            headers,
+            client,
+        } = req;
         let rest = &path["/queue/".len()..];
         let (name, action) = match rest.split_once('/') {
             Some((name, action)) => (name, action),
@@ -626,11 +694,16 @@ impl Rooms {
         };
         let now = now_ms();
         match (method, action) {
-            (&Method::GET | &Method::HEAD, "") => respond::page(headers),
+            (&Method::GET | &Method::HEAD, "") => respond::page(headers, query),
             (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",
             )),
+            (&Method::POST, "join") if denied(deny, client) => {
+                entry.forbidden_joins.fetch_add(1, Ordering::Relaxed);
+                network_denied()
+            }
+            (&Method::GET, "status") if denied(deny, client) => network_denied(),
             (&Method::POST, "join") => self.join(name, &entry, headers, client, now).await,
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
@@ -684,8 +757,29 @@ impl Rooms {
                 }
             }
         }
-        // This gateway's own limit first (a client over it here is over it
-        // for the fleet too); a fleet's store then counts the fleet's.
+        // The campaign's door, then this gateway's own limit (a client over
+        // it here is over it for the fleet too); a fleet's store then
+        // counts the fleet's.
+        match entry.event.load().door(now) {
+            Door::Open => {}
+            Door::NotOpen { retry_after_s } => {
+                entry.not_open_joins.fetch_add(1, Ordering::Relaxed);
+                return LocalResponse::error(
+                    &ApiError::new(
+                        ErrorCode::NotOpen,
+                        "This waiting room is not open yet; it opens shortly.",
+                    )
+                    .retry_after(retry_after_s.min(u64::from(u32::MAX)) as u32),
+                );
+            }
+            Door::Closed => {
+                entry.event_closed_joins.fetch_add(1, Ordering::Relaxed);
+                return LocalResponse::error(&ApiError::new(
+                    ErrorCode::EventClosed,
+                    "This event has closed; no new places are given.",
+                ));
+            }
+        }
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
@@ -781,6 +875,16 @@ impl Rooms {
             _ => None,
         };
         let fair = entry.backend.fair_start();
+        let event = entry.event.load();
+        // After the close, a shopper still in line is told so; a pass
+        // already out (collected before the close) is shown as it is.
+        let closed = event.is_closed(now)
+            && match &status {
+                Status::Admitted(a) => event.closes_at_s.is_some_and(|at| a.issued_at_s >= at),
+                Status::Expired | Status::SoldOut => false,
+                _ => true,
+            };
+        let pass = if closed { None } else { pass };
         respond::ticket(respond::TicketAnswer {
             room,
             ticket: token,
@@ -791,8 +895,24 @@ impl Rooms {
             joined,
             secure: self.tls,
             now_s: now / 1000,
+            closed,
+            message: event.message.as_deref(),
+            closes_at: event.closes_at_s,
         })
     }
+}
+
+/// Whether `client` is in the gateway's deny list.
+fn denied(deny: Option<&DenyList>, client: Option<IpAddr>) -> bool {
+    matches!((deny, client), (Some(list), Some(ip)) if list.contains(ip))
+}
+
+/// `403 forbidden` for a client from a denied network.
+fn network_denied() -> LocalResponse {
+    LocalResponse::error(&ApiError::new(
+        ErrorCode::Forbidden,
+        "Joining this waiting room is not possible from your network.",
+    ))
 }
 
 /// The place a verified ticket presents, if its `sub` is a ticket id.

@@ -2,14 +2,36 @@
 //! scripts, styles or fonts) compiled into the binary, so it works whatever
 //! `static_dir` holds. The language comes from `Accept-Language`; the page
 //! talks to the JSON routes and works without cookies.
+//!
+//! Once admitted the page goes to the `next` the gateway rendered into it
+//! (already checked by [`crate::next_path`], HTML-escaped here), or to `/`:
+//! it never reads its own address for one.
 
 use http::HeaderMap;
 
 const PAGE: &str = include_str!("../../assets/queue.html");
 
-/// The page in the visitor's language.
-pub fn render(headers: &HeaderMap) -> String {
+/// The page in the visitor's language, sending an admitted shopper to
+/// `next` (a checked same-site path), or to `/` without one.
+pub fn render(headers: &HeaderMap, next: Option<&str>) -> String {
     PAGE.replace("{{LANG}}", language(headers))
+        .replace("{{NEXT}}", &escape_html(next.unwrap_or("/")))
+}
+
+/// `text` safe in HTML text and in a quoted attribute value.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `pt-BR` when Portuguese is preferred over English, else `en`.
@@ -67,7 +89,7 @@ mod tests {
 
     #[test]
     fn page_is_self_contained() {
-        let page = render(&HeaderMap::new());
+        let page = render(&HeaderMap::new(), None);
         assert!(page.starts_with("<!doctype html>\n<html lang=\"en\">"));
         assert!(page.contains("aria-live=\"polite\""));
         for external in [
@@ -78,6 +100,49 @@ mod tests {
             "https://",
         ] {
             assert!(!page.contains(external), "page loads {external}");
+        }
+    }
+
+    /// The `next` rendered into the page: the one value its script goes to.
+    fn rendered_next(page: &str) -> &str {
+        let start = page.find("data-next=\"").expect("data-next") + "data-next=\"".len();
+        let len = page[start..].find('"').expect("closing quote");
+        &page[start..start + len]
+    }
+
+    #[test]
+    fn the_checked_next_is_rendered_escaped_and_nothing_else_is_followed() {
+        let page = render(&HeaderMap::new(), Some("/orders/abc?x=1&y='2'"));
+        assert_eq!(rendered_next(&page), "/orders/abc?x=1&amp;y=&#39;2&#39;");
+        assert_eq!(rendered_next(&render(&HeaderMap::new(), None)), "/");
+        // The script reads the rendered value only: never its own address.
+        assert!(page.contains("getAttribute(\"data-next\")"));
+        for own_address in ["location.search", "location.href", "URLSearchParams"] {
+            assert!(!page.contains(own_address), "page reads {own_address}");
+        }
+        assert_eq!(
+            escape_html("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
+    }
+
+    /// What the page's answer renders for a request's query.
+    #[test]
+    fn only_a_next_that_passes_the_check_is_rendered() {
+        let h = HeaderMap::new();
+        let rendered = |query: &str| {
+            let next = crate::next_path::from_query(Some(query));
+            rendered_next(&render(&h, next.as_deref())).to_owned()
+        };
+        assert_eq!(rendered("next=%2Forders%2Fabc%3Fx%3D1"), "/orders/abc?x=1");
+        for dropped in [
+            "next=%2F%2Fevil.example%2Fx",
+            "next=%2F%5Cevil",
+            "next=https%3A%2F%2Fevil%2F",
+            "next=%2Forders%2F..%2Fadmin",
+            "next=%2F%22%3E%3Cscript%3E",
+        ] {
+            assert_eq!(rendered(dropped), "/", "{dropped}");
         }
     }
 }

@@ -230,15 +230,23 @@ mod tests {
             let a = embedded(&entry).adaptive();
             a.checkouts_running()
         };
-        let first = rooms.checkout_started("r");
-        let second = rooms.checkout_started("r");
+        let pass = sluice_admission::tokens::Claims::new(
+            sluice_admission::tokens::TokenType::Pass,
+            "r",
+            "not a ticket id",
+            0,
+            0,
+            0,
+        );
+        let first = rooms.checkout_started("r", &pass);
+        let second = rooms.checkout_started("r", &pass);
         assert_eq!(running(), 2);
         drop(first);
         assert_eq!(running(), 1);
         drop(second);
         assert_eq!(running(), 0);
         // A room that does not exist counts nothing and does not panic.
-        drop(rooms.checkout_started("nope"));
+        drop(rooms.checkout_started("nope", &pass));
     }
 
     #[tokio::test]

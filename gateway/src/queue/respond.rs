@@ -22,6 +22,11 @@ pub struct TicketAnswer<'a> {
     pub joined: bool,
     pub secure: bool,
     pub now_s: u64,
+    /// The event closed: a shopper still in line is told `closed`.
+    pub closed: bool,
+    /// The room's message and close, when configured.
+    pub message: Option<&'a str>,
+    pub closes_at: Option<u64>,
 }
 
 /// The JSON of a ticket's answer, members in the order `serde_json`'s
@@ -31,6 +36,8 @@ pub struct TicketAnswer<'a> {
 struct TicketBody<'a> {
     ahead: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    closes_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     draw_commitment: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     draw_seed: Option<&'a str>,
@@ -38,6 +45,8 @@ struct TicketBody<'a> {
     entrants: Option<u64>,
     estimated_wait_s: Option<u64>,
     expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     opens_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +95,17 @@ pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
         }
         Status::Expired | Status::SoldOut => {}
     }
+    if a.closed {
+        // Nobody more is let in: no place, no wait to tell.
+        body = TicketBody {
+            room: a.room,
+            state: "closed",
+            expires_at: body.expires_at,
+            ..TicketBody::default()
+        };
+    }
+    body.message = a.message;
+    body.closes_at = a.closes_at;
     if let Some(f) = a.fair_start {
         body.draw_commitment = Some(&f.commitment_hex);
         body.draw_seed = f.seed_hex.as_deref();
@@ -153,7 +173,14 @@ fn set_cookie(
     )
 }
 
-pub fn page(headers: &HeaderMap) -> LocalResponse {
+/// The `Set-Cookie` that clears the pass cookie (a pass ended).
+pub fn clear_pass_cookie(secure: bool) -> (HeaderName, HeaderValue) {
+    set_cookie(PASS_COOKIE, "", "/", 0, secure)
+}
+
+/// The queue page; `query` may carry the `next` it sends an admitted
+/// shopper to, kept only when [`crate::next_path`] checks it.
+pub fn page(headers: &HeaderMap, query: Option<&str>) -> LocalResponse {
     LocalResponse {
         status: StatusCode::OK,
         headers: vec![
@@ -167,7 +194,10 @@ pub fn page(headers: &HeaderMap) -> LocalResponse {
                 ),
             ),
         ],
-        body: Bytes::from(page::render(headers)),
+        body: Bytes::from(page::render(
+            headers,
+            crate::next_path::from_query(query).as_deref(),
+        )),
         source: "queue",
     }
 }
@@ -297,6 +327,9 @@ mod tests {
                         joined,
                         secure: false,
                         now_s: 1_800_000_000,
+                        closed: false,
+                        message: None,
+                        closes_at: None,
                     };
                     let expected = through_value(&answer());
                     let written = ticket(answer());

@@ -446,9 +446,9 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     let mut answers: Vec<Option<Answer>> = (0..batch.len()).map(|_| None).collect();
     // The partition side of hold moves waits for the end of the jobs, so
     // the hot rows are locked once, just before the commit.
-    stock::put_off_begin();
+    tx.defer_hold_moves();
     let ran = run_jobs(tx, batch, &mut answers);
-    let moves = stock::put_off_end();
+    let moves = tx.take_deferred();
     ran?;
     stock::apply_put_off(tx, moves)?;
     // Phase 1: every claim at once (`checkout::claim_all`: a few
@@ -591,7 +591,7 @@ fn run_jobs(
         let Job::Run { f, .. } = job else {
             continue;
         };
-        let mark = stock::put_off_mark();
+        let mark = tx.deferred_hold_moves().map_or(0, |moves| moves.len());
         let mut sp = tx.savepoint("job").map_err(pg_err)?;
         answers[i] = Some(Answer::Run(match f(&mut sp) {
             Ok(value) => {
@@ -602,8 +602,10 @@ fn run_jobs(
             // keep their locks and the cycle stays; the batch runs again.
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) => {
-                stock::put_off_undo(mark);
                 sp.rollback().map_err(pg_err)?;
+                if let Some(moves) = tx.deferred_hold_moves() {
+                    moves.truncate(mark);
+                }
                 Err(e)
             }
         }));

@@ -7,9 +7,9 @@ use super::conn::{Conn, Db, Tx};
 use super::{order, pg_err};
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
+use crate::core::state::OrderState;
+use crate::core::stock::StockLevel;
 use crate::error::StoreError;
-use crate::state::OrderState;
-use crate::stock::StockLevel;
 
 /// Every SKU's counts (the sums of its partitions), by SKU.
 pub(super) fn levels(client: &mut impl Db) -> Result<Vec<StockLevel>, StoreError> {

@@ -18,12 +18,12 @@
 use super::conn::Db;
 use super::settle::{drive_on, insert_attempt};
 use super::{order, pg_err, stock, PgBackend};
-use crate::attempt::{attempt_key, Operation};
 use crate::blocking::{step, Blocking};
 use crate::clock::UnixMs;
+use crate::core::attempt::{attempt_key, Operation};
+use crate::core::order::Order;
+use crate::core::state::OrderState;
 use crate::error::{CheckoutError, StoreError};
-use crate::order::Order;
-use crate::state::OrderState;
 
 /// What the cancel's transaction left to do.
 enum Next {

@@ -24,52 +24,23 @@
 //! An answer that stays ambiguous after `SEND_TRIES_MAX` sends (each
 //! preceded by a look-up with the same key) writes nothing: the order stays
 //! `authorizing` with its attempt stored, the key stays locked until
-//! [`IDEMPOTENCY_LOCK_STALE_MS`], and a retry replays the order.
+//! [`IDEMPOTENCY_LOCK_STALE_MS`](crate::limits::IDEMPOTENCY_LOCK_STALE_MS), and a retry replays the order.
 
 use std::collections::{HashMap, HashSet};
 
 use super::conn::{Db, Tx};
 use super::{order, pg_err, settle, stock, PgBackend};
-use crate::attempt::{attempt_key, Operation};
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
+use crate::core::attempt::{attempt_key, Operation};
+use crate::core::claim::{decide_claim, ClaimDecision};
+use crate::core::idempotency::IdempotencyKey;
+use crate::core::order::new_order;
+use crate::core::order::Order;
+use crate::core::request::{validate_sku, validate_subject, CheckoutRequest, Created, OrderLimits};
+use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::IdempotencyKey;
-use crate::limits::IDEMPOTENCY_LOCK_STALE_MS;
-use crate::order::Order;
-use crate::service::{new_order, validate_subject, CheckoutRequest, Created, OrderLimits};
-use crate::state::{transition_allowed, OrderState, PaymentState};
-use crate::store::validate_sku;
-
-/// What the stored key row says a request may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ClaimDecision {
-    /// Own the key (its owner died before creating the order): take it over.
-    TakeOver,
-    /// The key names an order that is done or abandoned: show it.
-    Replay(String),
-}
-
-/// The decision on a key that is already stored, as a plain function.
-pub(crate) fn decide_claim(
-    stored_hash: &str,
-    hash: &str,
-    order_id: Option<String>,
-    locked_at_ms: UnixMs,
-    completed: bool,
-    now_ms: UnixMs,
-) -> Result<ClaimDecision, CheckoutError> {
-    if stored_hash != hash {
-        return Err(CheckoutError::Mismatch);
-    }
-    let abandoned = now_ms.saturating_sub(locked_at_ms) >= IDEMPOTENCY_LOCK_STALE_MS;
-    match (order_id, completed || abandoned) {
-        (Some(order_id), true) => Ok(ClaimDecision::Replay(order_id)),
-        (None, true) => Ok(ClaimDecision::TakeOver),
-        (_, false) => Err(CheckoutError::Conflict),
-    }
-}
 
 /// What step 1 left to do.
 pub(super) enum Begun {
@@ -620,32 +591,4 @@ async fn pay(
         b.read_answer(|client| order::load_existing(client, &id))
     })
     .await??)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stored_key_replays_conflicts_or_is_taken_over() {
-        let t = 1_000_000;
-        let fresh = t - 1;
-        let stale = t - IDEMPOTENCY_LOCK_STALE_MS;
-        assert!(matches!(
-            decide_claim("h", "other", None, fresh, false, t),
-            Err(CheckoutError::Mismatch)
-        ));
-        assert!(matches!(
-            decide_claim("h", "h", Some("o".into()), fresh, false, t),
-            Err(CheckoutError::Conflict)
-        ));
-        assert_eq!(
-            decide_claim("h", "h", Some("o".into()), fresh, true, t).unwrap(),
-            ClaimDecision::Replay("o".into())
-        );
-        assert_eq!(
-            decide_claim("h", "h", None, stale, false, t).unwrap(),
-            ClaimDecision::TakeOver
-        );
-    }
 }

@@ -51,6 +51,8 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Row, Statement, Transaction};
 
+use crate::core::stock::PartitionMove;
+
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 /// The statements one connection prepared, by SQL text.
@@ -209,6 +211,8 @@ db_through_with!(Tx<'_>);
 pub(crate) struct Conn {
     client: Option<Client>,
     statements: Statements,
+    /// The hold moves its transaction defers (see [`Tx::defer_hold_moves`]).
+    deferred: Option<Vec<PartitionMove>>,
     pub(super) cut_off: bool,
 }
 
@@ -219,6 +223,7 @@ impl Conn {
         Self {
             client: Some(client),
             statements: Statements::new(prepared, keep),
+            deferred: None,
             cut_off: false,
         }
     }
@@ -233,12 +238,17 @@ impl Conn {
         self.client.as_ref().is_none_or(Client::is_closed)
     }
 
-    /// A transaction on this connection that prepares through its cache.
+    /// A transaction on this connection that prepares through its cache,
+    /// writing its hold moves as they come.
     pub(crate) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
         let client = self.client.as_mut().expect("a client until dropped");
+        // Whatever an earlier transaction deferred and never wrote went
+        // with its rollback.
+        self.deferred = None;
         Ok(Tx {
             tx: client.transaction()?,
             statements: &mut self.statements,
+            deferred: &mut self.deferred,
         })
     }
 
@@ -324,6 +334,9 @@ impl Drop for Conn {
 pub(crate) struct Tx<'a> {
     tx: Transaction<'a>,
     statements: &'a mut Statements,
+    /// `Some` while the partition side of hold moves is deferred (shared
+    /// with its savepoints).
+    deferred: &'a mut Option<Vec<PartitionMove>>,
 }
 
 impl Tx<'_> {
@@ -340,7 +353,26 @@ impl Tx<'_> {
         Ok(Tx {
             tx: self.tx.savepoint(name)?,
             statements: &mut *self.statements,
+            deferred: &mut *self.deferred,
         })
+    }
+
+    /// From now on, the partition side of each hold move (`stock::move_hold`)
+    /// is collected instead of written, for [`Tx::take_deferred`] to hand
+    /// to `stock::apply_put_off` before the commit: a batch locks its hot
+    /// partition rows once, at its end, not from its first capture on.
+    pub(super) fn defer_hold_moves(&mut self) {
+        *self.deferred = Some(Vec::new());
+    }
+
+    /// The hold moves deferred so far, when they are.
+    pub(super) fn deferred_hold_moves(&mut self) -> Option<&mut Vec<PartitionMove>> {
+        self.deferred.as_mut()
+    }
+
+    /// Stops deferring and returns what was deferred.
+    pub(super) fn take_deferred(&mut self) -> Vec<PartitionMove> {
+        self.deferred.take().unwrap_or_default()
     }
 
     /// Runs `run` with `sql`'s statement. A stale one is evicted and the

@@ -12,16 +12,20 @@
 //!   transaction run again;
 //! - `schema`: numbered migrations recorded in `schema_migrations`;
 //! - `stock`: partitions (seed, the conditional take, hold moves,
-//!   logged rebalances) and the books' sums;
+//!   logged rebalances, planned by `crate::core::partition`) and the
+//!   books' sums;
 //! - `order`: the order row, its guarded transitions and outbox events;
 //! - `checkout`: the idempotent checkout in three transactions, provider
 //!   calls between them with no transaction open;
 //! - `batch`: group commit for the fleet: a gateway's concurrent checkouts
 //!   (their units taken in one conditional UPDATE per SKU per batch) and
-//!   provider answers, one transaction and one commit per batch;
-//! - `settle`: payment attempts and what a definite answer does (the one
-//!   set of rules for checkouts, cancels, webhooks and the reconciler),
-//!   and the drive that sends an attempt and its follow-ups;
+//!   provider answers, one transaction and one commit per batch, whose
+//!   transaction defers the partition side of its hold moves to its end
+//!   (`Tx::defer_hold_moves`);
+//! - `settle`: payment attempts and what a definite answer does (the
+//!   settlement `crate::core::settle::decide` returns, applied for
+//!   checkouts, cancels, webhooks and the reconciler alike), and the drive
+//!   that sends an attempt and its follow-ups;
 //! - `webhook`: provider events, deduplicated by id in `webhook_events`;
 //! - `payments`: the payments reconciler (provider event list, attempts
 //!   left pending), leased with `SKIP LOCKED` so it runs once across a
@@ -41,10 +45,14 @@
 //!   passes split the work instead of repeating it, and the leased
 //!   rebalance of partitions whose free units sit badly.
 //!
-//! Sync on purpose: the gateway already runs the core on a bounded
-//! blocking pool, and the provider seam is sync; the `postgres` crate is
-//! the sync face of `tokio-postgres`, pooled by `r2d2` (whose pooled
-//! connection carries its statement cache, `conn`).
+//! The store steps are sync on purpose: the gateway runs them on its
+//! bounded blocking pool. The provider seam is async (`PaymentProvider`):
+//! a checkout or a cancel ([`OrderBackend::checkout_on`],
+//! [`OrderBackend::cancel_on`]) hands its store steps to the caller's
+//! blocking threads one by one and awaits its provider calls in between,
+//! with no transaction open across them. The `postgres` crate is the sync
+//! face of `tokio-postgres`, pooled by `r2d2` (whose pooled connection
+//! carries its statement cache, `conn`).
 
 mod audit;
 mod batch;
@@ -72,26 +80,26 @@ use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
 use self::conn::{Conn, Tx};
+use crate::backend::pass::PaymentsReconcileOutcome;
+use crate::backend::pass::PruneOutcome;
+use crate::backend::pass::ReconcileOutcome;
 use crate::backend::OrderBackend;
 use crate::blocking::{Blocking, Inline};
 use crate::books::{Books, Gauges};
 use crate::clock::UnixMs;
+use crate::core::event::{WebhookEvent, WebhookOutcome};
+use crate::core::idempotency::IdempotencyKey;
+use crate::core::order::Order;
+use crate::core::partition::Partition;
+use crate::core::request::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
+use crate::core::state::OrderState;
+use crate::core::stock::StockLevel;
+use crate::core::stock::{check_adjustment, check_seeds, ProductSeed};
 use crate::error::{CheckoutError, StoreError};
 use crate::http_client::wait;
-use crate::idempotency::IdempotencyKey;
 use crate::metrics::Metrics;
-use crate::order::Order;
 use crate::outbox::{RelayError, RelayOutcome, Sink};
-use crate::partition::Partition;
 use crate::payment::PaymentProvider;
-use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::reconciler::ReconcileOutcome;
-use crate::retention::PruneOutcome;
-use crate::service::{CheckoutRequest, Created, OrderLimits, SubjectOrders};
-use crate::state::OrderState;
-use crate::stock::StockLevel;
-use crate::store::{ProductSeed, Store};
-use crate::webhook::{WebhookEvent, WebhookOutcome};
 
 pub use batch::{
     BatchStats, ANSWER_BATCHERS, BATCH_MAX, BATCH_QUEUE_MAX, BATCH_WAIT, CHECKOUT_BATCHERS,
@@ -613,7 +621,7 @@ impl OrderBackend for PgBackend {
         products: &[ProductSeed],
         now_ms: UnixMs,
     ) -> Result<usize, StoreError> {
-        Store::check_seeds(products)?;
+        check_seeds(products)?;
         self.write(|tx| stock::seed(tx, products, now_ms))
     }
 
@@ -741,7 +749,7 @@ impl OrderBackend for PgBackend {
         reason: &str,
         now_ms: UnixMs,
     ) -> Result<StockLevel, StoreError> {
-        Store::check_adjustment(delta, reason)?;
+        check_adjustment(delta, reason)?;
         self.write(|tx| stock::adjust(tx, sku, delta, reason, now_ms))
     }
 

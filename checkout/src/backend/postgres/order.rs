@@ -1,5 +1,5 @@
 //! The order row in PostgreSQL: birth, guarded transitions (the one table
-//! in [`crate::state`] decides; the UPDATE is conditional on the expected
+//! in [`crate::core::state`] decides; the UPDATE is conditional on the expected
 //! state), the payment columns, and the outbox event written in the same
 //! transaction as each change.
 
@@ -8,9 +8,9 @@ use postgres::Row;
 use super::conn::{Conn, Db, Tx};
 use super::pg_err;
 use crate::clock::UnixMs;
+use crate::core::order::Order;
+use crate::core::state::{transition_allowed, OrderState, PaymentState};
 use crate::error::StoreError;
-use crate::order::Order;
-use crate::state::{transition_allowed, OrderState, PaymentState};
 
 /// The order row's columns, in [`from_row`]'s order (a macro, so each
 /// statement stays one `&'static str`, cached per connection).

@@ -1,5 +1,5 @@
 //! The payments reconciler on PostgreSQL, once across a fleet: one bounded
-//! pass that, like the embedded one (`crate::payment_reconciler`),
+//! pass that, like the embedded one (`crate::backend::sqlite::payment_reconciler`),
 //!
 //! 1. reads the provider's event list after the stored cursor and applies
 //!    each event like a webhook, the events and the cursor in one
@@ -23,12 +23,12 @@ use super::settle::drive;
 use super::tally::Tally;
 use super::webhook::apply_event;
 use super::{pg_err, PgBackend};
+use crate::backend::pass::PaymentsReconcileOutcome;
 use crate::clock::UnixMs;
+use crate::core::event::WebhookOutcome;
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::limits::{PASS_ROWS_MAX, PAYMENT_IN_FLIGHT_MS, PROVIDER_EVENTS_PAGE_MAX};
-use crate::payment_reconciler::PaymentsReconcileOutcome;
-use crate::webhook::WebhookOutcome;
 
 pub(super) fn reconcile_payments_once(
     backend: &PgBackend,

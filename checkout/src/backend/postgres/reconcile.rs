@@ -19,9 +19,9 @@
 use super::conn::Db;
 use super::{order, pg_err, stock, PgBackend};
 use crate::clock::UnixMs;
+use crate::core::state::OrderState;
 use crate::error::StoreError;
 use crate::limits::PASS_ROWS_MAX;
-use crate::state::OrderState;
 
 pub(super) fn expire_holds(
     backend: &PgBackend,

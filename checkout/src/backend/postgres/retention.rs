@@ -1,16 +1,16 @@
 //! Retention on PostgreSQL: the same kinds and periods as the embedded
-//! store ([`crate::retention`]), each kind deleting at most `limit` of its
+//! store ([`crate::backend::sqlite::retention`]), each kind deleting at most `limit` of its
 //! oldest rows per pass through an index on its age, in one transaction.
 
 use super::conn::Db;
 use super::{pg_err, PgBackend};
+use crate::backend::pass::PruneOutcome;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
 use crate::limits::{
     ENDED_HOLD_RETENTION_MS, IDEMPOTENCY_RETENTION_MS, OUTBOX_RETENTION_MS, PASS_ROWS_MAX,
     WEBHOOK_EVENT_RETENTION_MS,
 };
-use crate::retention::PruneOutcome;
 
 pub(super) fn prune_once(
     backend: &PgBackend,

@@ -1,22 +1,9 @@
 //! Payment attempts on PostgreSQL and what a definite answer does: one
 //! function, [`settle`], used alike by the checkout's own calls, the
 //! cancel's refund, provider webhooks and the payments reconciler, so the
-//! order of arrival does not matter. The rules are the embedded store's
-//! (`crate::settle`):
-//!
-//! - authorize succeeded: a live order (still `authorizing`, its hold
-//!   still held) gets a capture attempt (a void when a cancel was asked
-//!   for meanwhile); anything else is money with no live order, so it gets
-//!   a void (an orphan, counted);
-//! - authorize declined or failed: `declined`, hold released;
-//! - capture succeeded: hold committed, `confirmed` (then `refunding` with
-//!   a refund attempt when a cancel was asked for), or, with no live
-//!   order, a refund;
-//! - capture failed: a void;
-//! - void / refund succeeded: `voided` (hold released) / `refunded`
-//!   (units back on sale);
-//! - void / refund failed: a stuck compensation, counted; an operator
-//!   looks.
+//! order of arrival does not matter. It reads the facts, asks the shared decision
+//! ([`crate::core::settle::decide`], where the rules are listed) and
+//! applies the settlement in SQL.
 //!
 //! An attempt is settled once: the UPDATE is conditional on its outcome
 //! still being `pending`, so a second answer (a webhook got there first)
@@ -26,17 +13,18 @@
 use super::conn::{Db, Tx};
 use super::tally::Tally;
 use super::{order, pg_err, stock, PgBackend};
-use crate::attempt::{attempt_key, Operation};
 use crate::blocking::{step, Blocking, Inline};
 use crate::clock::UnixMs;
+use crate::core::attempt::{attempt_key, AttemptOutcome, Operation};
+use crate::core::order::Order;
+pub(super) use crate::core::settle::FollowUp;
+use crate::core::settle::{decide, needs_cancel_flag, Attempted, Compensation, OrderFacts};
+use crate::core::state::{OrderState, PaymentState};
 use crate::error::StoreError;
 use crate::http_client::wait;
 use crate::limits::{PAYMENT_IN_FLIGHT_MS, PAYMENT_STEPS_MAX};
 use crate::metrics::Metrics;
-use crate::order::Order;
 use crate::payment::{send_once, Call, OperationOutcome, PaymentError, PaymentProvider};
-pub(super) use crate::settle::FollowUp;
-use crate::state::{OrderState, PaymentState};
 
 /// Sends of one provider operation within one drive, at most.
 pub const SEND_TRIES_MAX: u32 = 3;
@@ -252,9 +240,6 @@ pub(super) fn settle(
     // Leased by a call before this transaction (not stored by it).
     let leased_at_ms: Option<i64> =
         Some(row.get::<_, i64>(3)).filter(|_| row.get::<_, i64>(4) < now_ms);
-    let state = order.as_ref().map(|o| o.state);
-    let live = state == Some(OrderState::Authorizing) && hold_is_held(tx, &order_id)?;
-    let succeeded = outcome == "succeeded";
     let follow = |tx: &mut Tx<'_>, op: Operation| {
         let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
         if follow_up == FollowUp::Due {
@@ -273,130 +258,60 @@ pub(super) fn settle(
         }
         Ok(Settled::Next(next))
     };
-    match (operation, succeeded) {
-        (Operation::Authorize, true) => {
-            if order.as_ref().is_some_and(|o| {
-                matches!(o.payment_state, PaymentState::None | PaymentState::Pending)
-            }) {
-                let id = Some(payment_id.as_str());
-                order::set_payment(tx, &order_id, PaymentState::Authorized, id, now_ms)?;
-            }
-            if live {
-                let op = if cancel_requested(tx, &order_id)? {
-                    Operation::Void
-                } else {
-                    Operation::Capture
-                };
-                return follow(tx, op);
-            }
-            tally.orphan_charge();
-            follow(tx, Operation::Void)
-        }
-        (Operation::Authorize, false) => {
-            if state == Some(OrderState::Authorizing) {
-                order::set_payment(tx, &order_id, PaymentState::Declined, None, now_ms)?;
-                stock::move_hold(tx, &order_id, stock::HoldMove::Release, now_ms)?;
-                advance(
-                    tx,
-                    &order_id,
-                    OrderState::Authorizing,
-                    OrderState::Declined,
-                    now_ms,
-                )?;
-                complete_key_of(tx, &order_id, now_ms)?;
-            }
-            Ok(Settled::Done)
-        }
-        (Operation::Capture, true) => {
-            if order.is_some() {
-                let id = Some(payment_id.as_str());
-                order::set_payment(tx, &order_id, PaymentState::Captured, id, now_ms)?;
-            }
-            if !live {
+    let facts = match &order {
+        Some(o) => Some(OrderFacts {
+            state: o.state,
+            payment_state: o.payment_state,
+            hold_held: o.state == OrderState::Authorizing && hold_is_held(tx, &order_id)?,
+        }),
+        None => None,
+    };
+    let attempted = Attempted {
+        operation,
+        outcome: if outcome == "succeeded" {
+            AttemptOutcome::Succeeded
+        } else if outcome == "declined" {
+            AttemptOutcome::Declined
+        } else {
+            AttemptOutcome::Failed
+        },
+    };
+    let cancel = needs_cancel_flag(attempted, facts.as_ref()) && cancel_requested(tx, &order_id)?;
+    let settlement = decide(attempted, facts.as_ref(), cancel);
+    // Applied in the settlement's order: the counters, the payment, the
+    // hold, the order's moves (the key completed once it leaves
+    // `authorizing`), the follow-up. This store keeps no ledger apart
+    // from its attempts and closes no superseded attempt
+    // (`Settlement::supersede`): a capture still pending after a void is
+    // sent, and refused, by the reconciler.
+    match settlement.compensation {
+        Some(Compensation::Done(op)) => tally.compensation(op.as_str(), "ok"),
+        // Logged by the tally once committed, not on each run.
+        Some(Compensation::Refused(op)) => tally.compensation_refused(&order_id, op.as_str()),
+        None => {}
+    }
+    if let Some(state) = settlement.payment_to {
+        let id = matches!(state, PaymentState::Authorized | PaymentState::Captured)
+            .then_some(payment_id.as_str());
+        order::set_payment(tx, &order_id, state, id, now_ms)?;
+    }
+    if let Some(step) = settlement.hold {
+        stock::move_hold(tx, &order_id, step, now_ms)?;
+    }
+    for &(from, to) in &settlement.order_to {
+        advance(tx, &order_id, from, to, now_ms)?;
+    }
+    if settlement.completes_key() {
+        complete_key_of(tx, &order_id, now_ms)?;
+    }
+    match settlement.follow_up {
+        Some(op) => {
+            if settlement.orphan {
                 tally.orphan_charge();
-                return follow(tx, Operation::Refund);
             }
-            stock::move_hold(tx, &order_id, stock::HoldMove::Commit, now_ms)?;
-            advance(
-                tx,
-                &order_id,
-                OrderState::Authorizing,
-                OrderState::Confirmed,
-                now_ms,
-            )?;
-            complete_key_of(tx, &order_id, now_ms)?;
-            if !cancel_requested(tx, &order_id)? {
-                return Ok(Settled::Done);
-            }
-            // Captured after the shopper cancelled: refund it.
-            advance(
-                tx,
-                &order_id,
-                OrderState::Confirmed,
-                OrderState::Refunding,
-                now_ms,
-            )?;
-            follow(tx, Operation::Refund)
+            follow(tx, op)
         }
-        // Authorized, not captured: give the money back.
-        (Operation::Capture, false) => follow(tx, Operation::Void),
-        (Operation::Void, true) => {
-            tally.compensation("void", "ok");
-            if order.is_some() {
-                order::set_payment(tx, &order_id, PaymentState::Voided, None, now_ms)?;
-            }
-            if state == Some(OrderState::Authorizing) {
-                stock::move_hold(tx, &order_id, stock::HoldMove::Release, now_ms)?;
-                advance(
-                    tx,
-                    &order_id,
-                    OrderState::Authorizing,
-                    OrderState::Voided,
-                    now_ms,
-                )?;
-                complete_key_of(tx, &order_id, now_ms)?;
-            }
-            Ok(Settled::Done)
-        }
-        (Operation::Refund, true) => {
-            tally.compensation("refund", "ok");
-            if order.is_some() {
-                order::set_payment(tx, &order_id, PaymentState::Refunded, None, now_ms)?;
-            }
-            if state == Some(OrderState::Confirmed) {
-                // Refunded at the provider without our asking.
-                advance(
-                    tx,
-                    &order_id,
-                    OrderState::Confirmed,
-                    OrderState::Refunding,
-                    now_ms,
-                )?;
-            }
-            if matches!(state, Some(OrderState::Confirmed | OrderState::Refunding)) {
-                advance(
-                    tx,
-                    &order_id,
-                    OrderState::Refunding,
-                    OrderState::Refunded,
-                    now_ms,
-                )?;
-                stock::move_hold(tx, &order_id, stock::HoldMove::Return, now_ms)?;
-            }
-            Ok(Settled::Done)
-        }
-        (Operation::Void | Operation::Refund, false) => {
-            // Logged by the tally once committed, not on each run.
-            tally.compensation_refused(
-                &order_id,
-                if operation == Operation::Void {
-                    "void"
-                } else {
-                    "refund"
-                },
-            );
-            Ok(Settled::Done)
-        }
+        None => Ok(Settled::Done),
     }
 }
 

@@ -20,11 +20,12 @@
 use super::conn::{Db, Tx};
 use super::pg_err;
 use crate::clock::UnixMs;
+use crate::core::partition::{
+    even_share, needs_rebalance, plan_even, plan_gather, start_of, Partition,
+};
+use crate::core::stock::{ProductSeed, StockLevel};
 use crate::error::StoreError;
 use crate::limits::STOCK_UNITS_MAX;
-use crate::partition::{self, Partition};
-use crate::stock::StockLevel;
-use crate::store::ProductSeed;
 
 /// Seeds new SKUs with their stock split evenly over their partitions;
 /// every SKU takes its seed's price, TTL and partition count (a changed
@@ -95,80 +96,6 @@ pub(super) fn seed(
         }
     }
     Ok(seeded)
-}
-
-/// Partition `part`'s share of `total` split over `parts`: the remainder
-/// goes to the first ones.
-fn even_share(total: i64, parts: i32, part: i32) -> i64 {
-    let parts = i64::from(parts.max(1));
-    let part = i64::from(part);
-    total / parts + i64::from(part < total % parts)
-}
-
-/// The moves `(from, to, units)` that leave `available[i]` even over the
-/// first `live` partitions and empty on the rest (retired ones).
-pub(crate) fn plan_even(available: &[i64], live: usize) -> Vec<(usize, usize, i64)> {
-    let live = live.clamp(1, available.len().max(1));
-    let free: i64 = available.iter().sum();
-    let target = |i: usize| -> i64 {
-        if i >= live {
-            0
-        } else {
-            free / live as i64 + i64::from((i as i64) < free % live as i64)
-        }
-    };
-    let mut surplus: Vec<(usize, i64)> = Vec::new();
-    let mut deficit: Vec<(usize, i64)> = Vec::new();
-    for (i, &have) in available.iter().enumerate() {
-        let want = target(i);
-        if have > want {
-            surplus.push((i, have - want));
-        } else if have < want {
-            deficit.push((i, want - have));
-        }
-    }
-    plan_moves(surplus, deficit)
-}
-
-/// The moves that bring `need` units into partition `into`, taken from the
-/// others in order; empty when the others do not have them.
-pub(crate) fn plan_gather(available: &[i64], into: usize, need: i64) -> Vec<(usize, usize, i64)> {
-    let Some(&have) = available.get(into) else {
-        return Vec::new();
-    };
-    let missing = need - have;
-    let others: i64 = available.iter().sum::<i64>() - have;
-    if missing <= 0 || others < missing {
-        return Vec::new();
-    }
-    let surplus = available
-        .iter()
-        .enumerate()
-        .filter(|&(i, &units)| i != into && units > 0)
-        .map(|(i, &units)| (i, units))
-        .collect();
-    plan_moves(surplus, vec![(into, missing)])
-}
-
-fn plan_moves(
-    mut surplus: Vec<(usize, i64)>,
-    deficit: Vec<(usize, i64)>,
-) -> Vec<(usize, usize, i64)> {
-    let mut moves = Vec::new();
-    let mut from = 0;
-    for (to, mut want) in deficit {
-        while want > 0 && from < surplus.len() {
-            let (part, ref mut spare) = surplus[from];
-            let units = want.min(*spare);
-            moves.push((part, to, units));
-            *spare -= units;
-            want -= units;
-            if *spare == 0 {
-                from += 1;
-            }
-        }
-    }
-    moves
 }
 
 /// Moves `units` free units and their share from `from` to `to`, logged.
@@ -255,19 +182,6 @@ pub(super) fn rebalance(
         moved += units;
     }
     Ok(moved)
-}
-
-/// Whether free units sit badly: some in a retired partition (after
-/// `partitions` was lowered: [`take`] looks only at live ones), or a live
-/// partition empty while another has 2 or more (the embedded store's
-/// rule, `partition::needs_rebalance`).
-pub(crate) fn needs_rebalance(available: &[i64], live: usize) -> bool {
-    let live = live.clamp(1, available.len().max(1));
-    let retired_free = available.iter().skip(live).any(|&a| a > 0);
-    let live_parts = &available[..live.min(available.len())];
-    let empty = live_parts.contains(&0);
-    let rich = live_parts.iter().any(|&a| a >= 2);
-    retired_free || (empty && rich)
 }
 
 /// The SKUs whose partitions may need a rebalance ([`needs_rebalance`] in
@@ -469,7 +383,7 @@ fn take_from(
     now_ms: UnixMs,
 ) -> Result<Option<i32>, StoreError> {
     let live = seen.live.max(1);
-    let start = (partition::start_of(order_id) % live as u32) as i32;
+    let start = (start_of(order_id) % live as u32) as i32;
     let mut candidates: Vec<i32> = seen
         .free
         .iter()
@@ -580,61 +494,11 @@ fn try_take(tx: &mut Tx<'_>, sku: &str, part: i32, units: i64) -> Result<bool, S
     Ok(taken == 1)
 }
 
-/// One move of a hold's units between two columns of its partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum HoldMove {
-    /// held → committed (paid).
-    Commit,
-    /// held → released (declined, cancelled, expired).
-    Release,
-    /// committed → returned (refunded: the units go back on sale).
-    Return,
-}
-
-/// A hold's move on its partition's counts, put off to the end of a batch.
-#[derive(Debug)]
-pub(super) struct PutOff {
-    sku: String,
-    part: i32,
-    step: HoldMove,
-    units: i64,
-}
-
-thread_local! {
-    /// While a batch runs its jobs on this thread (`batch`), the partition
-    /// side of [`move_hold`] is collected here instead of written, so the
-    /// hot partition rows are locked once, at the batch's end
-    /// ([`apply_put_off`]), not from its first capture to its commit.
-    static PUT_OFF: std::cell::RefCell<Option<Vec<PutOff>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Starts collecting hold moves on this thread (see [`PUT_OFF`]).
-pub(super) fn put_off_begin() {
-    PUT_OFF.with(|cell| *cell.borrow_mut() = Some(Vec::new()));
-}
-
-/// How many moves are collected so far (a job's SAVEPOINT mark).
-pub(super) fn put_off_mark() -> usize {
-    PUT_OFF.with(|cell| cell.borrow().as_ref().map_or(0, Vec::len))
-}
-
-/// Forgets the moves collected after `mark` (their job was rolled back).
-pub(super) fn put_off_undo(mark: usize) {
-    PUT_OFF.with(|cell| {
-        if let Some(moves) = cell.borrow_mut().as_mut() {
-            moves.truncate(mark);
-        }
-    });
-}
-
-/// Stops collecting and returns what was collected.
-pub(super) fn put_off_end() -> Vec<PutOff> {
-    PUT_OFF.with(|cell| cell.borrow_mut().take().unwrap_or_default())
-}
+pub(super) use crate::core::stock::{HoldMove, PartitionMove};
 
 /// Writes collected hold moves: one conditional UPDATE per partition and
 /// kind of move, the units summed, in (sku, partition) order.
-pub(super) fn apply_put_off(tx: &mut Tx<'_>, moves: Vec<PutOff>) -> Result<(), StoreError> {
+pub(super) fn apply_put_off(tx: &mut Tx<'_>, moves: Vec<PartitionMove>) -> Result<(), StoreError> {
     let mut summed: std::collections::BTreeMap<(String, i32, HoldMove), i64> =
         std::collections::BTreeMap::new();
     for m in moves {
@@ -696,19 +560,13 @@ pub(super) fn move_hold(
         return Ok(false);
     };
     let (sku, part, quantity): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
-    let put_off = PUT_OFF.with(|cell| match cell.borrow_mut().as_mut() {
-        Some(moves) => {
-            moves.push(PutOff {
-                sku: sku.clone(),
-                part,
-                step,
-                units: quantity,
-            });
-            true
-        }
-        None => false,
-    });
-    if put_off {
+    if let Some(moves) = tx.deferred_hold_moves() {
+        moves.push(PartitionMove {
+            sku,
+            part,
+            step,
+            units: quantity,
+        });
         return Ok(true);
     }
     let changed = tx
@@ -812,52 +670,4 @@ pub(super) fn partitions(client: &mut impl Db, sku: &str) -> Result<Vec<Partitio
             committed: row.get(4),
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn apply(available: &mut [i64], moves: &[(usize, usize, i64)]) {
-        for &(from, to, units) in moves {
-            assert!(units > 0 && available[from] >= units);
-            available[from] -= units;
-            available[to] += units;
-        }
-    }
-
-    #[test]
-    fn even_plans_spread_free_units_and_empty_retired_partitions() {
-        let mut available = vec![10, 0, 1, 5];
-        let moves = plan_even(&available, 3);
-        apply(&mut available, &moves);
-        assert_eq!(available, vec![6, 5, 5, 0]);
-        assert!(plan_even(&available, 3).is_empty(), "already even");
-    }
-
-    #[test]
-    fn gather_plans_bring_the_units_or_nothing() {
-        let mut available = vec![1, 2, 0, 3];
-        let moves = plan_gather(&available, 2, 5);
-        apply(&mut available, &moves);
-        assert_eq!(available[2], 5);
-        assert_eq!(available.iter().sum::<i64>(), 6);
-        assert!(plan_gather(&[1, 1], 0, 3).is_empty(), "not enough in all");
-        assert!(plan_gather(&[4, 1], 0, 3).is_empty(), "enough already");
-    }
-
-    #[test]
-    fn free_units_in_retired_or_beside_an_empty_partition_need_a_rebalance() {
-        assert!(needs_rebalance(&[3, 3, 0, 1], 2), "a retired unit");
-        assert!(needs_rebalance(&[0, 2], 2), "empty beside rich");
-        assert!(!needs_rebalance(&[0, 1], 2), "one unit cannot spread");
-        assert!(!needs_rebalance(&[3, 3, 0, 0], 2));
-        assert!(!needs_rebalance(&[5], 1));
-    }
-
-    #[test]
-    fn even_shares_add_up_to_the_total() {
-        let shares: Vec<i64> = (0..4).map(|p| even_share(10, 4, p)).collect();
-        assert_eq!(shares, vec![3, 3, 2, 2]);
-    }
 }

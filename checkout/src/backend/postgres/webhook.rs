@@ -1,5 +1,5 @@
 //! Provider events (webhooks and the provider's event list) on PostgreSQL:
-//! the same decision as the embedded store ([`crate::events`]'s `fit`:
+//! the same decision as the embedded store ([`crate::core::event::fit`]:
 //! "the most advanced state wins", stale events change nothing,
 //! contradicting ones are refused), each step applied by
 //! [`super::settle::settle`]. The event id is stored in `webhook_events`
@@ -20,14 +20,14 @@ use super::conn::{Db, Tx};
 use super::settle::{insert_attempt, make_due, settle, FollowUp};
 use super::tally::Tally;
 use super::{order, pg_err};
-use crate::attempt::Operation;
 use crate::clock::UnixMs;
+use crate::core::attempt::Operation;
+use crate::core::event::{fit, Fit};
+use crate::core::event::{EventType, WebhookEvent, WebhookOutcome};
+use crate::core::order::Order;
+use crate::core::state::PaymentState;
 use crate::error::StoreError;
-use crate::events::{fit, Fit};
-use crate::order::Order;
 use crate::payment::OperationOutcome;
-use crate::state::PaymentState;
-use crate::webhook::{EventType, WebhookEvent, WebhookOutcome};
 
 /// Applies one verified event in the caller's transaction.
 pub(super) fn apply_event(

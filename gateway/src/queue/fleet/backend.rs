@@ -4,6 +4,7 @@
 //! place's pass), the release and the adaptive rate stepped by the room's
 //! own tasks ([`SharedRoom`]).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -13,7 +14,10 @@ use sluice_admission::fleet::{self as decide, PollDecision, Presented};
 use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
-use sluice_admission::{JoinError, Joined, PassOrders, Policy, RoomStats, Status, TicketId, Wait};
+use sluice_admission::tokens::Claims;
+use sluice_admission::{
+    JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId, Wait,
+};
 
 use super::{FleetLimits, SharedRoom};
 use crate::queue::adaptive::{AdaptiveRelease, AdaptiveView};
@@ -22,6 +26,12 @@ use crate::queue::backend::{PollRefused, RoomBackend, Settings};
 /// A fleet room, as this gateway holds it.
 pub struct FleetRoom {
     shared: Arc<SharedRoom>,
+    /// The event's close (unix s; 0: none) and the kill switch as the
+    /// config last gave them: the fleet's room is paused when either says
+    /// so (every gateway's config has the same close, so each writes the
+    /// same state once).
+    closes_at_s: AtomicU64,
+    config_paused: AtomicBool,
     /// This gateway's view of the room's release source: the adaptive
     /// bounds and start rate it publishes (the fleet's rate itself is
     /// stepped by the lease holder, see `fleet_rate`), or the pinned
@@ -34,11 +44,20 @@ impl FleetRoom {
         Self {
             shared,
             adaptive: Mutex::new(adaptive),
+            closes_at_s: AtomicU64::new(0),
+            config_paused: AtomicBool::new(false),
         }
     }
 
     fn adaptive(&self) -> MutexGuard<'_, AdaptiveRelease> {
         self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Paused by the kill switch, or by the event's close at `now_ms`.
+    fn paused_at(&self, now_ms: u64) -> bool {
+        let closes_at_s = self.closes_at_s.load(Ordering::Relaxed);
+        self.config_paused.load(Ordering::Relaxed)
+            || (closes_at_s > 0 && now_ms / 1000 >= closes_at_s)
     }
 }
 
@@ -129,6 +148,24 @@ impl RoomBackend for FleetRoom {
         self.shared.may_start(seq)
     }
 
+    fn touch_pass(&self, _seq: u64, _ticket_id: &TicketId, _now_ms: u64) {
+        // Idle passes are not built for the fleet yet (docs/scaling.md).
+    }
+
+    fn pass_checkout(&self, _seq: u64, _ticket_id: &TicketId, _running: bool, _now_ms: u64) {}
+
+    fn end_pass(&self, pass: &Claims, why: PassEnd, _now_ms: u64) -> bool {
+        let ended = self.shared.end_pass(pass.seq, pass.exp);
+        if ended {
+            self.shared.count_ended(why);
+        }
+        ended
+    }
+
+    fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
+        self.shared.pass_ended(seq, now_ms)
+    }
+
     fn give_back_if_spent(&self, seq: u64, orders: PassOrders, now_ms: u64) -> bool {
         let policy = self.shared.policy();
         orders.spent(policy.max_orders_per_pass.get())
@@ -163,6 +200,8 @@ impl RoomBackend for FleetRoom {
             paused: numbers.paused || numbers.is_stale(now_ms),
             sold_out: !shared.stock.can_sell(shared.name()) || numbers.sold_out,
             wait: WaitHistogram::default(),
+            passes_ended_idle: shared.ended_total(PassEnd::Idle),
+            passes_ended_origin: shared.ended_total(PassEnd::Origin),
         }
     }
 
@@ -178,11 +217,16 @@ impl RoomBackend for FleetRoom {
             .set_adaptive(adaptive.view().map(|v| (v.bounds, start)));
         self.shared.set_policy(policy);
         self.shared.set_joins_per_minute(settings.joins_per_minute);
-        self.shared.want_paused(settings.paused);
+        self.closes_at_s
+            .store(settings.closes_at_s.unwrap_or(0), Ordering::Relaxed);
+        self.config_paused.store(settings.paused, Ordering::Relaxed);
+        self.shared.want_paused(self.paused_at(now_ms));
     }
 
-    fn release_once(&self, _now_ms: u64, _places_max: usize) -> u32 {
-        // The room's tick task releases (see `SharedRoom`).
+    fn release_once(&self, now_ms: u64, _places_max: usize) -> u32 {
+        // The room's tick task releases (see `SharedRoom`); here only the
+        // event's close is written, once (`want_paused` writes a change).
+        self.shared.want_paused(self.paused_at(now_ms));
         0
     }
 

@@ -283,6 +283,9 @@ impl Fleet {
             claims_in_flight: Arc::new(tokio::sync::Semaphore::new(CLAIMS_IN_FLIGHT_MAX)),
             version_seen: AtomicU64::new(0),
             given_back: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+            ended_idle: AtomicU64::new(0),
+            ended_origin: AtomicU64::new(0),
             reachable: AtomicBool::new(true),
             joins_counted: Mutex::new(JoinCounts::default()),
             no_shows: Mutex::new(NoShowMeter::default()),
@@ -385,6 +388,12 @@ pub struct SharedRoom {
     /// Passes whose slot this gateway gave back (seq → pass expiry, unix
     /// s): they may start no more checkouts here.
     given_back: Mutex<HashMap<u64, u64>>,
+    /// Passes ended here before their time (seq → pass expiry, unix s):
+    /// refused here until then.
+    ended: Mutex<HashMap<u64, u64>>,
+    /// Passes ended here, idle and by the origin.
+    ended_idle: AtomicU64,
+    ended_origin: AtomicU64,
     /// The store answered the last call (for logging the changes only).
     reachable: AtomicBool,
     /// This gateway's joins by result (`sluice_queue_joins_total`).
@@ -810,6 +819,50 @@ impl SharedRoom {
 
     fn given_back(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
         self.given_back.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends pass `seq` (expiring at `expires_at_s`) before its time: its
+    /// slot goes back as [`Self::give_back`] does, and this gateway refuses
+    /// the pass until it expires. `false` if it ended here already.
+    pub fn end_pass(&self, seq: u64, expires_at_s: u64) -> bool {
+        {
+            let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+            if ended.insert(seq, expires_at_s).is_some() {
+                return false;
+            }
+            if ended.len() > GIVEN_BACK_MAX {
+                let now_s = now_ms() / 1000;
+                ended.retain(|_, exp| *exp > now_s);
+            }
+        }
+        self.give_back(seq, expires_at_s);
+        true
+    }
+
+    /// Whether pass `seq` was ended before its time and has not expired.
+    pub fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&seq)
+            .is_some_and(|&exp| now_ms / 1000 < exp)
+    }
+
+    /// Counts a pass ended here, by why.
+    pub fn count_ended(&self, why: sluice_admission::PassEnd) {
+        let counter = match why {
+            sluice_admission::PassEnd::Idle => &self.ended_idle,
+            sluice_admission::PassEnd::Origin => &self.ended_origin,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Passes ended here, by why.
+    pub fn ended_total(&self, why: sluice_admission::PassEnd) -> u64 {
+        match why {
+            sluice_admission::PassEnd::Idle => self.ended_idle.load(Ordering::Relaxed),
+            sluice_admission::PassEnd::Origin => self.ended_origin.load(Ordering::Relaxed),
+        }
     }
 
     /// Presented ticket → what to do, from memory only.
