@@ -71,11 +71,12 @@ pub mod ticket_id;
 pub mod tokens;
 pub mod wait_estimate;
 
+pub use pass_idle::PassEnd;
 pub use pass_orders::PassOrders;
 pub use policy::{Policy, PolicyError};
 pub use room::{
-    Admitted, JoinError, Joined, PassEnd, PollError, PreQueue, ReleaseOutcome, RestoreError,
-    RoomState, RoomView, Status, Stop, Wait, WaitingRoom, Watermark,
+    Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, RestoreError, RoomState,
+    RoomView, Status, Stop, Wait, WaitingRoom, Watermark,
 };
 pub use stats::RoomStats;
 pub use stock::{InMemoryStock, StockAuthority};

@@ -9,33 +9,9 @@
 
 use super::WaitingRoom;
 use crate::journal::RoomEvent;
+use crate::pass_idle::{is_idle, PassEnd};
 use crate::store::QueueStore;
 use crate::ticket_id::TicketId;
-
-/// Why a pass ended before its time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassEnd {
-    /// No request and no checkout for the room's `pass_idle`.
-    Idle,
-    /// The origin's answer said `Sluice-Pass: end`.
-    Origin,
-}
-
-impl PassEnd {
-    /// The `reason` label of `sluice_passes_ended_total`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PassEnd::Idle => "idle",
-            PassEnd::Origin => "origin",
-        }
-    }
-}
-
-/// Whether a pass last used at `last_active_s` is idle at `now_s`: no
-/// checkout running and `idle_s` (non-zero) gone by.
-pub fn is_idle(last_active_s: u64, checkouts_running: u32, idle_s: u64, now_s: u64) -> bool {
-    idle_s > 0 && checkouts_running == 0 && now_s >= last_active_s.saturating_add(idle_s)
-}
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// The place of pass `seq`, if `ticket_id` is the one this room derives
@@ -117,32 +93,28 @@ impl<S: QueueStore> WaitingRoom<S> {
     pub(super) fn end_idle_passes(&mut self, now_ms: u64) -> u32 {
         let now_s = Self::unix_s(now_ms);
         self.ended.retain(|_, expires_at_s| now_s < *expires_at_s);
-        let idle_s = self.policy.pass_idle.as_secs();
-        if idle_s == 0 {
+        let idle_ms = self.policy.pass_idle.as_millis() as u64;
+        if idle_ms == 0 {
             return 0;
         }
+        // The one rule both back ends apply (`crate::pass_idle`), here in
+        // the room's whole seconds.
         let idle: Vec<u64> = self
             .active
             .iter()
-            .filter(|(_, p)| is_idle(p.last_active_s, p.checkouts_running, idle_s, now_s))
+            .filter(|(_, p)| {
+                is_idle(
+                    Some(idle_ms),
+                    p.last_active_s.saturating_mul(1000),
+                    p.checkouts_running,
+                    now_s.saturating_mul(1000),
+                )
+            })
             .map(|(&place, _)| place)
             .collect();
         for &place in &idle {
             self.end_at(place, PassEnd::Idle, now_ms);
         }
         idle.len() as u32
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pass_is_idle_only_after_the_whole_idle_time_with_no_checkout_running() {
-        assert!(!is_idle(100, 0, 0, 10_000), "zero: never idle");
-        assert!(!is_idle(100, 0, 30, 129));
-        assert!(is_idle(100, 0, 30, 130));
-        assert!(!is_idle(100, 1, 30, 10_000), "a running checkout is use");
     }
 }

@@ -44,7 +44,6 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::RngCore;
 
-pub use ending::{is_idle, PassEnd};
 pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };

@@ -60,9 +60,9 @@ use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
 use backend::{PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
-use event::Door;
 pub use release::Releaser;
 pub use respond::clear_pass_cookie;
+use sluice_admission::event_window::JoinWindow;
 use sluice_policies::deny_list::DenyList;
 
 /// A join a browser sent for another site's page (`Sec-Fetch-Site:
@@ -496,7 +496,7 @@ impl Rooms {
                 Settings {
                     policy: room.policy,
                     paused: plan.paused,
-                    closes_at_s: event.closes_at_s,
+                    closes_at_s: event.closes_at_s(),
                     joins_per_minute: room.joins_per_minute,
                     config: &room.config,
                 },
@@ -760,9 +760,9 @@ impl Rooms {
         // The campaign's door, then this gateway's own limit (a client over
         // it here is over it for the fleet too); a fleet's store then
         // counts the fleet's.
-        match entry.event.load().door(now) {
-            Door::Open => {}
-            Door::NotOpen { retry_after_s } => {
+        match entry.event.load().window(now) {
+            JoinWindow::Open | JoinWindow::PreQueue => {}
+            JoinWindow::NotOpen { retry_after_s } => {
                 entry.not_open_joins.fetch_add(1, Ordering::Relaxed);
                 return LocalResponse::error(
                     &ApiError::new(
@@ -772,7 +772,7 @@ impl Rooms {
                     .retry_after(retry_after_s.min(u64::from(u32::MAX)) as u32),
                 );
             }
-            Door::Closed => {
+            JoinWindow::Closed => {
                 entry.event_closed_joins.fetch_add(1, Ordering::Relaxed);
                 return LocalResponse::error(&ApiError::new(
                     ErrorCode::EventClosed,
@@ -880,7 +880,7 @@ impl Rooms {
         // already out (collected before the close) is shown as it is.
         let closed = event.is_closed(now)
             && match &status {
-                Status::Admitted(a) => event.closes_at_s.is_some_and(|at| a.issued_at_s >= at),
+                Status::Admitted(a) => event.closes_at_s().is_some_and(|at| a.issued_at_s >= at),
                 Status::Expired | Status::SoldOut => false,
                 _ => true,
             };
@@ -897,7 +897,7 @@ impl Rooms {
             now_s: now / 1000,
             closed,
             message: event.message.as_deref(),
-            closes_at: event.closes_at_s,
+            closes_at: event.closes_at_s(),
         })
     }
 }
