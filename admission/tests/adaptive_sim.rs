@@ -21,6 +21,14 @@
 //! paced (`sluice_admission::poll`); the rounds plant stays as a harder
 //! case for the law.
 //!
+//! `BD_LINE` is `backend-degrades` with its provider as the real
+//! binaries meet it (`adaptive_sim/provider.rs`: paysim's one FIFO worker
+//! at a fixed time a call, two calls a checkout, the driver's 1 s
+//! timeout, look-ups and retries), judged as the load harness judges it,
+//! utilisation included: the released rate once settled at least 85 % of
+//! the capacity at the target p99 that a fixed-rate sweep behind the same
+//! line finds for each phase (`capacity_at_target`).
+//!
 //! The line's plant (`BIG_LINE`, `SMALL_LINE`) is the real one: shoppers
 //! join a `WaitingRoom`, poll when it tells them (plus 0-300 ms of their
 //! own), collect their pass at that poll and start checkout 0-2 s later;
