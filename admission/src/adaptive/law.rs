@@ -29,7 +29,10 @@
 //!          saturated → DRAIN, capacity = served
 //! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
-//!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
+//!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity, the
+//!          capacity raised to what the window serves as the drain ends
+//!          (a collapse's seconds, its calls timing out, serve next to
+//!          nothing: their mean says nothing of the backend's capacity)
 //!          (once it has cruised, a drain that never saw queue >
 //!          QUEUE_CAPACITY was a false alarm — once the window p99 is
 //!          back under P99_CEILING × target, waiting at the same rate
@@ -53,7 +56,9 @@
 //!          10 s p99 are under PROBE_P99 × target, no backend failure in
 //!          the window and the smoothed queue under PROBE_QUEUE, capacity
 //!          ×(1 + PROBE_GAIN) (at least + 1/CRUISE_GAIN), rate' =
-//!          CRUISE_GAIN × it (Gradient2's headroom, BBR's bandwidth probe)
+//!          CRUISE_GAIN × it (Gradient2's headroom, BBR's bandwidth probe);
+//!          not a measurement: the highest capacity stays what drains and
+//!          deliveries measured
 //! rate'    clamped to [min_per_second, max_per_second]; no growth without
 //!          a free max_active slot
 //! ```
@@ -320,6 +325,10 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                 d.phase = Phase::Startup;
                 (rate, Reason::Latency)
             } else {
+                // A collapse (calls timing out and retried) serves next
+                // to nothing while saturated; what the window serves as
+                // the backlog clears is a lower bound of the capacity.
+                let capacity = capacity.max(m.served_per_second);
                 cruise(&mut d, capacity);
                 d.capacity_high =
                     Some(previous.capacity_high.map_or(capacity, |h| h.max(capacity)));
@@ -389,7 +398,6 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
             {
                 let c = (cruised_on * (1.0 + PROBE_GAIN)).max(cruised_on + 1.0 / CRUISE_GAIN);
                 d.capacity = Some(c);
-                d.capacity_high = Some(previous.capacity_high.map_or(c, |h| h.max(c)));
                 (CRUISE_GAIN * c, Reason::Latency)
             } else {
                 (rate, Reason::Steady)

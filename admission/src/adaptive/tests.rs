@@ -392,7 +392,8 @@ fn a_cruise_with_room_under_the_target_probes_a_step_higher_every_ten_steps() {
     assert!((d.rate - 18.0).abs() < 1e-9, "{}", d.rate);
     assert_eq!(
         (d.phase, d.reason, d.capacity_high),
-        (Phase::Cruise, Reason::Latency, Some(c))
+        (Phase::Cruise, Reason::Latency, Some(20.0)),
+        "a probe is not a measured capacity: a recovery returns to the highest measured"
     );
     // No room (p99 at 0.6 × the target), or a failure: it holds.
     for x in [m(60, 120.0, 18.0, 0.9, 18.0), {
@@ -454,5 +455,22 @@ fn out_served_after_a_collapse_resumes_what_was_served_not_the_highest() {
     // Straight back to a cruise on it, not 4 × towards 0.85 × 23/s.
     d = step(&B, &d, &served, 10_000);
     assert_eq!(d.phase, Phase::Cruise);
+    assert!((d.rate - CRUISE_GAIN * 6.0).abs() < 1e-9, "{}", d.rate);
+}
+
+#[test]
+fn a_drain_that_ends_serving_more_than_it_measured_cruises_on_what_it_serves() {
+    // A collapse: while the queue was over QUEUE_CAPACITY the backend's
+    // calls timed out and it served next to nothing (the mean of those
+    // seconds: 1/s); once drained it serves 6/s.
+    let mut d = at(10.0, Phase::Drain);
+    d.base_ms = Some(160.0);
+    d.cruised = true;
+    d.capacity = Some(1.0);
+    d.capacity_samples = 5;
+    d.capacity_sum = 5.0;
+    let drained = m(30, 300.0, 6.0, 6.0 * 0.16, 6.0);
+    d = step(&B, &d, &drained, 1000);
+    assert_eq!((d.phase, d.capacity), (Phase::Cruise, Some(6.0)));
     assert!((d.rate - CRUISE_GAIN * 6.0).abs() < 1e-9, "{}", d.rate);
 }
