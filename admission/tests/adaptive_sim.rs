@@ -991,7 +991,7 @@ fn behind_the_line_after_settling_on_seeds_1_to_24() {
 
 /// The same on held-out seeds 25-48: at least 22 of 24.
 #[test]
-#[ignore = "not met yet (issue 32)"]
+#[ignore = "not met yet: 13 of 24 (issue 32)"]
 fn behind_the_line_after_settling_on_held_out_seeds() {
     seeds_pass("behind the line, held out", 25..=48, 22, line_bar);
 }
@@ -1138,14 +1138,14 @@ fn bd_check(seed: u64) -> Result<(), String> {
 
 /// `backend-degrades`' verdict in the simulation, seeds 1-24: every one.
 #[test]
-#[ignore = "not met yet: 0 of 24 (issue 32)"]
+#[ignore = "not met yet: 17 of 24 (issue 32)"]
 fn backend_degrades_on_seeds_1_to_24() {
     seeds_pass("backend-degrades", 1..=24, 24, bd_check);
 }
 
 /// The same on held-out seeds 25-48: at least 22 of 24.
 #[test]
-#[ignore = "not met yet (issue 32)"]
+#[ignore = "not met yet: 16 of 24 (issue 32)"]
 fn backend_degrades_on_held_out_seeds() {
     seeds_pass("backend-degrades, held out", 25..=48, 22, bd_check);
 }
