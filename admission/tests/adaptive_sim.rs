@@ -21,6 +21,14 @@
 //! paced (`sluice_admission::poll`); the rounds plant stays as a harder
 //! case for the law.
 //!
+//! `BD_LINE` is `backend-degrades` with its provider as the real
+//! binaries meet it (`adaptive_sim/provider.rs`: paysim's one FIFO worker
+//! at a fixed time a call, two calls a checkout, the driver's 1 s
+//! timeout, look-ups and retries), judged as the load harness judges it,
+//! utilisation included: the released rate once settled at least 85 % of
+//! the capacity at the target p99 that a fixed-rate sweep behind the same
+//! line finds for each phase (`capacity_at_target`).
+//!
 //! The line's plant (`BIG_LINE`, `SMALL_LINE`) is the real one: shoppers
 //! join a `WaitingRoom`, poll when it tells them (plus 0-300 ms of their
 //! own), collect their pass at that poll and start checkout 0-2 s later;
@@ -39,6 +47,10 @@ use sluice_admission::adaptive::{
     step, Bounds, CheckoutWindow, Decision, InFlight, Measurements, Outcome, Phase,
 };
 use sluice_admission::{InMemoryStock, PassOrders, Policy, Status, TicketId, WaitingRoom};
+
+#[path = "adaptive_sim/provider.rs"]
+mod provider;
+use provider::{Provider, ProviderCfg};
 
 const TICK_MS: u64 = 10;
 const SERVICE_MEAN_MS: f64 = 100.0;
@@ -82,6 +94,7 @@ struct Run {
 }
 
 /// A backend and the line in front of it.
+#[derive(Debug, Clone, Copy)]
 struct Plant {
     bounds: Bounds,
     /// Workers and their mean service time (ms) in each phase.
@@ -95,6 +108,11 @@ struct Plant {
     line: Option<LineCfg>,
     /// How long each of the three phases lasts.
     phase_ms: u64,
+    /// Instead of `workers` and `service_ms`: the real provider behind
+    /// the real checkout driver (`provider.rs`).
+    provider: Option<ProviderCfg>,
+    /// A fixed release rate instead of the law (a capacity sweep's step).
+    fixed: Option<u32>,
 }
 
 /// The real line in front of the backend.
@@ -115,6 +133,8 @@ const BIG: Plant = Plant {
     round_ms: NO_LAG_MS,
     line: None,
     phase_ms: PHASE_MS,
+    provider: None,
+    fixed: None,
 };
 
 /// The issue's backend behind the real line, as `backend-degrades` sets
@@ -145,6 +165,8 @@ const SMALL: Plant = Plant {
     round_ms: POLL_ROUND_MS,
     line: None,
     phase_ms: PHASE_MS,
+    provider: None,
+    fixed: None,
 };
 
 /// The same backend and bounds behind the real line (10-20 s polls), with
@@ -160,18 +182,22 @@ const SMALL_LINE: Plant = Plant {
     ..SMALL
 };
 
-/// `backend-degrades` itself: the same backend and bounds behind the
-/// real line, the provider slowed from 60 s to 120 s, 1,500 shoppers in
-/// 20 s (the scenario's), judged as its verdict judges (`bd_verdict`).
+/// `backend-degrades` itself: the scenario's bounds and line (3,000
+/// shoppers in 20 s, polls 10-20 s), and its provider as the real
+/// binaries meet it (`provider.rs`: paysim's one worker at 25, then 80,
+/// then 25 ms a call, two calls a checkout, the driver's 1 s timeout and
+/// retries), slowed from 60 s to 120 s; judged as its verdict judges
+/// (`bd_verdict`).
 const BD_LINE: Plant = Plant {
     round_ms: NO_LAG_MS,
     line: Some(LineCfg {
-        shoppers: 1_500,
+        shoppers: 3_000,
         over_ms: 20_000,
         poll_min_s: 10,
         poll_max_s: 20,
     }),
     phase_ms: 60_000,
+    provider: Some(provider::BACKEND_DEGRADES),
     ..SMALL
 };
 
@@ -203,8 +229,8 @@ struct Line {
 const T0_MS: u64 = 1_767_225_600_000;
 
 impl Line {
-    fn new(cfg: LineCfg, bounds: &Bounds, seed: u64) -> Self {
-        let start = NonZeroU32::new(bounds.start_per_second().round() as u32).unwrap();
+    fn new(cfg: LineCfg, start_per_second: f64, seed: u64) -> Self {
+        let start = NonZeroU32::new(start_per_second.round() as u32).unwrap();
         let policy = Policy {
             release_per_second: start,
             burst: start,
@@ -297,7 +323,11 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut window = CheckoutWindow::new();
     let mut decision = Decision::start(&plant.bounds, 0);
-    let mut line = plant.line.map(|cfg| Line::new(cfg, &plant.bounds, seed));
+    if let Some(r) = plant.fixed {
+        decision.rate = f64::from(r);
+    }
+    let mut line = plant.line.map(|cfg| Line::new(cfg, decision.rate, seed));
+    let mut provider = plant.provider.map(|cfg| Provider::new(cfg, plant.phase_ms));
     let mut tokens = 0.0f64;
     let mut active = 0u32;
     // Shoppers admitted, by when they start their checkout (and who:
@@ -343,7 +373,10 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
         thinking.retain(|&(at, who)| {
             if at <= now {
                 in_flight.start(now);
-                queued.push_back((at, who));
+                match provider.as_mut() {
+                    Some(p) => p.arrive(at, who, &mut rng),
+                    None => queued.push_back((at, who)),
+                }
                 run.arrived[second] += 1;
                 false
             } else {
@@ -374,6 +407,19 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
             in_flight.end(now);
             ended.push(who);
         }
+        if let Some(p) = provider.as_mut() {
+            for (_, latency, failed, who) in p.advance(now, &mut rng) {
+                let outcome = if failed {
+                    Outcome::Failed
+                } else {
+                    Outcome::Served
+                };
+                window.record(now, latency as u32, outcome);
+                run.checkouts.push((now, latency, failed));
+                in_flight.end(now);
+                ended.push(who);
+            }
+        }
         for who in ended.drain(..) {
             match line.as_mut() {
                 Some(line) => line.done(who),
@@ -401,7 +447,13 @@ fn simulate(seed: u64, plant: &Plant) -> Run {
                 started_per_second: span.started_per_second,
                 ..window.measure(now, free)
             };
-            decision = step(&plant.bounds, &decision, &m, now);
+            decision = match plant.fixed {
+                Some(_) => Decision {
+                    at_ms: now,
+                    ..decision
+                },
+                None => step(&plant.bounds, &decision, &m, now),
+            };
             if let Some(line) = line.as_mut() {
                 line.room
                     .set_release_per_second(NonZeroU32::new(decision.per_second()).unwrap());
@@ -596,64 +648,257 @@ fn holds_after_settling(plant: &Plant) {
         _ => vec![1, 2, 3, 42, 2026],
     };
     for seed in seeds {
-        let run = simulate(seed, plant);
-        if std::env::var_os("SIM_TRACE").is_some() {
-            trace(&run);
-        }
-        for (phase, capacity) in [(0u64, 100.0), (1, 30.0), (2, 100.0)] {
-            let (start, end) = (phase * PHASE_MS, (phase + 1) * PHASE_MS);
-            let settled = start + SETTLE_MS;
-            let steady = mean_rate(&run, settled, end);
-            let swing = run
-                .seconds
-                .iter()
-                .filter(|s| (settled..end).contains(&s.at_ms))
-                .map(|s| (s.rate - steady).abs() / steady)
-                .fold(0.0, f64::max);
-            let after = settled_checkouts(&run, settled, end);
-            let in_phase = || {
-                run.seconds
-                    .iter()
-                    .filter(|s| (settled..end).contains(&s.at_ms))
-            };
-            let low = in_phase().min_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
-            let high = in_phase().max_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
-            eprintln!(
-                "seed {seed} phase {phase}: mean {steady:.1}/s, swing ±{:.0} % ({:.0} at {} s, {:.0} at {} s), p99 {} ms",
-                swing * 100.0,
-                low.rate,
-                low.at_ms / 1000,
-                high.rate,
-                high.at_ms / 1000,
-                p99(after.iter().map(|c| c.1).collect())
-            );
-            if std::env::var_os("SIM_REPORT").is_some() {
-                continue;
+        let result = settled_bar(plant, seed, None);
+        if std::env::var_os("SIM_REPORT").is_none() {
+            if let Err(e) = result {
+                panic!("{e}");
             }
-            assert!(
-                steady <= capacity && steady >= 0.6 * capacity,
-                "seed {seed}: phase {phase} steady rate {steady:.1} for capacity {capacity}"
-            );
-            for s in run
-                .seconds
-                .iter()
-                .filter(|s| (settled..end).contains(&s.at_ms))
-            {
-                assert!(
-                    (s.rate - steady).abs() <= 0.15 * steady,
-                    "seed {seed}: phase {phase} rate {:.1} at {} ms is more than 15 % from {steady:.1}",
-                    s.rate,
-                    s.at_ms
-                );
-            }
-            let after = settled_checkouts(&run, settled, end);
-            let latency = p99(after.iter().map(|c| c.1).collect());
-            assert!(
-                latency as f64 <= 1.5 * f64::from(BOUNDS.target_p99_ms),
-                "seed {seed}: phase {phase} p99 {latency} ms after settling"
-            );
         }
     }
+}
+
+/// The bar once settled, on one seed: from 30 s after each step of the
+/// capacity, the rate holds within ±15 % of its mean, that mean is
+/// 60-100 % of the nominal capacity (and, with `at_target`, at least
+/// [`UTILISATION_MIN`] of the capacity at the target p99 that a
+/// fixed-rate sweep found for the phase), the p99 of the checkouts that
+/// ended stays within 1.5 × the target and their failures under
+/// `max_error_ratio`. The first violation, if any.
+fn settled_bar(plant: &Plant, seed: u64, at_target: Option<[u32; 3]>) -> Result<(), String> {
+    let run = simulate(seed, plant);
+    if std::env::var_os("SIM_TRACE").is_some() {
+        trace(&run);
+    }
+    let bounds = &plant.bounds;
+    let mut first = Ok(());
+    let mut fail = |e: String| {
+        if first.is_ok() {
+            first = Err(e);
+        }
+    };
+    for phase in 0..3u64 {
+        let n = phase as usize;
+        let capacity = plant.workers[n] as f64 * 1000.0 / plant.service_ms[n];
+        let (start, end) = (phase * plant.phase_ms, (phase + 1) * plant.phase_ms);
+        let settled = start + SETTLE_MS;
+        let steady = mean_rate(&run, settled, end);
+        let in_phase = || {
+            run.seconds
+                .iter()
+                .filter(|s| (settled..end).contains(&s.at_ms))
+        };
+        let swing = in_phase()
+            .map(|s| (s.rate - steady).abs() / steady)
+            .fold(0.0, f64::max);
+        let after = settled_checkouts(&run, settled, end);
+        let latency = p99(after.iter().map(|c| c.1).collect());
+        let failed = after.iter().filter(|c| c.2).count() as f64 / after.len().max(1) as f64;
+        let low = in_phase().min_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
+        let high = in_phase().max_by(|a, b| a.rate.total_cmp(&b.rate)).unwrap();
+        let of_target = at_target.map_or(String::new(), |c| {
+            format!(
+                ", {:.0} % of {} at target",
+                100.0 * steady / f64::from(c[n]),
+                c[n]
+            )
+        });
+        eprintln!(
+            "seed {seed} phase {phase}: mean {steady:.1}/s{of_target}, swing ±{:.0} % ({:.0} at {} s, {:.0} at {} s), p99 {latency} ms, {:.2} % failed",
+            swing * 100.0,
+            low.rate,
+            low.at_ms / 1000,
+            high.rate,
+            high.at_ms / 1000,
+            failed * 100.0
+        );
+        if !(steady <= capacity && steady >= 0.6 * capacity) {
+            fail(format!(
+                "seed {seed}: phase {phase} steady rate {steady:.1} for capacity {capacity}"
+            ));
+        }
+        if let Some(c) = at_target {
+            if steady < UTILISATION_MIN * f64::from(c[n]) {
+                fail(format!(
+                    "seed {seed}: phase {phase} steady rate {steady:.1} under {UTILISATION_MIN} × {} (the capacity at the target p99)",
+                    c[n]
+                ));
+            }
+            if failed >= bounds.max_error_ratio {
+                fail(format!(
+                    "seed {seed}: phase {phase} {:.2} % failed",
+                    failed * 100.0
+                ));
+            }
+        }
+        if let Some(s) = in_phase().find(|s| (s.rate - steady).abs() > 0.15 * steady) {
+            fail(format!(
+                "seed {seed}: phase {phase} rate {:.1} at {} ms is more than 15 % from {steady:.1}",
+                s.rate, s.at_ms
+            ));
+        }
+        if latency as f64 > 1.5 * f64::from(bounds.target_p99_ms) {
+            fail(format!(
+                "seed {seed}: phase {phase} p99 {latency} ms after settling"
+            ));
+        }
+    }
+    first
+}
+
+/// The released rate once settled must be at least this share of the
+/// backend's capacity at the target p99 (issue 32).
+const UTILISATION_MIN: f64 = 0.85;
+
+/// A fixed-rate step of a capacity sweep lasts this long...
+const SWEEP_MS: u64 = 90_000;
+/// ...and is judged from here on (the line's opening gone).
+const SWEEP_SETTLED_MS: u64 = 30_000;
+/// The seeds a sweep's step must meet the target on.
+const SWEEP_SEEDS: [u64; 3] = [101, 102, 103];
+
+/// `plant` with phase `n`'s backend throughout, released at a fixed
+/// `rate`, with a line that lasts the step.
+fn fixed_plant(plant: &Plant, n: usize, rate: u32) -> Plant {
+    Plant {
+        workers: [plant.workers[n]; 3],
+        service_ms: [plant.service_ms[n]; 3],
+        provider: plant.provider.map(|p| ProviderCfg {
+            latency_ms: [p.latency_ms[n]; 3],
+            ..p
+        }),
+        line: plant.line.map(|l| LineCfg {
+            shoppers: rate * (SWEEP_MS / 1000 + 20) as u32 + 1000,
+            over_ms: 20_000,
+            ..l
+        }),
+        fixed: Some(rate),
+        phase_ms: SWEEP_MS / 3,
+        ..*plant
+    }
+}
+
+/// One fixed-rate step on one seed: (p99 ms, failed share, served per
+/// second) of the checkouts that ended once settled.
+fn fixed_step(plant: &Plant, n: usize, rate: u32, seed: u64) -> (u64, f64, f64) {
+    let run = simulate(seed, &fixed_plant(plant, n, rate));
+    let after = settled_checkouts(&run, SWEEP_SETTLED_MS, SWEEP_MS);
+    let failed = after.iter().filter(|c| c.2).count();
+    (
+        if after.is_empty() {
+            0
+        } else {
+            p99(after.iter().map(|c| c.1).collect())
+        },
+        failed as f64 / after.len().max(1) as f64,
+        (after.len() - failed) as f64 * 1000.0 / (SWEEP_MS - SWEEP_SETTLED_MS) as f64,
+    )
+}
+
+/// The capacity at the target p99 of phase `n`'s backend behind the
+/// line, as `sluice-load capacity` finds it: the highest whole release
+/// rate (the room's bucket runs at whole rates) whose checkouts, once
+/// settled, have a p99 within `target_p99_ms`, failures under
+/// `max_error_ratio`, and are served at 90 % of it or more, on every
+/// seed of [`SWEEP_SEEDS`]; found by steps of × 1.25 from the floor, then
+/// halving between the last good step and the first bad one.
+fn capacity_at_target(plant: &Plant, n: usize) -> u32 {
+    let b = &plant.bounds;
+    let good = |rate: u32| {
+        SWEEP_SEEDS.iter().all(|&seed| {
+            let (p99_ms, failed, served) = fixed_step(plant, n, rate, seed);
+            p99_ms <= u64::from(b.target_p99_ms)
+                && failed < b.max_error_ratio
+                && served >= 0.9 * f64::from(rate)
+        })
+    };
+    let (mut lo, mut hi) = (b.min_per_second.max(1), None);
+    while hi.is_none() && lo < b.max_per_second {
+        let next = ((f64::from(lo) * 1.25).ceil() as u32).min(b.max_per_second);
+        if good(next) {
+            lo = next;
+        } else {
+            hi = Some(next);
+        }
+    }
+    let Some(mut hi) = hi else { return lo };
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if good(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Each phase's capacity at the target p99 (the third phase's backend is
+/// the first's).
+fn capacities_at_target(plant: &Plant) -> [u32; 3] {
+    assert_eq!(plant.workers[0], plant.workers[2]);
+    assert_eq!(plant.service_ms[0], plant.service_ms[2]);
+    assert!(plant
+        .provider
+        .is_none_or(|p| p.latency_ms[0] == p.latency_ms[2]));
+    let healthy = capacity_at_target(plant, 0);
+    let degraded = capacity_at_target(plant, 1);
+    eprintln!("capacity at the target p99: {healthy}/s, {degraded}/s, {healthy}/s");
+    [healthy, degraded, healthy]
+}
+
+/// Per plant, computed once for every test that wants it.
+fn bd_capacities() -> [u32; 3] {
+    static C: std::sync::OnceLock<[u32; 3]> = std::sync::OnceLock::new();
+    *C.get_or_init(|| capacities_at_target(&BD_LINE))
+}
+
+fn line_capacities() -> [u32; 3] {
+    static C: std::sync::OnceLock<[u32; 3]> = std::sync::OnceLock::new();
+    *C.get_or_init(|| capacities_at_target(&BIG_LINE))
+}
+
+/// Runs `check` on every seed of `seeds` (on two threads); asserts that
+/// at least `needed` pass.
+fn seeds_pass(
+    what: &str,
+    seeds: std::ops::RangeInclusive<u64>,
+    needed: usize,
+    check: fn(u64) -> Result<(), String>,
+) {
+    let seeds: Vec<u64> = seeds.collect();
+    let results: Vec<(u64, Result<(), String>)> = std::thread::scope(|scope| {
+        let halves: Vec<_> = [0, 1]
+            .map(|h| {
+                let mine: Vec<u64> = seeds.iter().copied().skip(h).step_by(2).collect();
+                scope.spawn(move || mine.into_iter().map(|s| (s, check(s))).collect::<Vec<_>>())
+            })
+            .into_iter()
+            .collect();
+        halves.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let failed: Vec<&String> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    let passed = results.len() - failed.len();
+    eprintln!(
+        "{what}: {passed} of {} seeds ({}–{}) pass",
+        results.len(),
+        seeds[0],
+        seeds[seeds.len() - 1]
+    );
+    for e in &failed {
+        eprintln!("  {e}");
+    }
+    assert!(
+        passed >= needed,
+        "{what}: {passed} of {} seeds pass, {needed} needed: {failed:?}",
+        results.len()
+    );
+}
+
+fn line_bar(seed: u64) -> Result<(), String> {
+    settled_bar(&BIG_LINE, seed, Some(line_capacities()))
 }
 
 /// Behind the real line (shoppers poll the room when it tells them and
@@ -736,13 +981,20 @@ fn line_follows(seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The issue's full bar behind the line, reported, not asserted (see
-/// docs/waiting-room.md: the law's CRUISE takes the line's noise for
-/// underload on some seeds): `SIM_REPORT=1 … -- --ignored --nocapture`.
+/// The issue's full bar behind the line (`settled_bar`, with the
+/// utilisation: at least 85 % of the capacity at the target p99 found by
+/// a fixed-rate sweep), on seeds 1-24: every one.
 #[test]
-#[ignore = "reports the bar behind the line; not met on every seed"]
-fn behind_the_line_after_settling_report() {
-    holds_after_settling(&BIG_LINE);
+#[ignore = "not met yet: 15 of 24 (issue 32)"]
+fn behind_the_line_after_settling_on_seeds_1_to_24() {
+    seeds_pass("behind the line", 1..=24, 24, line_bar);
+}
+
+/// The same on held-out seeds 25-48: at least 22 of 24.
+#[test]
+#[ignore = "not met yet: 13 of 24 (issue 32)"]
+fn behind_the_line_after_settling_on_held_out_seeds() {
+    seeds_pass("behind the line, held out", 25..=48, 22, line_bar);
 }
 
 /// `backend-degrades`' plant behind the line, reported.
@@ -824,9 +1076,11 @@ fn bd_phases(run: &Run, plant: &Plant) -> [Judged; 3] {
 }
 
 /// `backend-degrades`' bar on one run: each phase within ±15 %, p99 within
-/// 1.5 × the target, failures under `max_error_ratio`, and each phase's
-/// mean 10 % or more away from the one before. The violations, if any.
-fn bd_verdict(judged: &[Judged; 3], bounds: &Bounds) -> Vec<String> {
+/// 1.5 × the target, failures under `max_error_ratio`, the mean at least
+/// [`UTILISATION_MIN`] of the phase's capacity at the target p99
+/// (`at_target`), and each phase's mean 10 % or more away from the one
+/// before. The violations, if any.
+fn bd_verdict(judged: &[Judged; 3], bounds: &Bounds, at_target: [u32; 3]) -> Vec<String> {
     let mut out = Vec::new();
     for (n, j) in judged.iter().enumerate() {
         if j.swing > 0.15 {
@@ -838,6 +1092,14 @@ fn bd_verdict(judged: &[Judged; 3], bounds: &Bounds) -> Vec<String> {
         if j.failed >= bounds.max_error_ratio {
             out.push(format!("phase {n}: {:.1} % failed", j.failed * 100.0));
         }
+        if j.mean < UTILISATION_MIN * f64::from(at_target[n]) {
+            out.push(format!(
+                "phase {n}: {:.1}/s is {:.0} % of {}/s",
+                j.mean,
+                100.0 * j.mean / f64::from(at_target[n]),
+                at_target[n]
+            ));
+        }
     }
     for n in 0..2 {
         if (judged[n + 1].mean - judged[n].mean).abs() < 0.1 * judged[n].mean {
@@ -847,35 +1109,90 @@ fn bd_verdict(judged: &[Judged; 3], bounds: &Bounds) -> Vec<String> {
     out
 }
 
+/// `backend-degrades` in the simulation on one seed: its verdict.
+fn bd_check(seed: u64) -> Result<(), String> {
+    let at_target = bd_capacities();
+    let run = simulate(seed, &BD_LINE);
+    if std::env::var_os("SIM_TRACE").is_some() {
+        trace(&run);
+    }
+    let judged = bd_phases(&run, &BD_LINE);
+    for (n, j) in judged.iter().enumerate() {
+        eprintln!(
+            "bd seed {seed} phase {n}: {:.1}/s ({:.0} % of {}/s) ±{:.0} %, p99 {} ms, {:.1} % of {} failed",
+            j.mean,
+            100.0 * j.mean / f64::from(at_target[n]),
+            at_target[n],
+            j.swing * 100.0,
+            j.p99_ms,
+            j.failed * 100.0,
+            j.checkouts
+        );
+    }
+    let verdict = bd_verdict(&judged, &BD_LINE.bounds, at_target);
+    if verdict.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("bd seed {seed}: {verdict:?}"))
+    }
+}
+
+/// `backend-degrades`' verdict in the simulation, seeds 1-24: every one.
+#[test]
+#[ignore = "not met yet: 17 of 24 (issue 32)"]
+fn backend_degrades_on_seeds_1_to_24() {
+    seeds_pass("backend-degrades", 1..=24, 24, bd_check);
+}
+
+/// The same on held-out seeds 25-48: at least 22 of 24.
+#[test]
+#[ignore = "not met yet: 16 of 24 (issue 32)"]
+fn backend_degrades_on_held_out_seeds() {
+    seeds_pass("backend-degrades, held out", 25..=48, 22, bd_check);
+}
+
 /// `backend-degrades` in the simulation, reported: `SIM_SEEDS=…` to pick
-/// the seeds.
+/// the seeds (a list or a range `a-b`).
 #[test]
 #[ignore = "a report"]
 fn report_backend_degrades() {
     let seeds: Vec<u64> = match std::env::var("SIM_SEEDS") {
+        Ok(r) if r.contains('-') => {
+            let (a, b) = r.split_once('-').unwrap();
+            (a.parse().unwrap()..=b.parse().unwrap()).collect()
+        }
         Ok(list) => list.split(',').map(|s| s.trim().parse().unwrap()).collect(),
         _ => vec![1, 2, 3, 42, 2026],
     };
     let mut passed = 0;
     for &seed in &seeds {
-        let run = simulate(seed, &BD_LINE);
-        if std::env::var_os("SIM_TRACE").is_some() {
-            trace(&run);
+        match bd_check(seed) {
+            Ok(()) => passed += 1,
+            Err(e) => eprintln!("{e}"),
         }
-        let judged = bd_phases(&run, &BD_LINE);
-        let verdict = bd_verdict(&judged, &BD_LINE.bounds);
-        for (n, j) in judged.iter().enumerate() {
-            eprintln!(
-                "bd seed {seed} phase {n}: {:.1}/s ±{:.0} %, p99 {} ms, {:.1} % of {} failed",
-                j.mean,
-                j.swing * 100.0,
-                j.p99_ms,
-                j.failed * 100.0,
-                j.checkouts
-            );
-        }
-        eprintln!("bd seed {seed}: {verdict:?}");
-        passed += usize::from(verdict.is_empty());
     }
     eprintln!("bd: {passed} of {} seeds pass", seeds.len());
+}
+
+/// The capacity at the target p99 of each plant behind the line, and the
+/// fixed-rate steps around it (`SIM_SWEEP=bd` or `line`).
+#[test]
+#[ignore = "a report"]
+fn report_capacity_sweep() {
+    let plant = match std::env::var("SIM_SWEEP").as_deref() {
+        Ok("line") => BIG_LINE,
+        _ => BD_LINE,
+    };
+    let caps = capacities_at_target(&plant);
+    for n in [0usize, 1] {
+        for rate in caps[n].saturating_sub(2).max(1)..=caps[n] + 2 {
+            for seed in SWEEP_SEEDS {
+                let (p99_ms, failed, served) = fixed_step(&plant, n, rate, seed);
+                eprintln!(
+                    "phase {n} fixed {rate}/s seed {seed}: p99 {p99_ms} ms, {:.2} % failed, served {served:.1}/s",
+                    failed * 100.0
+                );
+            }
+        }
+    }
 }

@@ -98,7 +98,7 @@ fn the_kubernetes_policy_refuses_to_start_until_its_key_is_replaced() {
     let out = check(&file);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("`secret` must be base64url"), "{stderr}");
+    assert!(stderr.contains("secret must be base64url"), "{stderr}");
 }
 
 #[test]

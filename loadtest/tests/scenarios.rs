@@ -374,6 +374,8 @@ async fn backend_degrades_the_rate_follows_the_provider_down() {
     };
     s.limits.max_duration_s = 120;
     s.adaptive_bar.settle_s = 15.0;
+    // No capacity sweep before this short run (minutes of its own).
+    s.adaptive_bar.utilisation_min = None;
     for (f, at_s) in s
         .faults
         .iter_mut()

@@ -6,7 +6,10 @@
 //!            BBR's RTprop): min-filtered over windows of ≥ BASE_SAMPLES
 //!            checkouts (a slower room: over its newest BASE_SAMPLES of
 //!            the horizon), base += BASE_DOWN × (mean − base) below it,
-//!            and creeping up by BASE_DRIFT a second above it
+//!            and creeping up by BASE_DRIFT a second above it; before
+//!            that, a STARTUP with windows of SAMPLES_WANTED to
+//!            EARLY_BASE_BELOW checkouts takes its window's mean at the
+//!            EARLY_BASE_STEPSth such step (a slow room's opening)
 //! queue    = in_flight − started/s × base        (Little's law: the
 //!            checkouts waiting at the backend, Vegas's diff)
 //! saturated: released > served / OUTPACED and queue > QUEUE_STARTUP (one
@@ -26,7 +29,10 @@
 //!          saturated → DRAIN, capacity = served
 //! DRAIN    capacity = mean of served-in-the-last-second while queue > QUEUE_CAPACITY
 //!          rate' = min(rate, max(DRAIN_FLOOR × capacity, capacity − queue / DRAIN_S))
-//!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity
+//!          queue < QUEUE_DRAINED → CRUISE at CRUISE_GAIN × capacity, the
+//!          capacity raised to what the window serves as the drain ends
+//!          (a collapse's seconds, its calls timing out, serve next to
+//!          nothing: their mean says nothing of the backend's capacity)
 //!          (once it has cruised, a drain that never saw queue >
 //!          QUEUE_CAPACITY was a false alarm — once the window p99 is
 //!          back under P99_CEILING × target, waiting at the same rate
@@ -41,11 +47,18 @@
 //!          capacity (it came back)
 //!          the window served > OUTSERVED × the capacity it cruises on
 //!          (from cruise step OUTSERVED_FROM_STEP on),
-//!          OUTSERVED_STEPS in a row → STARTUP with capacity (and the
-//!          highest capacity, if lower) = that served rate (a delivery
+//!          OUTSERVED_STEPS in a row → STARTUP resuming that served rate,
+//!          capacity (and the highest capacity, if lower) = it (a delivery
 //!          rate is a lower bound of the capacity: shoppers who learn of
 //!          their pass at their next poll check out in rounds, and the
 //!          backend serves a round as fast as it can)
+//!          probe: every PROBE_EVERY steps, while the window's and the
+//!          10 s p99 are under PROBE_P99 × target, no backend failure in
+//!          the window and the smoothed queue under PROBE_QUEUE, capacity
+//!          ×(1 + PROBE_GAIN) (at least + 1/CRUISE_GAIN), rate' =
+//!          CRUISE_GAIN × it (Gradient2's headroom, BBR's bandwidth probe);
+//!          not a measurement: the highest capacity stays what drains and
+//!          deliveries measured
 //! rate'    clamped to [min_per_second, max_per_second]; no growth without
 //!          a free max_active slot
 //! ```
@@ -135,6 +148,29 @@ pub const OUTSERVED_STEPS: u32 = 2;
 /// fell under the cruise threshold.
 pub const OUTSERVED_FROM_STEP: u32 = 5;
 
+/// CRUISE probes for more (Gradient2's headroom, BBR's bandwidth probe):
+/// every [`PROBE_EVERY`] steps, when the window's and the 10 s p99 are
+/// under this share of `target_p99_ms`, no checkout failed for the
+/// backend's sake in the window and the smoothed queue is under
+/// [`PROBE_QUEUE`]...
+pub const PROBE_P99: f64 = 0.5;
+/// ...the capacity it cruises on grows by this share, and by at least one
+/// release a second (a room at a few per second moves in whole steps).
+pub const PROBE_GAIN: f64 = 0.05;
+pub const PROBE_QUEUE: f64 = 4.0;
+pub const PROBE_EVERY: u32 = 10;
+
+/// Before a base latency is learnt the usual way (a room under ~67/s
+/// waits 20 s for it), STARTUP takes the window's mean as its base at the
+/// EARLY_BASE_STEPSth step with at least `window::SAMPLES_WANTED`
+/// checkouts: without it the queue count is blind through the opening.
+pub const EARLY_BASE_STEPS: u32 = 3;
+/// ...in a room slow enough to wait that long: its window holds fewer
+/// checkouts than this (a faster room learns its base within seconds, on
+/// windows of BASE_SAMPLES; an early window of a fast room is biased
+/// towards the fast checkouts that ended first).
+pub const EARLY_BASE_BELOW: usize = 100;
+
 /// Enters CRUISE on `capacity` (the rate is the caller's).
 fn cruise(d: &mut Decision, capacity: f64) {
     d.phase = Phase::Cruise;
@@ -178,6 +214,18 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         Some(mean)
     } else {
         m.slow_room_mean_ms
+    };
+    let early_steps = if previous.base_ms.is_none()
+        && previous.phase == Phase::Startup
+        && (super::window::SAMPLES_WANTED..EARLY_BASE_BELOW).contains(&(m.checkouts as usize))
+    {
+        previous.early_steps + 1
+    } else {
+        previous.early_steps
+    };
+    let learnt = match learnt {
+        None if previous.base_ms.is_none() && early_steps >= EARLY_BASE_STEPS => Some(mean),
+        l => l,
     };
     let base_ms = match (previous.base_ms, learnt) {
         (b, None) => b,
@@ -236,6 +284,7 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
         |capacity: f64| rate.min((capacity - queue.max(0.0) / DRAIN_S).max(DRAIN_FLOOR * capacity));
     let mut d = Decision {
         base_ms,
+        early_steps,
         queue: Some(smoothed),
         over_steps,
         ..*previous
@@ -276,6 +325,10 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                 d.phase = Phase::Startup;
                 (rate, Reason::Latency)
             } else {
+                // A collapse (calls timing out and retried) serves next
+                // to nothing while saturated; what the window serves as
+                // the backlog clears is a lower bound of the capacity.
+                let capacity = capacity.max(m.served_per_second);
                 cruise(&mut d, capacity);
                 d.capacity_high =
                     Some(previous.capacity_high.map_or(capacity, |h| h.max(capacity)));
@@ -326,9 +379,29 @@ pub fn step(bounds: &Bounds, previous: &Decision, m: &Measurements, now_ms: u64)
                         .capacity_high
                         .map_or(m.served_per_second, |h| h.max(m.served_per_second)),
                 );
-                d.resume = d.capacity_high;
+                // From what was served, not the highest capacity: after
+                // a collapse the drain measured almost nothing, and what
+                // a backend serves once the backlog clears is all it
+                // says (the highest may be a healthy phase's, and going
+                // back there collapses it again). The probe finds more.
+                d.resume = Some(m.served_per_second);
             }
-            (rate, Reason::Steady)
+            let long_p99 = m.long_p99_ms.map_or(p99, |l| f64::from(l.max(1)));
+            // (A probe's effect reaches the 10 s p99 within the next
+            // probe's interval; the queue and failures act at once.)
+            if d.phase == Phase::Cruise
+                && d.cruise_steps.is_multiple_of(PROBE_EVERY)
+                && long_p99.max(p99) < PROBE_P99 * target
+                && m.backend_failures == 0
+                && smoothed < PROBE_QUEUE
+                && m.free_slots > 0
+            {
+                let c = (cruised_on * (1.0 + PROBE_GAIN)).max(cruised_on + 1.0 / CRUISE_GAIN);
+                d.capacity = Some(c);
+                (CRUISE_GAIN * c, Reason::Latency)
+            } else {
+                (rate, Reason::Steady)
+            }
         }
         Phase::Startup if m.free_slots == 0 => (rate, Reason::Slots),
         Phase::Startup => {

@@ -201,6 +201,11 @@ pub struct Decision {
     /// first steps are judged as STARTUP's).
     #[serde(default)]
     pub resumed: bool,
+    /// Steps so far with at least [`window::SAMPLES_WANTED`] checkouts
+    /// while no base latency was learnt (an early base is taken at
+    /// [`law::EARLY_BASE_STEPS`]).
+    #[serde(default)]
+    pub early_steps: u32,
 }
 
 impl Decision {
@@ -225,6 +230,7 @@ impl Decision {
             outserved_steps: 0,
             cruised: false,
             resumed: false,
+            early_steps: 0,
         }
     }
 

@@ -370,3 +370,107 @@ fn a_false_alarm_waits_for_the_window_p99_to_clear() {
     let d = step(&B, &held, &healthy(17.0), 2000);
     assert_eq!((d.phase, d.rate), (Phase::Startup, 17.0));
 }
+
+#[test]
+fn a_cruise_with_room_under_the_target_probes_a_step_higher_every_ten_steps() {
+    // Cruising at 17/s on 20/s, the p99 at 200 ms (a quarter of the
+    // target), no queue, no failure.
+    let mut d = at(17.0, Phase::Cruise);
+    d.base_ms = Some(50.0);
+    d.capacity = Some(20.0);
+    d.capacity_high = Some(20.0);
+    d.cruised = true;
+    let calm = m(60, 50.0, 17.0, 17.0 * 0.05, 17.0);
+    for s in 1..PROBE_EVERY as u64 {
+        d = step(&B, &d, &calm, s * 1000);
+        assert_eq!((d.rate, d.phase), (17.0, Phase::Cruise), "at {s} s");
+    }
+    d = step(&B, &d, &calm, u64::from(PROBE_EVERY) * 1000);
+    // 5 % more capacity is less than one more release a second: + 1/s.
+    let c = 20.0 + 1.0 / CRUISE_GAIN;
+    assert_eq!(d.capacity, Some(c));
+    assert!((d.rate - 18.0).abs() < 1e-9, "{}", d.rate);
+    assert_eq!(
+        (d.phase, d.reason, d.capacity_high),
+        (Phase::Cruise, Reason::Latency, Some(20.0)),
+        "a probe is not a measured capacity: a recovery returns to the highest measured"
+    );
+    // No room (p99 at 0.6 × the target), or a failure: it holds.
+    for x in [m(60, 120.0, 18.0, 0.9, 18.0), {
+        let mut x = calm;
+        x.backend_failures = 1;
+        x
+    }] {
+        let mut e = d;
+        for s in 1..=PROBE_EVERY as u64 * 2 {
+            e = step(&B, &e, &x, 20_000 + s * 1000);
+        }
+        assert_eq!((e.rate, e.capacity), (d.rate, Some(c)), "{x:?}");
+    }
+}
+
+#[test]
+fn a_slow_room_takes_an_early_base_at_its_opening_and_sees_the_queue() {
+    // 30 checkouts a window (10/s, under BASE_SAMPLES and no slow-room
+    // mean yet) at 60 ms with no queue: the base is the window's mean
+    // from the EARLY_BASE_STEPSth step.
+    let mut d = at(10.0, Phase::Startup);
+    let calm = m(30, 60.0, 10.0, 0.6, 10.0);
+    for s in 1..EARLY_BASE_STEPS as u64 {
+        d = step(&B, &d, &calm, s * 1000);
+        assert_eq!(d.base_ms, None, "at {s} s");
+    }
+    d = step(&B, &d, &calm, u64::from(EARLY_BASE_STEPS) * 1000);
+    assert_eq!(d.base_ms, Some(60.0));
+    // Then a queue of 6 with the backend behind: STARTUP drains.
+    let before = d.rate;
+    let queued = m(30, 200.0, 10.0, before * 0.06 + 6.0, before);
+    d = step(&B, &d, &queued, 10_000);
+    assert_eq!(d.phase, Phase::Drain);
+    // A fast room (windows of BASE_SAMPLES / 2 and more) waits for the
+    // usual learning.
+    let mut d = at(50.0, Phase::Startup);
+    for s in 1..=10u64 {
+        d = step(&B, &d, &m(150, 60.0, 50.0, 3.0, 50.0), s * 1000);
+    }
+    assert_eq!(d.base_ms, None);
+}
+
+#[test]
+fn out_served_after_a_collapse_resumes_what_was_served_not_the_highest() {
+    // A drain during a collapse measured next to nothing: cruising at the
+    // floor on 2.35/s, the highest capacity a healthy phase's 23/s; the
+    // backlog cleared, the backend serves 6/s.
+    let mut d = at(5.0, Phase::Cruise);
+    d.base_ms = Some(160.0);
+    d.capacity = Some(2.35);
+    d.capacity_high = Some(23.0);
+    d.cruised = true;
+    d.cruise_steps = OUTSERVED_FROM_STEP;
+    let served = m(30, 300.0, 6.0, 1.0, 6.0);
+    for s in 1..=OUTSERVED_STEPS as u64 {
+        d = step(&B, &d, &served, s * 1000);
+    }
+    assert_eq!((d.phase, d.resume), (Phase::Startup, Some(6.0)));
+    // Straight back to a cruise on it, not 4 × towards 0.85 × 23/s.
+    d = step(&B, &d, &served, 10_000);
+    assert_eq!(d.phase, Phase::Cruise);
+    assert!((d.rate - CRUISE_GAIN * 6.0).abs() < 1e-9, "{}", d.rate);
+}
+
+#[test]
+fn a_drain_that_ends_serving_more_than_it_measured_cruises_on_what_it_serves() {
+    // A collapse: while the queue was over QUEUE_CAPACITY the backend's
+    // calls timed out and it served next to nothing (the mean of those
+    // seconds: 1/s); once drained it serves 6/s.
+    let mut d = at(10.0, Phase::Drain);
+    d.base_ms = Some(160.0);
+    d.cruised = true;
+    d.capacity = Some(1.0);
+    d.capacity_samples = 5;
+    d.capacity_sum = 5.0;
+    let drained = m(30, 300.0, 6.0, 6.0 * 0.16, 6.0);
+    d = step(&B, &d, &drained, 1000);
+    assert_eq!((d.phase, d.capacity), (Phase::Cruise, Some(6.0)));
+    assert!((d.rate - CRUISE_GAIN * 6.0).abs() < 1e-9, "{}", d.rate);
+}

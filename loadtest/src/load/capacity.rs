@@ -63,6 +63,17 @@ pub struct CapacityOptions {
     /// Pay through `paysim` over HTTP, answering each call after this
     /// long, instead of the gateway's in-process simulator.
     pub paysim_latency_ms: Option<u32>,
+    /// Pay through `paysim` with these knobs (`[paysim.faults]`) and this
+    /// provider timeout instead (a scenario phase's provider:
+    /// `phase_capacity`); wins over `paysim_latency_ms`.
+    pub paysim: Option<PaysimKnobs>,
+}
+
+/// paysim as a phase of a scenario sets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaysimKnobs {
+    pub provider_timeout_ms: u64,
+    pub faults: toml::Table,
 }
 
 impl Default for CapacityOptions {
@@ -83,6 +94,7 @@ impl Default for CapacityOptions {
             postgres: false,
             partitions: 1,
             paysim_latency_ms: None,
+            paysim: None,
         }
     }
 }
@@ -157,12 +169,17 @@ fn scenario(o: &CapacityOptions) -> Result<Scenario> {
     } else {
         String::new()
     };
-    let paysim = o
-        .paysim_latency_ms
-        .map(|ms| {
+    let paysim = match (&o.paysim, o.paysim_latency_ms) {
+        (Some(k), _) => format!(
+            "[paysim]\nprovider_timeout_ms = {}\n[paysim.faults]\n{}",
+            k.provider_timeout_ms,
+            toml::to_string(&k.faults).context("paysim knobs")?
+        ),
+        (None, Some(ms)) => {
             format!("[paysim]\nprovider_timeout_ms = 5000\n[paysim.faults]\nlatency_ms = {ms}\n")
-        })
-        .unwrap_or_default();
+        }
+        (None, None) => String::new(),
+    };
     let text = format!(
         "name = \"capacity\"\n[limits]\nmax_shoppers = 1\nmax_duration_s = 3600\n{fleet}\
          [gateway]\nrelease_per_second = 100000\nmax_active = 1000000\nmax_orders_per_pass = 1000\npoll_min_s = 1\npoll_max_s = 2\n{delay}\

@@ -29,6 +29,16 @@ pub struct Phase {
     pub checkout_p99_ms: Option<u32>,
     pub checkouts_failed: u64,
     pub failed_ratio: f64,
+    /// The backend's capacity at the target in this phase (checkouts per
+    /// second), when a sweep measured it (`phase_capacity`).
+    pub capacity_per_s: Option<f64>,
+}
+
+/// Sets each phase's capacity at the target, in order.
+pub fn set_capacities(phases: &mut [Phase], capacities: &[f64]) {
+    for (p, &c) in phases.iter_mut().zip(capacities) {
+        p.capacity_per_s = Some(c);
+    }
 }
 
 /// The phases of a run that ended at `end_s`.
@@ -98,6 +108,7 @@ fn phase(rec: &Inner, from_s: f64, to_s: f64, settle_s: f64) -> Phase {
         } else {
             failed as f64 / calls as f64
         },
+        capacity_per_s: None,
     }
 }
 
@@ -134,6 +145,20 @@ pub fn check(scenario: &Scenario, phases: &[Phase]) -> Option<Check> {
             }
             _ => {}
         }
+        if let Some(u) = bar.utilisation_min {
+            match p.capacity_per_s {
+                Some(c) if p.rate_mean < u * c => violations.push(format!(
+                    "{at}: the rate used {:.0} % of the capacity at the target ({:.1}/s of {c:.1}/s; at least {:.0} %)",
+                    100.0 * p.rate_mean / c,
+                    p.rate_mean,
+                    u * 100.0
+                )),
+                Some(_) => {}
+                None => violations.push(format!(
+                    "{at}: no capacity measured to hold the rate to (`utilisation_min` needs the sweep)"
+                )),
+            }
+        }
         if p.failed_ratio >= a.max_error_ratio {
             violations.push(format!(
                 "{at}: {} of {} checkouts failed ({:.2} %, at most {:.2} %)",
@@ -162,10 +187,14 @@ pub fn check(scenario: &Scenario, phases: &[Phase]) -> Option<Check> {
         .iter()
         .map(|p| {
             format!(
-                "{:.0}–{:.0} s: {:.1}/s ±{:.0} %, p99 {} ms, {} of {} failed",
+                "{:.0}–{:.0} s: {:.1}/s{} ±{:.0} %, p99 {} ms, {} of {} failed",
                 p.settled_s,
                 p.to_s,
                 p.rate_mean,
+                p.capacity_per_s.map_or(String::new(), |c| format!(
+                    " ({:.0} % of {c:.1}/s)",
+                    100.0 * p.rate_mean / c
+                )),
                 p.rate_swing * 100.0,
                 p.checkout_p99_ms.map_or("–".into(), |v| v.to_string()),
                 p.checkouts_failed,
@@ -286,6 +315,30 @@ settle_s = 10
             "{:?}",
             c.violations
         );
+    }
+
+    #[test]
+    fn a_rate_under_the_utilisation_bar_fails_and_one_above_passes() {
+        let mut s = Scenario::parse(SCENARIO, "t.toml").unwrap();
+        s.adaptive_bar.utilisation_min = Some(0.85);
+        let rec = run(|t| if t < 30.0 { 100.0 } else { 30.0 }, 400, 1000);
+        let mut p = phases(&s, &rec, 60.0);
+        // No sweep: the bar cannot be met.
+        let c = check(&s, &p).unwrap();
+        assert_eq!(c.result, "fail");
+        assert!(c.violations.iter().all(|v| v.contains("no capacity")));
+        // 100/s of 115/s is 87 %; 30/s of 40/s is 75 %.
+        set_capacities(&mut p, &[115.0, 40.0]);
+        let c = check(&s, &p).unwrap();
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert!(
+            c.violations[0].contains("phase 1") && c.violations[0].contains("used 75 %"),
+            "{:?}",
+            c.violations
+        );
+        set_capacities(&mut p, &[115.0, 35.0]);
+        assert_eq!(check(&s, &p).unwrap().result, "pass");
+        assert!(check(&s, &p).unwrap().detail.contains("(86 % of 35.0/s)"));
     }
 
     #[test]

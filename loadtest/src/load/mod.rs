@@ -46,6 +46,7 @@ pub mod fleet_books;
 pub mod follow;
 pub mod gateway;
 pub mod http;
+pub mod phase_capacity;
 pub mod ports;
 pub mod progress;
 pub mod record;

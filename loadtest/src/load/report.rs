@@ -127,7 +127,7 @@ pub fn charts(s: &Summary, rec: &Inner) -> Vec<String> {
         "seconds",
         (
             "releases / s",
-            &[series("release rate", 0, pts(&|x| x.release_per_second))],
+            &capacity_and_rate(&s.phases, pts(&|x| x.release_per_second)),
         ),
         (
             "checkout p99, ms",
@@ -223,6 +223,27 @@ fn gateway_chart(s: &Summary, rec: &Inner) -> String {
         "shoppers let in / s",
         &lines,
     )
+}
+
+/// The release rate, and beside it (dashed, where a sweep measured it)
+/// the capacity at the target of each phase's backend: what the rate was
+/// held to.
+fn capacity_and_rate(
+    phases: &[super::follow::Phase],
+    rate: Vec<(f64, f64)>,
+) -> Vec<Series<'static>> {
+    let mut out = vec![series("release rate", 0, rate)];
+    let capacity: Vec<(f64, f64)> = phases
+        .iter()
+        .filter_map(|p| p.capacity_per_s.map(|c| [(p.from_s, c), (p.to_s, c)]))
+        .flatten()
+        .collect();
+    if !capacity.is_empty() {
+        let mut c = series("capacity at the target", 2, capacity);
+        c.dashed = true;
+        out.push(c);
+    }
+    out
 }
 
 fn series(name: &str, color: usize, points: Vec<(f64, f64)>) -> Series<'_> {
@@ -405,5 +426,36 @@ mod tests {
             Some("1.50,1,0,0,0,12,11.62,cruise,steady,-0.50,13.67,100,99,3")
         );
         assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn the_rate_chart_draws_each_phases_capacity_as_a_step() {
+        let phase = |from_s: f64, to_s: f64, c: Option<f64>| super::super::follow::Phase {
+            from_s,
+            to_s,
+            settled_s: from_s,
+            rate_mean: 0.0,
+            rate_min: 0.0,
+            rate_max: 0.0,
+            rate_swing: 0.0,
+            checkouts: 0,
+            checkout_p99_ms: None,
+            checkouts_failed: 0,
+            failed_ratio: 0.0,
+            capacity_per_s: c,
+        };
+        let rate = vec![(0.0, 9.0), (90.0, 5.0)];
+        let swept = [phase(0.0, 60.0, Some(20.0)), phase(60.0, 120.0, Some(5.0))];
+        let series = capacity_and_rate(&swept, rate.clone());
+        assert_eq!(series.len(), 2);
+        assert_eq!(series[0].points, rate);
+        assert!(series[1].dashed);
+        assert_eq!(
+            series[1].points,
+            vec![(0.0, 20.0), (60.0, 20.0), (60.0, 5.0), (120.0, 5.0)]
+        );
+        // No sweep: the rate alone.
+        let series = capacity_and_rate(&[phase(0.0, 60.0, None)], rate);
+        assert_eq!(series.len(), 1);
     }
 }

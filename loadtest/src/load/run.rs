@@ -18,7 +18,7 @@ use super::report;
 use super::scenario::Scenario;
 use super::shopper::{self, Shared};
 use super::summary::{self, Configured, Summary, TargetInfo};
-use super::{arrivals, faults, follow, progress, sampler};
+use super::{arrivals, faults, follow, phase_capacity, progress, sampler};
 
 /// Idle keep-alive connections kept to the gateway.
 pub const POOL_IDLE_MAX: usize = 512;
@@ -69,6 +69,16 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         );
     }
     let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
+    // The capacity each phase's backend has at the target, measured
+    // first on a gateway and paysim of its own, when the bar asks for it.
+    let sweeps = if scenario.adaptive_bar.utilisation_min.is_some()
+        && scenario.gateway.adaptive.is_some()
+        && opts.remote.is_none()
+    {
+        phase_capacity::sweep(scenario, Some(sluice.clone())).await?
+    } else {
+        Vec::new()
+    };
     let fleet = Arc::new(match &opts.remote {
         Some(r) => Fleet::single(Target::remote(
             &r.public,
@@ -216,7 +226,9 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         checks.extend(rec.with(|i| fleet_checks(i, line)));
     }
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
-    let phases = rec.with(|i| follow::phases(scenario, i, duration_s));
+    let mut phases = rec.with(|i| follow::phases(scenario, i, duration_s));
+    let capacities: Vec<f64> = sweeps.iter().map(|(_, c)| c.capacity_per_s).collect();
+    follow::set_capacities(&mut phases, &capacities);
     checks.extend(follow::check(scenario, &phases));
     let run_info = summary::RunInfo {
         scenario,
@@ -237,6 +249,16 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         .clone()
         .unwrap_or_else(|| default_out(&scenario.name, started_unix.as_secs()));
     rec.with(|i| report::write(&out, &summary, i))?;
+    if !sweeps.is_empty() {
+        let json: Vec<serde_json::Value> = sweeps
+            .iter()
+            .map(|(k, c)| serde_json::json!({"paysim_faults": k, "sweep": c}))
+            .collect();
+        std::fs::write(
+            out.join("capacity.json"),
+            serde_json::to_string_pretty(&json)?,
+        )?;
+    }
     if let Some(text) = target.config_text() {
         let _ = std::fs::write(out.join("sluice.toml"), text);
     }

@@ -97,13 +97,16 @@ pub struct AdaptiveSetup {
 /// each phase on, the release rate stays within `swing_max` of the phase's
 /// mean and inside its bounds, admitted shoppers' checkout p99 within
 /// `p99_factor_max` × `target_p99_ms`, failed checkouts under
-/// `max_error_ratio`.
+/// `max_error_ratio`; with `utilisation_min`, the phase's mean rate at
+/// least that share of the backend's capacity at the target, found per
+/// phase by a fixed-rate sweep before the run (`phase_capacity`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdaptiveBar {
     pub settle_s: f64,
     pub swing_max: f64,
     pub p99_factor_max: f64,
+    pub utilisation_min: Option<f64>,
 }
 
 impl Default for AdaptiveBar {
@@ -112,6 +115,7 @@ impl Default for AdaptiveBar {
             settle_s: 30.0,
             swing_max: 0.15,
             p99_factor_max: 1.5,
+            utilisation_min: None,
         }
     }
 }
@@ -624,6 +628,10 @@ impl Scenario {
                 && bar.swing_max > 0.0
                 && bar.p99_factor_max > 0.0,
             "`adaptive_bar` values must be positive",
+        )?;
+        check(
+            bar.utilisation_min.is_none_or(|u| u > 0.0 && u <= 1.0),
+            "`adaptive_bar.utilisation_min` must be in (0, 1]",
         )?;
         check(
             self.books.settle_s_max <= 3600,
