@@ -60,8 +60,11 @@ fn a_pass_the_origin_ends_gives_its_slot_to_the_next_shopper_and_is_refused() {
     let (b, b_id) = waiting(&mut room, T0_MS);
     let later = T0_MS + 5_000;
     assert!(room.may_start(a, &a_id, later));
-    assert!(room.end_pass(a, &a_id, PassEnd::Origin, later));
-    assert!(!room.end_pass(a, &a_id, PassEnd::Origin, later), "once");
+    assert!(room.end_pass(a, &a_id, T0_MS / 1000 + 600, PassEnd::Origin, later));
+    assert!(
+        !room.end_pass(a, &a_id, T0_MS / 1000 + 600, PassEnd::Origin, later),
+        "once"
+    );
     assert!(room.pass_ended(a, later));
     assert!(!room.may_start(a, &a_id, later));
     // The ended pass's ticket no longer shows a pass.
@@ -82,7 +85,7 @@ fn a_forged_ticket_id_ends_nothing() {
     let mut room = room(one_slot());
     let (a, _) = admitted(&mut room, T0_MS);
     let forged = TicketId::parse(&"ab".repeat(16)).unwrap();
-    assert!(!room.end_pass(a, &forged, PassEnd::Origin, T0_MS));
+    assert!(!room.end_pass(a, &forged, T0_MS / 1000 + 600, PassEnd::Origin, T0_MS));
     assert!(!room.pass_ended(a, T0_MS));
 }
 
@@ -163,7 +166,7 @@ fn an_ended_pass_stays_ended_after_a_restart_and_in_a_snapshot() {
     let sink = Recorder::default();
     let mut room = restored(Vec::new(), T0_MS, &sink);
     let (a, a_id) = admitted(&mut room, T0_MS);
-    assert!(room.end_pass(a, &a_id, PassEnd::Origin, T0_MS + 1_000));
+    assert!(room.end_pass(a, &a_id, T0_MS / 1000 + 600, PassEnd::Origin, T0_MS + 1_000));
     let events = sink.0.lock().unwrap().clone();
     assert!(events.contains(&RoomEvent::PassEnded {
         place: 0,
@@ -179,4 +182,22 @@ fn an_ended_pass_stays_ended_after_a_restart_and_in_a_snapshot() {
     again.snapshot(&mut |e| snapshot.push(e));
     let from_snapshot = restored(snapshot, T0_MS + 3_000, &Recorder::default());
     assert!(from_snapshot.pass_ended(a, T0_MS + 3_000));
+}
+
+#[test]
+fn a_pass_whose_checkouts_are_spent_is_refused_once_the_origin_ends_it() {
+    let mut room = room(one_slot());
+    let (a, a_id) = admitted(&mut room, T0_MS);
+    let spent = sluice_admission::PassOrders {
+        started: 1,
+        open: 0,
+    };
+    assert!(room.give_back_if_spent(a, spent));
+    let exp = T0_MS / 1000 + 600;
+    assert!(
+        !room.end_pass(a, &a_id, exp, PassEnd::Origin, T0_MS + 1_000),
+        "no slot freed: it went back with the order"
+    );
+    assert!(room.pass_ended(a, T0_MS + 1_000));
+    assert_eq!(room.stats(T0_MS + 1_000).passes_ended_origin, 1);
 }

@@ -19,9 +19,10 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 pub struct Control {
     shared: Arc<Shared>,
-    /// The deny list file's content as last seen (a hash), so an edit of
-    /// that file alone reloads the config (which reads it again whole).
-    deny_seen: std::sync::Mutex<Option<(std::path::PathBuf, u64)>>,
+    /// The deny list file as last seen (its size and modification time),
+    /// so an edit of that file alone reloads the config (which reads it
+    /// again whole, bounded). Only its metadata is read every check.
+    deny_seen: std::sync::Mutex<Option<(std::path::PathBuf, u64, std::time::SystemTime)>>,
 }
 
 impl Control {
@@ -43,18 +44,13 @@ impl Control {
             *self.deny_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
             return false;
         };
-        let Ok(content) = std::fs::read(&deny.path) else {
+        let Ok(meta) = std::fs::metadata(&deny.path) else {
             return false;
         };
-        let hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            content.hash(&mut h);
-            h.finish()
-        };
+        let (len, modified) = (meta.len(), meta.modified().unwrap_or(std::time::UNIX_EPOCH));
         let mut seen = self.deny_seen.lock().unwrap_or_else(|p| p.into_inner());
-        let changed = matches!(&*seen, Some((path, h)) if *path == deny.path && *h != hash);
-        *seen = Some((deny.path.clone(), hash));
+        let changed = matches!(&*seen, Some((path, l, m)) if *path == deny.path && (*l != len || *m != modified));
+        *seen = Some((deny.path.clone(), len, modified));
         changed
     }
 

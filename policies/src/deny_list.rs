@@ -125,9 +125,16 @@ pub fn parse(text: &str) -> Result<DenyList, Vec<DenyLineError>> {
             Ok(ipnet::IpNet::V4(net)) => {
                 v4.push((u32::from(net.network()), u32::from(net.broadcast())))
             }
-            Ok(ipnet::IpNet::V6(net)) => {
-                v6.push((u128::from(net.network()), u128::from(net.broadcast())))
-            }
+            // An IPv4-mapped network (`::ffff:a.b.c.d/n`, n >= 96) is the
+            // IPv4 network it carries: `contains` looks mapped clients up
+            // in the IPv4 table.
+            Ok(ipnet::IpNet::V6(net)) => match (net.network().to_ipv4_mapped(), net.prefix_len()) {
+                (Some(first), prefix) if prefix >= 96 => {
+                    let last = net.broadcast().to_ipv4_mapped().unwrap_or(first);
+                    v4.push((u32::from(first), u32::from(last)))
+                }
+                _ => v6.push((u128::from(net.network()), u128::from(net.broadcast()))),
+            },
             Err(message) => problems.push(DenyLineError { line, message }),
         }
     }
@@ -224,6 +231,15 @@ pub fn load(path: &Path) -> Result<DenyList, DenyFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv4_mapped_entry_denies_the_ipv4_client_it_carries() {
+        let list = parse("::ffff:127.0.0.1\n::ffff:10.0.0.0/104\n").unwrap();
+        assert!(list.contains("127.0.0.1".parse().unwrap()));
+        assert!(list.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(list.contains("10.1.2.3".parse().unwrap()));
+        assert!(!list.contains("11.0.0.1".parse().unwrap()));
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -49,18 +49,42 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
-    /// Ends pass `seq` now: its slot goes back to the line and the pass is
-    /// refused until its expiry. `true` if it held a slot (a pass ended
-    /// already, given back or expired is left as it is).
-    pub fn end_pass(&mut self, seq: u64, ticket_id: &TicketId, why: PassEnd, now_ms: u64) -> bool {
+    /// Ends pass `seq` (expiring at `expires_at_s`, its verified `exp`)
+    /// now: its slot goes back to the line and the pass is refused until
+    /// its expiry. `true` if it held a slot. A pass whose slot went back
+    /// already (its checkouts spent) is refused from now on too (the
+    /// store's thank-you page ending the pass after the order is the
+    /// common case); one ended already or expired is left as it is.
+    pub fn end_pass(
+        &mut self,
+        seq: u64,
+        ticket_id: &TicketId,
+        expires_at_s: u64,
+        why: PassEnd,
+        now_ms: u64,
+    ) -> bool {
         let Some(place) = self.pass_place(seq, ticket_id) else {
             return false;
         };
-        let ended = self.end_at(place, why, now_ms);
-        if ended {
-            self.flush();
+        let freed = self.end_at(place, why, now_ms);
+        let live = Self::unix_s(now_ms) < expires_at_s;
+        if !freed && live && !self.ended.contains_key(&place) {
+            self.ended.insert(place, expires_at_s);
+            self.count_ended(why);
+            self.emit(RoomEvent::PassEnded {
+                place,
+                expires_at_s,
+            });
         }
-        ended
+        self.flush();
+        freed
+    }
+
+    fn count_ended(&mut self, why: PassEnd) {
+        match why {
+            PassEnd::Idle => self.counters.ended_idle += 1,
+            PassEnd::Origin => self.counters.ended_origin += 1,
+        }
     }
 
     fn end_at(&mut self, place: u64, why: PassEnd, now_ms: u64) -> bool {
@@ -69,10 +93,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         };
         self.observe_hold(Self::unix_s(now_ms).saturating_sub(pass.issued_at_s));
         self.ended.insert(place, pass.expires_at_s);
-        match why {
-            PassEnd::Idle => self.counters.ended_idle += 1,
-            PassEnd::Origin => self.counters.ended_origin += 1,
-        }
+        self.count_ended(why);
         self.emit(RoomEvent::PassEnded {
             place,
             expires_at_s: pass.expires_at_s,

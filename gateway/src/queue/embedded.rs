@@ -136,7 +136,7 @@ impl RoomBackend for EmbeddedRoom {
         let Some(id) = TicketId::parse(&pass.sub) else {
             return false;
         };
-        self.line().end_pass(pass.seq, &id, why, now_ms)
+        self.line().end_pass(pass.seq, &id, pass.exp, why, now_ms)
     }
 
     fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {

@@ -835,6 +835,12 @@ impl SharedRoom {
                 ended.retain(|_, exp| *exp > now_s);
             }
         }
+        // Never shown again from memory: a status poll of its ticket asks
+        // the store, which answers the place gone.
+        self.claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&seq);
         self.give_back(seq, expires_at_s);
         true
     }
