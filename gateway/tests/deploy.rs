@@ -23,16 +23,20 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `sluice check FILE` with the variables the deploy files set.
-fn check(file: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("check")
+/// `sluice check FILE` with the variables the deploy files set (the
+/// ticket key, when given).
+fn check_with(file: &Path, ticket_key: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("check")
         .arg(file)
         .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("SLUICE_REDIS_URL", "redis://redis.example:6379")
         .env("SLUICE_PG_URL", "postgres://sluice@pg.example/sluice")
-        .output()
-        .unwrap()
+        .env_remove("SLUICE_TICKET_KEY");
+    if let Some(key) = ticket_key {
+        cmd.env("SLUICE_TICKET_KEY", key);
+    }
+    cmd.output().unwrap()
 }
 
 /// The value of the first `key = value` line (TOML) or `key: value` line
@@ -53,36 +57,22 @@ fn port(addr: &str) -> &str {
     addr.rsplit_once(':').unwrap().1
 }
 
-/// The Kubernetes policy with a fresh key from `sluice keygen` in place of
-/// its placeholder, as the docs tell the operator to do.
-fn kubernetes_policy_with_a_key(dir: &Path) -> PathBuf {
+/// A fresh ticket key, the `secret` of `sluice keygen`, as the docs tell
+/// the operator to put in the Secret.
+fn a_ticket_key() -> String {
     let keygen = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("keygen")
         .output()
         .unwrap();
     let keygen = String::from_utf8(keygen.stdout).unwrap();
-    let policy = read(&ops("kubernetes/sluice.toml"));
-    let placeholder = policy
-        .lines()
-        .find(|l| l.starts_with("secret = \"REPLACE-ME"))
-        .expect("the placeholder key");
-    let policy = policy.replace(
-        placeholder,
-        &format!("secret = \"{}\"", value(&keygen, "secret")),
-    );
-    let path = dir.join("sluice.toml");
-    std::fs::write(&path, policy).unwrap();
-    path
+    value(&keygen, "secret").to_string()
 }
 
 #[test]
 fn the_policies_the_deploy_files_ship_pass_sluice_check() {
-    let dir = tempfile::tempdir().unwrap();
-    for file in [
-        ops("container/sluice.toml"),
-        kubernetes_policy_with_a_key(dir.path()),
-    ] {
-        let out = check(&file);
+    let key = a_ticket_key();
+    for file in [ops("container/sluice.toml"), ops("kubernetes/sluice.toml")] {
+        let out = check_with(&file, Some(&key));
         assert!(
             out.status.success(),
             "{}: {}",
@@ -93,12 +83,15 @@ fn the_policies_the_deploy_files_ship_pass_sluice_check() {
 }
 
 #[test]
-fn the_kubernetes_policy_refuses_to_start_until_its_key_is_replaced() {
+fn the_kubernetes_policy_refuses_to_start_without_its_ticket_key() {
     let file = ops("kubernetes/sluice.toml");
-    let out = check(&file);
+    let out = check_with(&file, None);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("secret must be base64url"), "{stderr}");
+    assert!(
+        stderr.contains("SLUICE_TICKET_KEY (a key's secret) is not set"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -142,7 +135,12 @@ fn the_manifests_give_what_the_policy_reads() {
         value(&deployment, "prometheus.io/port").trim_matches('"'),
         port(value(&policy, "admin_listen"))
     );
-    for key in ["redis_url_env", "postgres_url_env", "admin_token_env"] {
+    for key in [
+        "redis_url_env",
+        "postgres_url_env",
+        "admin_token_env",
+        "secret_env",
+    ] {
         let var = value(&policy, key);
         assert!(
             deployment.contains(&format!("- name: {var}\n")),
