@@ -2,14 +2,13 @@
 
 use std::fmt;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 use sluice_policies::model::{EnqueueKey, EnqueueKeyMaterial, Lane, DEFAULT_LANE};
 
 use super::{EnqueueClaims, EnqueueError};
+use crate::tokens::jws::{self, HeaderRefusal};
 use crate::tokens::IAT_LEEWAY_S;
 
 /// Longest enqueue token looked at (a store's tokens are a few hundred
@@ -41,13 +40,6 @@ impl fmt::Debug for EnqueueKeyring {
             .field("kids", &kids)
             .finish()
     }
-}
-
-#[derive(Deserialize)]
-struct RawHeader {
-    alg: String,
-    kid: Option<String>,
-    crit: Option<serde::de::IgnoredAny>,
 }
 
 /// `aud` may be one string or a list of them (RFC 7519 §4.1.3).
@@ -130,16 +122,11 @@ impl EnqueueKeyring {
         if token.len() > ENQUEUE_TOKEN_BYTES_MAX {
             return Err(EnqueueError::Malformed);
         }
-        let header = parse_header(token)?;
-        if header.crit.is_some() {
-            return Err(EnqueueError::Malformed);
-        }
-        let alg = match header.alg.as_str() {
-            "HS256" => Algorithm::HS256,
-            "EdDSA" => Algorithm::EdDSA,
-            _ => return Err(EnqueueError::AlgMismatch),
-        };
-        let kid = header.kid.ok_or(EnqueueError::UnknownKid)?;
+        let (alg, kid) = jws::read_header(token).map_err(|r| match r {
+            HeaderRefusal::Malformed => EnqueueError::Malformed,
+            HeaderRefusal::Algorithm => EnqueueError::AlgMismatch,
+            HeaderRefusal::NoKid => EnqueueError::UnknownKid,
+        })?;
         let key = self
             .keys
             .iter()
@@ -149,12 +136,7 @@ impl EnqueueKeyring {
         if alg != key.alg {
             return Err(EnqueueError::AlgMismatch);
         }
-        let mut validation = Validation::new(key.alg);
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        validation.leeway = 0;
+        let validation = jws::signature_only(key.alg);
         let claims = jsonwebtoken::decode::<RawClaims>(token, &key.decoding, &validation)
             .map_err(|e| match e.kind() {
                 ErrorKind::InvalidSignature | ErrorKind::InvalidKeyFormat => {
@@ -207,17 +189,4 @@ impl EnqueueKeyring {
             exp: claims.exp,
         })
     }
-}
-
-fn parse_header(token: &str) -> Result<RawHeader, EnqueueError> {
-    let mut parts = token.split('.');
-    let (Some(head), Some(_), Some(_), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(EnqueueError::Malformed);
-    };
-    let bytes = URL_SAFE_NO_PAD
-        .decode(head)
-        .map_err(|_| EnqueueError::Malformed)?;
-    serde_json::from_slice(&bytes).map_err(|_| EnqueueError::Malformed)
 }

@@ -5,11 +5,11 @@ use std::fmt;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use ring::signature::{Ed25519KeyPair, KeyPair};
-use serde::Deserialize;
 use sluice_policies::model::{KeyAlg, SigningKey};
 
+use super::jws::{self, HeaderRefusal};
 use super::{Claims, KeyError, TokenError, TokenType, ISSUER};
 
 /// Longest token we even look at; ours are about 300 bytes. Bounds the work
@@ -120,17 +120,6 @@ impl fmt::Debug for Keyring {
     }
 }
 
-/// The part of a JWT header we look at before choosing a key.
-#[derive(Deserialize)]
-struct RawHeader {
-    alg: String,
-    kid: Option<String>,
-    /// Extensions the issuer says a reader must understand (RFC 7515
-    /// §4.1.11). Sluice signs none and understands none, so a token that
-    /// lists any is refused rather than read without them.
-    crit: Option<serde::de::IgnoredAny>,
-}
-
 impl Keyring {
     /// Builds a keyring; the first key signs.
     pub fn new(specs: Vec<KeySpec>) -> Result<Self, KeyError> {
@@ -218,18 +207,11 @@ impl Keyring {
         if token.len() > TOKEN_BYTES_MAX {
             return Err(TokenError::Malformed);
         }
-        let header = parse_header(token)?;
-        if header.crit.is_some() {
-            return Err(TokenError::Malformed);
-        }
-        // Only the two algorithms we sign with are ever acceptable; this is
-        // what refuses `alg: none` before any key is chosen.
-        let alg = match header.alg.as_str() {
-            "HS256" => Algorithm::HS256,
-            "EdDSA" => Algorithm::EdDSA,
-            _ => return Err(TokenError::AlgMismatch),
-        };
-        let kid = header.kid.ok_or(TokenError::UnknownKid)?;
+        let (alg, kid) = jws::read_header(token).map_err(|r| match r {
+            HeaderRefusal::Malformed => TokenError::Malformed,
+            HeaderRefusal::Algorithm => TokenError::AlgMismatch,
+            HeaderRefusal::NoKid => TokenError::UnknownKid,
+        })?;
         let key = self
             .keys
             .iter()
@@ -241,14 +223,9 @@ impl Keyring {
         if alg != key.alg {
             return Err(TokenError::AlgMismatch);
         }
-        let mut validation = Validation::new(key.alg);
         // Time and audience are checked below against the injected clock
         // and with a reason for each refusal.
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        validation.leeway = 0;
+        let validation = jws::signature_only(key.alg);
         let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &validation)
             .map_err(|e| map_decode_error(e.kind()))?
             .claims;
@@ -312,19 +289,6 @@ impl Key {
             }
         }
     }
-}
-
-fn parse_header(token: &str) -> Result<RawHeader, TokenError> {
-    let mut parts = token.split('.');
-    let (Some(head), Some(_), Some(_), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(TokenError::Malformed);
-    };
-    let bytes = URL_SAFE_NO_PAD
-        .decode(head)
-        .map_err(|_| TokenError::Malformed)?;
-    serde_json::from_slice(&bytes).map_err(|_| TokenError::Malformed)
 }
 
 fn map_decode_error(kind: &ErrorKind) -> TokenError {

@@ -11,6 +11,7 @@
 
 mod claims;
 mod error;
+pub(crate) mod jws;
 mod keygen;
 mod keyring;
 
