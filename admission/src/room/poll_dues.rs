@@ -230,14 +230,19 @@ mod tests {
         // Every due written has all its fields derived from one byte: a
         // torn read would mix two of them.
         let dues = Arc::new(PollDues::new(1));
+        // Both threads start together: a writer that ran its whole loop
+        // before the reader's first look would leave nothing to check.
+        let start = Arc::new(std::sync::Barrier::new(2));
         let writer = {
-            let dues = dues.clone();
+            let (dues, start) = (dues.clone(), start.clone());
             std::thread::spawn(move || {
+                start.wait();
                 for n in 0..200_000u32 {
                     dues.set(&due(0, (n % 251) as u8));
                 }
             })
         };
+        start.wait();
         let mut seen = 0u32;
         while !writer.is_finished() {
             if let Some(d) = dues.get(0) {
