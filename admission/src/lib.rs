@@ -22,6 +22,8 @@
 //! - [`store`]: where the line lives ([`store::QueueStore`]), 12 bytes per
 //!   waiting person in the in-process [`store::MemoryStore`].
 //! - [`stock`]: the stock authority the room asks whether anything is left.
+//! - [`odds`]: the units left for a room and whether a place is likely
+//!   beyond them (`show_units_left`).
 //! - [`fair_start`]: the verifiable draw of the pre-queue at the opening.
 //! - [`ticket_id`]: ticket ids derived from places, so none are stored.
 //! - [`fleet_rate`]: one adaptive rate for a fleet: checkouts published
@@ -56,6 +58,7 @@ pub mod join_limiter;
 pub mod journal;
 pub mod lane_split;
 pub mod no_show;
+pub mod odds;
 pub mod pace;
 pub mod pass_idle;
 pub mod pass_orders;

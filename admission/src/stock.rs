@@ -3,12 +3,20 @@
 use std::collections::HashSet;
 use std::sync::RwLock;
 
+use crate::odds::UnitsLeft;
+
 /// The reservation core implements this; the room asks it before letting
 /// anyone join or wait. Implementations must be cheap (the room asks on
 /// every join and poll): cache in the implementation if needed.
 pub trait StockAuthority: Send + Sync {
     /// `false` once nothing is left to sell for `room`.
     fn can_sell(&self, room: &str) -> bool;
+
+    /// The units left for `room` and the mean order size, where the
+    /// implementation knows them (informative: [`crate::odds`]).
+    fn units_left(&self, _room: &str) -> Option<UnitsLeft> {
+        None
+    }
 }
 
 /// Until the reservation core lands: rooms are sellable until marked sold

@@ -479,3 +479,72 @@ async fn a_shopper_buys_through_the_demo_store() {
     }
     browser.close().await;
 }
+
+/// The room's message (as text, never markup) and the odds warning, in
+/// English and in Portuguese: one unit left and two or more people ahead.
+#[tokio::test]
+async fn the_message_and_the_odds_are_shown_in_english_and_portuguese() {
+    let gw = gateway_passing(
+        600,
+        "joins_per_minute_per_client = 100000\nshow_units_left = true\nmessage = \"Restock <b>at</b> 14:00\"\n\n[[products]]\nsku = \"shoe\"\nstock = 1\nprice_cents = 100\nroom = \"drop\"\n",
+    );
+    // One place holds the only slot, two wait ahead of the browser.
+    for _ in 0..3 {
+        let r = client()
+            .post(gw.url("/queue/drop/join"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    for (lang, warning) in [
+        (
+            "en-US",
+            "The people ahead of you will likely buy all the units left.",
+        ),
+        (
+            "pt-BR",
+            "As pessoas à sua frente provavelmente vão comprar todas as unidades restantes.",
+        ),
+    ] {
+        let Some(browser) = Browser::start(lang).await else {
+            return;
+        };
+        browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+        browser.wait_state("waiting", Duration::from_secs(5)).await;
+        let text_of = |id: &'static str| {
+            let client = browser.client.clone();
+            async move {
+                match client.find(Locator::Id(id)).await {
+                    Ok(el) if el.is_displayed().await.unwrap_or(false) => {
+                        el.text().await.unwrap_or_default()
+                    }
+                    _ => String::new(),
+                }
+            }
+        };
+        let shown = eventually_await(Duration::from_secs(5), || async {
+            text_of("odds").await.starts_with(warning)
+        })
+        .await;
+        assert!(
+            shown.is_some(),
+            "{lang}: odds shows {:?}",
+            text_of("odds").await
+        );
+        // They stay while the page follows the watermark between its
+        // status calls (it reads it within poll_max_s = 5 s here).
+        let until = std::time::Instant::now() + Duration::from_secs(7);
+        while std::time::Instant::now() < until {
+            assert!(text_of("odds").await.starts_with(warning), "{lang}");
+            assert_eq!(
+                text_of("message").await,
+                "Restock <b>at</b> 14:00",
+                "{lang}"
+            );
+            assert_eq!(text_of("units-left").await, "1", "{lang}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        browser.close().await;
+    }
+}

@@ -15,14 +15,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use sluice_admission::odds::{self, UnitsLeft};
 use sluice_admission::StockAuthority;
 use sluice_checkout::books::Books;
-use sluice_checkout::{OrderBackend, StockLevel, StoreError};
+use sluice_checkout::{OrderBackend, OrderState, StockLevel, StoreError};
 use sluice_policies::Config;
 
 #[derive(Default)]
 pub struct StoreStock {
     sellable: ArcSwap<HashMap<String, bool>>,
+    /// room → units available (nobody holds them), for `units_left`.
+    available: ArcSwap<HashMap<String, u64>>,
     /// sku → room, from the config in force.
     rooms: ArcSwap<HashMap<String, String>>,
     /// The books as last read (stock after each write, orders per pass).
@@ -64,12 +67,16 @@ impl StoreStock {
     fn sell_from(&self, inventory: &[StockLevel]) {
         let rooms = self.rooms.load();
         let mut sellable: HashMap<String, bool> = HashMap::new();
+        let mut available: HashMap<String, u64> = HashMap::new();
         for level in inventory {
             if let Some(room) = rooms.get(&level.sku) {
                 *sellable.entry(room.clone()).or_default() |= level.available + level.reserved > 0;
+                *available.entry(room.clone()).or_default() +=
+                    u64::try_from(level.available).unwrap_or(0);
             }
         }
         self.sellable.store(Arc::new(sellable));
+        self.available.store(Arc::new(available));
     }
 
     /// The books as last read (no I/O).
@@ -82,5 +89,22 @@ impl StockAuthority for StoreStock {
     fn can_sell(&self, room: &str) -> bool {
         // A room without products has nothing to run out of.
         self.sellable.load().get(room).copied().unwrap_or(true)
+    }
+
+    /// The room's available units, and the mean size of the store's
+    /// confirmed orders (store-wide: orders are not kept per room).
+    fn units_left(&self, room: &str) -> Option<UnitsLeft> {
+        let units = *self.available.load().get(room)?;
+        let books = self.books.load();
+        let sold: i64 = books.inventory.iter().map(|l| l.committed).sum();
+        let confirmed = books
+            .orders
+            .iter()
+            .find(|(state, _)| *state == OrderState::Confirmed)
+            .map_or(0, |(_, n)| *n);
+        Some(UnitsLeft {
+            units,
+            units_per_order: odds::units_per_order(u64::try_from(sold).unwrap_or(0), confirmed),
+        })
     }
 }

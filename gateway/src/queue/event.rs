@@ -1,7 +1,7 @@
 //! A room's campaign schedule and message, as a (re)loaded config gives
 //! them: when joins open (`prequeue_at`), the draw (`opens_at`), when they
 //! close (`closes_at`), and what the page tells waiting shoppers
-//! (`message`). Where the event stands is `sluice_admission::event_window`'s
+//! (`message`), and whether it tells the units left (`show_units_left`). Where the event stands is `sluice_admission::event_window`'s
 //! one decision; the room's HTTP side asks it before either back end is
 //! asked, so one gateway and a fleet answer alike.
 
@@ -14,6 +14,8 @@ pub struct Event {
     pub times: EventTimes,
     /// Shown on the page and in the status JSON.
     pub message: Option<String>,
+    /// The status JSON carries `units_left` (`show_units_left`).
+    pub show_units_left: bool,
 }
 
 impl Event {
@@ -21,6 +23,7 @@ impl Event {
         Self {
             times: EventTimes::of(room),
             message: room.message.clone(),
+            show_units_left: room.show_units_left,
         }
     }
 

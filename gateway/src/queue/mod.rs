@@ -885,6 +885,19 @@ impl Rooms {
                 _ => true,
             };
         let pass = if closed { None } else { pass };
+        let odds = if event.show_units_left && !closed {
+            self.stock.units_left(room).map(|left| {
+                let beyond = match &status {
+                    Status::Waiting(w) | Status::Paused(w) => {
+                        Some(sluice_admission::odds::likely_beyond_stock(w.ahead, left))
+                    }
+                    _ => None,
+                };
+                (left.units, beyond)
+            })
+        } else {
+            None
+        };
         respond::ticket(respond::TicketAnswer {
             room,
             ticket: token,
@@ -898,6 +911,8 @@ impl Rooms {
             closed,
             message: event.message.as_deref(),
             closes_at: event.closes_at_s(),
+            units_left: odds.map(|(units, _)| units),
+            likely_beyond_stock: odds.and_then(|(_, beyond)| beyond),
         })
     }
 }

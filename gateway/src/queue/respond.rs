@@ -27,6 +27,10 @@ pub struct TicketAnswer<'a> {
     /// The room's message and close, when configured.
     pub message: Option<&'a str>,
     pub closes_at: Option<u64>,
+    /// `show_units_left`: the room's units nobody holds (informative).
+    pub units_left: Option<u64>,
+    /// `show_units_left`, waiting: those ahead would likely buy them all.
+    pub likely_beyond_stock: Option<bool>,
 }
 
 /// The JSON of a ticket's answer, members in the order `serde_json`'s
@@ -46,6 +50,8 @@ struct TicketBody<'a> {
     estimated_wait_s: Option<u64>,
     expires_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    likely_beyond_stock: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     opens_at: Option<u64>,
@@ -61,6 +67,8 @@ struct TicketBody<'a> {
     state: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     ticket: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    units_left: Option<u64>,
 }
 
 /// Longest answer expected, for the buffer it is written into.
@@ -106,6 +114,8 @@ pub fn ticket(a: TicketAnswer<'_>) -> LocalResponse {
     }
     body.message = a.message;
     body.closes_at = a.closes_at;
+    body.units_left = a.units_left;
+    body.likely_beyond_stock = a.likely_beyond_stock;
     if let Some(f) = a.fair_start {
         body.draw_commitment = Some(&f.commitment_hex);
         body.draw_seed = f.seed_hex.as_deref();
@@ -330,6 +340,8 @@ mod tests {
                         closed: false,
                         message: None,
                         closes_at: None,
+                        units_left: None,
+                        likely_beyond_stock: None,
                     };
                     let expected = through_value(&answer());
                     let written = ticket(answer());
