@@ -171,6 +171,39 @@ async fn flash_crowd_is_admitted_at_the_configured_rate() {
     assert!(sum.conversion > 0.5, "conversion {}", sum.conversion);
 }
 
+/// `event-day` at test size: 20 arrivals/s for 24 s; joins open at 3 s,
+/// the draw at 8 s, the message changes at 11 s, the room closes at 18 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_day_opens_draws_tells_and_closes() {
+    let mut s = scenario("event-day");
+    s.arrivals = Arrivals::Constant {
+        per_second: 20.0,
+        for_s: 24.0,
+    };
+    s.limits.max_shoppers = 480;
+    s.limits.max_duration_s = 40;
+    s.gateway.burst = Some(5);
+    s.gateway.poll_max_s = 1;
+    let e = s.event.as_mut().unwrap();
+    e.prequeue_after_s = 3;
+    e.opens_after_s = 8;
+    e.closes_after_s = 18;
+    e.setup_s = 10;
+    s.faults[0].at_s = 11.0;
+    let (r, _dir) = play(&s).await;
+    let checks: Vec<&str> = r
+        .summary
+        .books
+        .iter()
+        .filter(|c| c.name.starts_with("event:"))
+        .map(|c| c.result.as_str())
+        .collect();
+    assert_eq!(checks, ["pass"; 4], "{:#?}", r.summary.books);
+    let outcomes = &r.summary.outcomes;
+    let closed = outcomes.get(&Outcome::Closed).copied().unwrap_or(0);
+    assert!(closed > 0, "{outcomes:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_item_never_oversells() {
     let s = scenario("hot-item").with_shoppers(300);

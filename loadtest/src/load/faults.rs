@@ -82,6 +82,14 @@ async fn act(f: &Fault, fleet: &Fleet, rec: &Recorder) -> (String, Result<()>) {
                 r,
             )
         }
+        FaultAction::SetMessage { message } => {
+            let r = fleet.first().set_message(message);
+            if r.is_ok() {
+                let at = rec.now_s();
+                rec.with(|i| i.event.messages_set.push((at, message.clone())));
+            }
+            (format!("room message set to {message:?} (config file)"), r)
+        }
         FaultAction::PaysimFaults { knobs } => (
             format!("paysim knobs set: {knobs}").replace('\n', ", "),
             fleet.first().set_paysim_faults(knobs).await,

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use base64::Engine;
 use rand::RngCore;
 
+use super::datetime::toml_datetime;
 use super::ports::{free_port, listens_on, PORT_TAKEN_LOG};
 use super::scenario::Scenario;
 
@@ -383,6 +384,33 @@ impl Target {
             .with_context(|| format!("writing {}", path.display()))
     }
 
+    /// Sets the room's `message` in the config file (the gateway reloads
+    /// it live): replaces the `message = ...` line, or adds one after the
+    /// room's `closes_at`.
+    pub fn set_message(&self, message: &str) -> Result<()> {
+        let path = self
+            .config_path
+            .as_ref()
+            .context("changing the message needs the gateway's config file (--config)")?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let line = format!("message = \"{message}\"");
+        let edited = match text.lines().find(|l| l.starts_with("message = ")) {
+            Some(old) => text.replacen(old, &line, 1),
+            None => match text.find("\ncloses_at = ") {
+                Some(at) => {
+                    let end = at + 1 + text[at + 1..].find('\n').unwrap_or(0) + 1;
+                    format!("{}{line}\n{}", &text[..end], &text[end..])
+                }
+                None => bail!(
+                    "{} has no room schedule to add a message to",
+                    path.display()
+                ),
+            },
+        };
+        std::fs::write(path, edited).with_context(|| format!("writing {}", path.display()))
+    }
+
     /// SIGKILL, wait `down`, start again on the same ports and data dir.
     pub async fn kill_restart(&self, down: Duration) -> Result<()> {
         let p = self
@@ -551,6 +579,18 @@ pub fn gateway_config(
     }
     if let Some(n) = g.max_orders_per_pass {
         out.push_str(&format!("max_orders_per_pass = {n}\n"));
+    }
+    if let Some(e) = &scenario.event {
+        let start = e.start_unix_s.unwrap_or(0);
+        out.push_str(&format!(
+            "prequeue_at = {}\nopens_at = {}\ncloses_at = {}\n",
+            toml_datetime(start + e.prequeue_after_s),
+            toml_datetime(start + e.opens_after_s),
+            toml_datetime(start + e.closes_after_s),
+        ));
+        if let Some(m) = &e.message {
+            out.push_str(&format!("message = \"{m}\"\n"));
+        }
     }
     // Last of the room: keys after it would belong to this table.
     if let Some(a) = &g.adaptive {

@@ -6,12 +6,13 @@
 //! and plays virtual people ([`shopper`]) who arrive on a seeded schedule
 //! ([`arrivals`]), reach the gateways through a sticky [`balancer`], wait
 //! in line, check out and follow their order, while faults are injected
-//! (kill switch, SIGKILL and restart, stores restarted, a gateway cut off)
+//! (kill switch, SIGKILL and restart, stores restarted, a gateway cut off,
+//! the room's message changed)
 //! and `/admin/state` is sampled ([`sampler`]). Everything seen goes into
 //! the [`record`]. At the end the [`books`] are checked with the system's
 //! own records (for a fleet, the line's too: [`fleet_books`]; for a
 //! backend that changes mid-run, whether the release rate [`follow`]ed
-//! it), and the [`summary`] and an HTML [`report`] (with [`svg`] charts)
+//! it; for a campaign, the [`event_day`] checks), and the [`summary`] and an HTML [`report`] (with [`svg`] charts)
 //! are written. [`capacity`]
 //! finds the release rate to configure.
 //!
@@ -30,6 +31,8 @@
 //! | `books.rs` | the end-of-run checks, the verdict |
 //! | `fleet_books.rs` | the line fleet-wide: rate, max_active, FIFO, places kept |
 //! | `follow.rs` | the phases of a changing backend; the adaptive-release bar |
+//! | `event_day.rs` | a room as a campaign: not open before the pre-queue, the draw recomputed, the message live, the close |
+//! | `datetime.rs` | unix seconds as UTC dates |
 //! | `summary.rs`, `report.rs`, `svg.rs` | `summary.json`, `report.html` |
 //! | `progress.rs` | the status line on stderr |
 //! | `faults.rs` | the kill switch, SIGKILL and restart, paysim's knobs, stores restarted, cut-offs, at their second |
@@ -40,6 +43,8 @@ pub mod arrivals;
 pub mod balancer;
 pub mod books;
 pub mod capacity;
+pub mod datetime;
+pub mod event_day;
 pub mod faults;
 pub mod fleet;
 pub mod fleet_books;

@@ -36,6 +36,8 @@ pub enum Outcome {
     OtherFinal,
     /// Let in with nothing to buy (a rooms-only fleet rehearsal).
     Admitted,
+    /// The event closed before the shopper was let in.
+    Closed,
 }
 
 impl Outcome {
@@ -51,6 +53,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::OtherFinal => "other_final",
             Outcome::Admitted => "admitted",
+            Outcome::Closed => "closed",
         }
     }
 }
@@ -216,6 +219,35 @@ pub struct Inner {
     /// for two orders).
     pub anomalies: Vec<String>,
     pub faults: Vec<(f64, String)>,
+    /// What a campaign's shoppers saw ([`EventSeen`]).
+    pub event: EventSeen,
+}
+
+/// What shoppers saw of a room run as a campaign (`[event]`), in seconds
+/// of the run.
+#[derive(Debug, Default)]
+pub struct EventSeen {
+    /// Joins answered `503 not_open`: when.
+    pub not_open_s: Vec<f64>,
+    /// Joins that got a ticket: when the answer came.
+    pub tickets_s: Vec<f64>,
+    /// Joins answered `410 event_closed`.
+    pub closed_joins: u64,
+    /// Shoppers in line told `closed`.
+    pub told_closed: u64,
+    /// Pre-queue tickets: their `seq` (the arrival number of the draw).
+    pub pre_queue_seqs: Vec<u64>,
+    /// Pre-queue tickets admitted: `seq` and when the pass came.
+    pub pre_queue_admitted: Vec<(u64, f64)>,
+    /// Every admission (a pass received): when.
+    pub admitted_s: Vec<f64>,
+    /// Each message seen in a status answer: first and last time.
+    pub messages: BTreeMap<String, (f64, f64)>,
+    /// The draw as last published: commitment, seed, entrants.
+    pub draw: Option<(String, Option<String>, u64)>,
+    /// The `set_message` faults played: when the file was written, and
+    /// the message.
+    pub messages_set: Vec<(f64, String)>,
 }
 
 /// A `POST /checkout` still without a final answer: what replaying it

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use super::balancer::Balancer;
 use super::books::{self, Check};
+use super::datetime::civil_from_days;
 use super::fleet::Fleet;
 use super::fleet_books::{self, Line};
 use super::gateway::{find_sluice, sibling, Target};
@@ -18,7 +19,7 @@ use super::report;
 use super::scenario::Scenario;
 use super::shopper::{self, Shared};
 use super::summary::{self, Configured, Summary, TargetInfo};
-use super::{arrivals, faults, follow, phase_capacity, progress, sampler};
+use super::{arrivals, event_day, faults, follow, phase_capacity, progress, sampler};
 
 /// Idle keep-alive connections kept to the gateway.
 pub const POOL_IDLE_MAX: usize = 512;
@@ -68,6 +69,19 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             scenario.name
         );
     }
+    // A campaign's schedule counts from an instant fixed now, far enough
+    // ahead for the setup; the run starts then.
+    let timed;
+    let scenario = match &scenario.event {
+        Some(e) => {
+            let mut s = scenario.clone();
+            let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+            s.event.as_mut().expect("checked").start_unix_s = Some(now + 1 + e.setup_s);
+            timed = s;
+            &timed
+        }
+        None => scenario,
+    };
     let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
     // The capacity each phase's backend has at the target, measured
     // first on a gateway and paysim of its own, when the bar asks for it.
@@ -121,6 +135,13 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         max_active: room_state["max_active"].as_u64().unwrap_or(0),
     };
 
+    if let Some(at) = scenario.event.as_ref().and_then(|e| e.start_unix_s) {
+        let at = UNIX_EPOCH + Duration::from_secs(at);
+        let wait = at.duration_since(SystemTime::now()).with_context(|| {
+            "the setup took longer than `event.setup_s`: the schedule written in the room's config has started already"
+        })?;
+        tokio::time::sleep(wait).await;
+    }
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -153,6 +174,7 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         rec: rec.clone(),
         deadline: start + max_duration,
         run_id: format!("sl{}-{:x}", scenario.seed, started_unix.as_millis()),
+        event: scenario.event.is_some(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -226,6 +248,10 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         checks.extend(rec.with(|i| fleet_checks(i, line)));
     }
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
+    if let Some(e) = &scenario.event {
+        let line = event_day::LineSetup::of(scenario);
+        checks.extend(rec.with(|i| event_day::checks(e, line, &i.event)));
+    }
     let mut phases = rec.with(|i| follow::phases(scenario, i, duration_s));
     let capacities: Vec<f64> = sweeps.iter().map(|(_, c)| c.capacity_per_s).collect();
     follow::set_capacities(&mut phases, &capacities);
@@ -323,21 +349,6 @@ pub fn default_out(name: &str, unix_s: u64) -> PathBuf {
     ))
 }
 
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +359,5 @@ mod tests {
             default_out("flash-crowd", 1_796_000_000),
             Path::new("target/sluice-load/flash-crowd-20261130-005320")
         );
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
     }
 }

@@ -43,6 +43,33 @@ pub struct Scenario {
     /// The bar adaptive release must meet through the scenario's phases.
     #[serde(default)]
     pub adaptive_bar: AdaptiveBar,
+    /// The room as a campaign: pre-queue, opening draw, close.
+    #[serde(default)]
+    pub event: Option<EventSetup>,
+}
+
+/// `[event]`: the room's schedule, in seconds from the run's start (the
+/// harness writes them as the room's `prequeue_at`, `opens_at` and
+/// `closes_at` and starts the run at the instant they count from), and
+/// its first `message`. The run starts `setup_s` after the config is
+/// written, whatever the setup took (a setup that took longer fails).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSetup {
+    pub prequeue_after_s: u64,
+    pub opens_after_s: u64,
+    pub closes_after_s: u64,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default = "default_event_setup_s")]
+    pub setup_s: u64,
+    /// The run's start (unix seconds), set by the harness, not the file.
+    #[serde(skip)]
+    pub start_unix_s: Option<u64>,
+}
+
+fn default_event_setup_s() -> u64 {
+    30
 }
 
 /// Most gateways one fleet scenario may start.
@@ -284,6 +311,8 @@ pub enum FaultAction {
     /// Turn paysim's knobs (`GET /admin/faults` keys, e.g. `latency_ms`,
     /// `workers`): the ones given change, the others stay.
     PaysimFaults { knobs: toml::Table },
+    /// Change the room's `message` in the config file (a live reload).
+    SetMessage { message: String },
 }
 
 /// The file form of a fault: one table per fault, tagged by `action`.
@@ -305,6 +334,10 @@ enum FaultFile {
     PaysimFaults {
         at_s: f64,
         knobs: toml::Table,
+    },
+    SetMessage {
+        at_s: f64,
+        message: String,
     },
     RestartRedis {
         at_s: f64,
@@ -373,6 +406,10 @@ impl From<FaultFile> for Fault {
             FaultFile::PaysimFaults { at_s, knobs } => Fault {
                 at_s,
                 action: FaultAction::PaysimFaults { knobs },
+            },
+            FaultFile::SetMessage { at_s, message } => Fault {
+                at_s,
+                action: FaultAction::SetMessage { message },
             },
         }
     }
@@ -478,6 +515,7 @@ impl Scenario {
             "`gateway.poll_min_s` must be 1 to 60 and at most `poll_max_s`",
         )?;
         self.validate_fleet()?;
+        self.validate_event()?;
         if !self.rooms_only() {
             check(
                 !self.products.is_empty(),
@@ -609,6 +647,8 @@ impl Scenario {
                     check(!knobs.is_empty(), "`paysim_faults` needs `knobs`")?;
                 }
                 FaultAction::PauseAdmissions | FaultAction::OpenAdmissions => {}
+                // Checked with the [event] (validate_event).
+                FaultAction::SetMessage { .. } => {}
             }
         }
         if let Some(a) = &g.adaptive {
@@ -700,6 +740,45 @@ impl Scenario {
     /// wait, are let in, and leave; nothing is sold.
     pub fn rooms_only(&self) -> bool {
         self.fleet.as_ref().is_some_and(|f| !f.postgres)
+    }
+
+    fn validate_event(&self) -> Result<(), String> {
+        let has_messages = self
+            .faults
+            .iter()
+            .any(|f| matches!(f.action, FaultAction::SetMessage { .. }));
+        let Some(e) = &self.event else {
+            return check(!has_messages, "a `set_message` fault needs an [event]");
+        };
+        check(
+            e.prequeue_after_s < e.opens_after_s && e.opens_after_s < e.closes_after_s,
+            "`event`: prequeue_after_s < opens_after_s < closes_after_s",
+        )?;
+        check(
+            (5..=600).contains(&e.setup_s),
+            "`event.setup_s` must be 5 to 600",
+        )?;
+        check(
+            self.fleet.is_none(),
+            "`[event]` runs on one gateway (the fleet's fair start is not built yet)",
+        )?;
+        let messages = self
+            .faults
+            .iter()
+            .filter_map(|f| match &f.action {
+                FaultAction::SetMessage { message } => Some(message),
+                _ => None,
+            })
+            .chain(&e.message);
+        for message in messages {
+            check(
+                !message.is_empty()
+                    && message.chars().count() <= 280
+                    && !message.contains(['"', '\\', '\n']),
+                "an event message is 1 to 280 characters, without quotes, \\ or newlines",
+            )?;
+        }
+        Ok(())
     }
 
     fn validate_fleet(&self) -> Result<(), String> {

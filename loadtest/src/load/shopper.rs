@@ -125,6 +125,9 @@ pub struct Shared {
     pub deadline: Instant,
     /// Prefix of Idempotency-Keys, unique per run.
     pub run_id: String,
+    /// The room runs as a campaign (`[event]`): what shoppers see of it
+    /// is recorded for the [`super::event_day`] checks.
+    pub event: bool,
 }
 
 /// Plays one shopper to the end of the visit.
@@ -241,11 +244,15 @@ async fn line(
                 .header("x-forwarded-for", shopper_address(plan.index).to_string())
         })
         .await;
+        if s.event {
+            event_seen(s, &r);
+        }
         let (ticket, mut poll_after) = match r.status {
             202 | 200 => match r.str("ticket") {
                 Some(t) => (t.to_string(), poll_after(&r)),
                 None => return Err(Outcome::Failed),
             },
+            410 if r.str("error") == Some("event_closed") => return Err(Outcome::Closed),
             410 => return Err(Outcome::SoldOut),
             429 | 503 => {
                 pause(s, told(&r, Duration::from_secs(1))).await?;
@@ -256,6 +263,12 @@ async fn line(
                 continue;
             }
         };
+        let pre_queue_seq = (s.event && r.body["pre_queue"] == true)
+            .then(|| ticket_seq(&ticket))
+            .flatten();
+        if let Some(seq) = pre_queue_seq {
+            s.rec.with(|i| i.event.pre_queue_seqs.push(seq));
+        }
         if had_ticket {
             s.rec.with(|i| i.rejoins += 1);
         }
@@ -301,6 +314,7 @@ async fn line(
                 (200, Some("admitted")) => {
                     if let Some(pass) = r.str("pass") {
                         s.rec.gateway_admission(g);
+                        admitted_seen(s, pre_queue_seq);
                         return Ok(pass.to_string());
                     }
                 }
@@ -327,6 +341,9 @@ async fn line(
             if r.status != 0 && place.1 != at.moves {
                 check_place(s, plan, &r, place.0);
             }
+            if r.status == 200 && s.event {
+                event_seen(s, &r);
+            }
             if r.status == 200 {
                 let ahead = r.body.get("ahead").and_then(serde_json::Value::as_u64);
                 place = (ahead.or(place.0), at.moves);
@@ -340,11 +357,16 @@ async fn line(
                 (200, Some("admitted")) => match r.str("pass") {
                     Some(pass) => {
                         s.rec.gateway_admission(g);
+                        admitted_seen(s, pre_queue_seq);
                         return Ok(pass.to_string());
                     }
                     None => return Err(Outcome::Failed),
                 },
                 (200, Some("sold_out")) => return Err(Outcome::SoldOut),
+                (200, Some("closed")) => {
+                    s.rec.with(|i| i.event.told_closed += 1);
+                    return Err(Outcome::Closed);
+                }
                 (200, Some("expired")) | (401, _) => {
                     let why = match r.status {
                         200 => "expired".to_string(),
@@ -359,6 +381,68 @@ async fn line(
             }
         }
     }
+}
+
+/// A campaign's answer as a shopper saw it: a refused early join, a
+/// ticket, the close, the room's message and the draw.
+fn event_seen(s: &Shared, r: &Reply) {
+    let at = s.rec.now_s();
+    s.rec.with(|i| {
+        let e = &mut i.event;
+        match (r.status, r.str("error")) {
+            (503, Some("not_open")) => e.not_open_s.push(at),
+            (410, Some("event_closed")) => e.closed_joins += 1,
+            (202, _) => e.tickets_s.push(at),
+            _ => {}
+        }
+        if r.status == 200 || r.status == 202 {
+            let message = r.str("message").unwrap_or_default().to_string();
+            let seen = e.messages.entry(message).or_insert((at, at));
+            seen.0 = seen.0.min(at);
+            seen.1 = seen.1.max(at);
+            if let Some(commitment) = r.str("draw_commitment") {
+                // Entrants are told while the pre-queue fills (the most
+                // seen is the final count); the seed once it is revealed.
+                let draw = e
+                    .draw
+                    .get_or_insert_with(|| (commitment.to_string(), None, 0));
+                if let Some(n) = r.body["entrants"].as_u64() {
+                    draw.2 = draw.2.max(n);
+                }
+                if let Some(seed) = r.str("draw_seed") {
+                    draw.1 = Some(seed.to_string());
+                }
+            }
+        }
+    });
+}
+
+/// A pass received: when, and for a pre-queue ticket its `seq`.
+fn admitted_seen(s: &Shared, pre_queue_seq: Option<u64>) {
+    if !s.event {
+        return;
+    }
+    let at = s.rec.now_s();
+    s.rec.with(|i| {
+        i.event.admitted_s.push(at);
+        if let Some(seq) = pre_queue_seq {
+            i.event.pre_queue_admitted.push((seq, at));
+        }
+    });
+}
+
+/// The `seq` claim of a ticket (its payload is read, not verified: the
+/// harness only needs the number the gateway put there).
+pub fn ticket_seq(ticket: &str) -> Option<u64> {
+    use base64::Engine;
+    let payload = ticket.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()?
+        .get("seq")?
+        .as_u64()
 }
 
 /// The first answer at a new gateway to a shopper who moved while
