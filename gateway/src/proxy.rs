@@ -168,6 +168,9 @@ impl ProxyHttp for Proxy {
             .verified
             .into_inner()
             .and_then(|(room, claims)| Some((room, claims?)));
+        if ctx.pass.is_none() && !matches!(routed, Route::Queue) {
+            self.shared.rooms.note_pass_use(&req.headers);
+        }
         match routed {
             Route::Webhook => {
                 ctx.source = "webhook";

@@ -584,6 +584,42 @@ impl Rooms {
         result
     }
 
+    /// A request carrying a pass (cookie or bearer) that no protected
+    /// path checked: its use keeps the pass from going idle
+    /// (`pass_idle_s`), as the contract says any request with it does.
+    /// Only for rooms whose passes can go idle, so every other request
+    /// costs no more than reading a header; the pass is verified first (a
+    /// forged one keeps nothing alive) and refusals are not counted as
+    /// ticket rejections (the request was not asking to be let in).
+    pub fn note_pass_use(&self, headers: &HeaderMap) {
+        let Some(token) = cookie(headers, PASS_COOKIE).or_else(|| bearer(headers)) else {
+            return;
+        };
+        let Some(room) = claimed_room(token) else {
+            return;
+        };
+        let Some(entry) = self.get(&room) else {
+            return;
+        };
+        if entry.backend.policy().pass_idle.is_zero() {
+            return;
+        }
+        let now = now_ms();
+        let Ok(claims) = self
+            .keyring
+            .load()
+            .verify(token, &entry.expect_pass(&room), now / 1000)
+        else {
+            return;
+        };
+        if entry.backend.pass_ended(claims.seq, now) {
+            return;
+        }
+        if let Some(id) = TicketId::parse(&claims.sub) {
+            entry.backend.touch_pass(claims.seq, &id, now);
+        }
+    }
+
     /// The pass the request carries, verified once: the token's own `aud`
     /// (read before verifying, only to choose the room) names the room it
     /// is checked against; the signature, `aud`, `typ` and expiry are then
