@@ -3,7 +3,15 @@
 //! one the revealed seed gives (recomputed here from the published
 //! algorithm, not with the gateway's code) and the pre-queue was let in in
 //! that order; a message changed mid-sale reached the shoppers within one
-//! poll; after `closes_at` nobody got a place or a pass.
+//! poll; after `closes_at` nobody got a place, and no place released after
+//! it was let in.
+//!
+//! Orders are judged from intervals, not from when passes were collected:
+//! a shopper's place was released after its last poll told to wait was
+//! sent and before its pass came back, so the draw is broken only when a
+//! later-drawn place was surely released (pass received) before an
+//! earlier-drawn one could have been (its last "wait" sent), however slow
+//! the machine answers.
 //!
 //! Slack: the gateway compares whole seconds and answers after a request's
 //! time, so an edge may be seen up to [`EDGE_SLACK_S`] late; a shopper in
@@ -25,34 +33,25 @@ pub const RELOAD_S: f64 = 1.0;
 /// The numbers of the line the checks' slack comes from.
 #[derive(Debug, Clone, Copy)]
 pub struct LineSetup {
-    pub release_per_second: f64,
-    pub burst: f64,
     /// The longest gap between one shopper's two polls.
     pub poll_s: f64,
 }
 
 impl LineSetup {
     pub fn of(scenario: &Scenario) -> Self {
-        let g = &scenario.gateway;
         Self {
-            release_per_second: f64::from(g.release_per_second),
-            burst: f64::from(g.burst.unwrap_or(g.release_per_second)),
-            poll_s: f64::from(g.poll_max_s) + 0.25 + 1.0,
+            poll_s: f64::from(scenario.gateway.poll_max_s) + 0.25 + 1.0,
         }
     }
-
-    /// How far from its drawn rank a pre-queue shopper's admission may
-    /// land: the places released while one shopper waits for its next
-    /// poll.
-    pub fn rank_slack(self) -> usize {
-        (self.release_per_second * self.poll_s + self.burst).ceil() as usize + 1
-    }
 }
+
+/// Fewest pre-queue admissions that make the draw's check mean something.
+pub const DRAWN_ADMITTED_MIN: usize = 20;
 
 pub fn checks(e: &EventSetup, line: LineSetup, seen: &EventSeen) -> Vec<Check> {
     vec![
         not_open_check(e, seen),
-        draw_check(line, seen),
+        draw_check(seen),
         message_check(e, line, seen),
         close_check(e, seen),
     ]
@@ -106,7 +105,7 @@ pub fn draw_order(seed: &[u8], n: u32) -> Vec<u32> {
     order
 }
 
-fn draw_check(line: LineSetup, seen: &EventSeen) -> Check {
+fn draw_check(seen: &EventSeen) -> Check {
     const NAME: &str = "event: the opening draw, recomputed";
     let Some((commitment, seed, entrants)) = &seen.draw else {
         return Check::new(NAME, vec!["no draw was published".into()], String::new());
@@ -146,38 +145,40 @@ fn draw_check(line: LineSetup, seen: &EventSeen) -> Check {
     for (place, &arrival) in order.iter().enumerate() {
         place_of[arrival as usize] = place as u32;
     }
-    // Admitted pre-queue shoppers: their rank by admission time against
-    // their rank by drawn place.
-    let mut admitted: Vec<(u64, f64)> = seen
+    // (drawn place, seq, released after, released by), in drawn order.
+    let mut admitted: Vec<(u32, u64, f64, f64)> = seen
         .pre_queue_admitted
         .iter()
-        .copied()
-        .filter(|&(seq, _)| (seq as usize) < place_of.len())
+        .filter_map(|&(seq, (after, by))| {
+            let place = *place_of.get(usize::try_from(seq).ok()?)?;
+            Some((place, seq, after, by))
+        })
         .collect();
-    admitted.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let mut by_place: Vec<u64> = admitted.iter().map(|&(seq, _)| seq).collect();
-    by_place.sort_by_key(|&seq| place_of[seq as usize]);
-    let drawn_rank: std::collections::HashMap<u64, usize> = by_place
-        .iter()
-        .enumerate()
-        .map(|(r, &seq)| (seq, r))
-        .collect();
-    let slack = line.rank_slack();
-    let mut worst = 0;
-    for (rank, &(seq, at)) in admitted.iter().enumerate() {
-        let drawn = drawn_rank[&seq];
-        let off = rank.abs_diff(drawn);
-        worst = worst.max(off);
-        if off > slack {
-            v.push(format!(
-                "pre-queue ticket {seq} (drawn place {}) was let in {rank}th at {at:.2} s, {off} from its drawn rank {drawn} (slack {slack})",
-                place_of[seq as usize]
-            ));
+    admitted.sort_by_key(|a| a.0);
+    // For each place, the earliest "released by" among the places drawn
+    // after it: if that is before this place's "released after", a later
+    // place surely went first.
+    let mut later_first: Option<(f64, usize)> = None;
+    let mut out_of_order = 0;
+    for i in (0..admitted.len()).rev() {
+        let (place, seq, after, by) = admitted[i];
+        if let Some((first_by, k)) = later_first {
+            if first_by < after {
+                out_of_order += 1;
+                let (later_place, later_seq, _, _) = admitted[k];
+                v.push(format!(
+                    "pre-queue ticket {seq} (drawn place {place}) was still waiting at {after:.2} s, \
+                     when ticket {later_seq} (drawn place {later_place}) had its pass already ({first_by:.2} s)"
+                ));
+            }
+        }
+        if later_first.is_none_or(|(t, _)| by < t) {
+            later_first = Some((by, i));
         }
     }
-    if admitted.len() <= 2 * slack {
+    if admitted.len() < DRAWN_ADMITTED_MIN {
         v.push(format!(
-            "{} pre-queue shoppers let in: too few to tell the draw from arrival order (slack {slack})",
+            "{} pre-queue shoppers let in: too few to check the draw's order (at least {DRAWN_ADMITTED_MIN})",
             admitted.len()
         ));
     }
@@ -185,7 +186,7 @@ fn draw_check(line: LineSetup, seen: &EventSeen) -> Check {
         NAME,
         v,
         format!(
-            "{entrants} entrants, {} let in, worst rank off by {worst} (slack {slack})",
+            "{entrants} entrants, {} let in, {out_of_order} let in ahead of an earlier-drawn place",
             admitted.len()
         ),
     )
@@ -236,8 +237,10 @@ fn close_check(e: &EventSetup, seen: &EventSeen) -> Check {
     v.extend(
         seen.admitted_s
             .iter()
-            .filter(|&&t| t > closes)
-            .map(|t| format!("a pass at {t:.2} s, after closes_at")),
+            .filter(|&&(after, _)| after > closes)
+            .map(|(after, by)| {
+                format!("a place released after closes_at let in: still waiting at {after:.2} s, pass at {by:.2} s")
+            }),
     );
     if seen.closed_joins + seen.told_closed == 0 {
         v.push("nobody met the close: the scenario does not test it".into());
@@ -269,25 +272,21 @@ mod tests {
         assert_eq!(draw_order(&seed, 1), vec![0]);
     }
 
-    fn line() -> LineSetup {
-        LineSetup {
-            release_per_second: 2.0,
-            burst: 2.0,
-            poll_s: 2.0,
-        }
-    }
-
     fn drawn(n: u32, admitted_in_draw_order: bool) -> EventSeen {
         let seed = [9u8; 32];
         let order = draw_order(&seed, n);
-        let admitted: Vec<(u64, f64)> = if admitted_in_draw_order {
+        // Released one every 0.1 s; each collected within a 2 s poll.
+        let released = |k: usize| (k as f64 * 0.1 - 1.5, k as f64 * 0.1 + 0.5);
+        let admitted: Vec<(u64, (f64, f64))> = if admitted_in_draw_order {
             order
                 .iter()
                 .enumerate()
-                .map(|(p, &a)| (u64::from(a), p as f64))
+                .map(|(p, &a)| (u64::from(a), released(p)))
                 .collect()
         } else {
-            (0..n).map(|a| (u64::from(a), f64::from(a))).collect()
+            (0..n)
+                .map(|a| (u64::from(a), released(a as usize)))
+                .collect()
         };
         EventSeen {
             pre_queue_seqs: (0..u64::from(n)).collect(),
@@ -303,12 +302,13 @@ mod tests {
 
     #[test]
     fn the_draw_check_tells_the_draw_from_arrival_order() {
-        assert_eq!(draw_check(line(), &drawn(100, true)).result, "pass");
-        let fifo = draw_check(line(), &drawn(100, false));
+        let drawn_order = draw_check(&drawn(100, true));
+        assert_eq!(drawn_order.result, "pass", "{:?}", drawn_order.violations);
+        let fifo = draw_check(&drawn(100, false));
         assert_eq!(fifo.result, "fail", "{:?}", fifo.violations);
         // A seed that is not the commitment's.
         let mut lied = drawn(100, true);
         lied.draw.as_mut().unwrap().0 = "00".repeat(32);
-        assert_eq!(draw_check(line(), &lied).result, "fail");
+        assert_eq!(draw_check(&lied).result, "fail");
     }
 }

@@ -237,10 +237,13 @@ pub struct EventSeen {
     pub told_closed: u64,
     /// Pre-queue tickets: their `seq` (the arrival number of the draw).
     pub pre_queue_seqs: Vec<u64>,
-    /// Pre-queue tickets admitted: `seq` and when the pass came.
-    pub pre_queue_admitted: Vec<(u64, f64)>,
-    /// Every admission (a pass received): when.
-    pub admitted_s: Vec<f64>,
+    /// Pre-queue tickets admitted: `seq` and when their place was
+    /// released, as [`Self::admitted_s`].
+    pub pre_queue_admitted: Vec<(u64, (f64, f64))>,
+    /// Every admission: its place was released after the first time (the
+    /// shopper's last poll told to wait was sent then) and before the
+    /// second (the pass received).
+    pub admitted_s: Vec<(f64, f64)>,
     /// Each message seen in a status answer: first and last time.
     pub messages: BTreeMap<String, (f64, f64)>,
     /// The draw as last published: commitment, seed, entrants.

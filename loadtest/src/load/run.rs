@@ -145,7 +145,17 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let start = Instant::now();
+    // A campaign's seconds count from the instant its schedule does, not
+    // from when the sleep above ended (later on a busy machine).
+    let late = scenario
+        .event
+        .as_ref()
+        .and_then(|e| e.start_unix_s)
+        .and_then(|at| started_unix.checked_sub(Duration::from_secs(at)))
+        .unwrap_or_default();
+    let start = Instant::now()
+        .checked_sub(late)
+        .unwrap_or_else(Instant::now);
     let rec = Arc::new(Recorder::new(start));
     let max_duration = Duration::from_secs(scenario.limits.max_duration_s);
     let times = arrivals::schedule(

@@ -238,6 +238,9 @@ async fn line(
         }
         joins += 1;
         let join_sent = Instant::now();
+        // When the shopper last asked and heard it was still waiting: a
+        // pass it gets later was released after this.
+        let mut waiting_at_s = s.rec.now_s();
         let (r, g) = call(s, at, "join", |base| {
             s.http
                 .post(format!("{base}{join_path}"))
@@ -314,7 +317,7 @@ async fn line(
                 (200, Some("admitted")) => {
                     if let Some(pass) = r.str("pass") {
                         s.rec.gateway_admission(g);
-                        admitted_seen(s, pre_queue_seq);
+                        admitted_seen(s, pre_queue_seq, waiting_at_s);
                         return Ok(pass.to_string());
                     }
                 }
@@ -343,6 +346,9 @@ async fn line(
             }
             if r.status == 200 && s.event {
                 event_seen(s, &r);
+                if matches!(r.str("state"), Some("waiting" | "paused")) {
+                    waiting_at_s = sent_s;
+                }
             }
             if r.status == 200 {
                 let ahead = r.body.get("ahead").and_then(serde_json::Value::as_u64);
@@ -357,7 +363,7 @@ async fn line(
                 (200, Some("admitted")) => match r.str("pass") {
                     Some(pass) => {
                         s.rec.gateway_admission(g);
-                        admitted_seen(s, pre_queue_seq);
+                        admitted_seen(s, pre_queue_seq, waiting_at_s);
                         return Ok(pass.to_string());
                     }
                     None => return Err(Outcome::Failed),
@@ -417,16 +423,18 @@ fn event_seen(s: &Shared, r: &Reply) {
     });
 }
 
-/// A pass received: when, and for a pre-queue ticket its `seq`.
-fn admitted_seen(s: &Shared, pre_queue_seq: Option<u64>) {
+/// A pass received: released after `waiting_at_s` (the shopper's last
+/// poll told to wait was sent then) and by now; for a pre-queue ticket,
+/// with its `seq`.
+fn admitted_seen(s: &Shared, pre_queue_seq: Option<u64>, waiting_at_s: f64) {
     if !s.event {
         return;
     }
-    let at = s.rec.now_s();
+    let released = (waiting_at_s, s.rec.now_s());
     s.rec.with(|i| {
-        i.event.admitted_s.push(at);
+        i.event.admitted_s.push(released);
         if let Some(seq) = pre_queue_seq {
-            i.event.pre_queue_admitted.push((seq, at));
+            i.event.pre_queue_admitted.push((seq, released));
         }
     });
 }
