@@ -25,7 +25,7 @@ const ACCOUNT_KEY: &str = "fleet-account-hash-key-of-32-characters-at-least";
 
 fn room(ticket_ttl_s: u64) -> String {
     format!(
-        "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo/vip/*\"]\nrelease_per_second = 2\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 2\npass_ttl_s = 600\nticket_ttl_s = {ticket_ttl_s}\n[rooms.enqueue]\nrequired = true\n[[rooms.enqueue.keys]]\nkid = \"store1\"\nalg = \"HS256\"\nsecret = \"{STORE_SECRET}\"\n[[rooms.lanes]]\nname = \"members\"\nshare = 0.5\n"
+        "[[rooms]]\nname = \"drop\"\nprotect = [\"/echo/vip/*\"]\nrelease_per_second = 2\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 2\npass_ttl_s = 600\nticket_ttl_s = {ticket_ttl_s}\n[rooms.enqueue]\nrequired = true\n[[rooms.enqueue.keys]]\nkid = \"store1\"\nalg = \"HS256\"\nsecret = \"{STORE_SECRET}\"\n"
     )
 }
 
@@ -276,16 +276,21 @@ async fn refusals(setup: &Setup) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    // The store's cookie alone joins; a known lane too.
+    // The store's cookie alone joins; so does a token naming the default
+    // lane, or carrying `typ = "enqueue"`.
     let (code, body) = join_with(&client, gw, None, Some(&token_for("carol"))).await;
     assert_eq!(code, StatusCode::ACCEPTED, "{}: {body}", setup.name);
-    let member = signed(
-        "store1",
-        STORE_SECRET,
-        &claims(json!({"sub": "dave", "lane": "members"})),
-    );
-    let (code, body) = join_with(&client, gw, Some(json!({ "enqueue_token": member })), None).await;
-    assert_eq!(code, StatusCode::ACCEPTED, "{}: {body}", setup.name);
+    for (sub, extra) in [
+        ("dave", json!({"lane": "default"})),
+        ("erin", json!({"typ": "enqueue"})),
+    ] {
+        let mut c = claims(extra);
+        c["sub"] = json!(sub);
+        let token = signed("store1", STORE_SECRET, &c);
+        let (code, body) =
+            join_with(&client, gw, Some(json!({ "enqueue_token": token })), None).await;
+        assert_eq!(code, StatusCode::ACCEPTED, "{}: {sub}: {body}", setup.name);
+    }
     // Counted by result.
     let metrics = gw.metrics_text().await;
     let joins = |result: &str| {

@@ -466,6 +466,16 @@ impl Rooms {
         let old = self.rooms.load_full();
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
+            if let Some(lane) = room.lanes.first() {
+                // Refused rather than taken and ignored: a lane's shoppers
+                // would wait in the room's one line, not in theirs.
+                return Err(format!(
+                    "room {:?}: lanes ([[rooms.lanes]], {:?} first) are not built yet: the \
+                     room has one line; leave [[rooms.lanes]] out (a token's `lane` claim is \
+                     then refused as an unknown lane)",
+                    room.name, lane.name
+                ));
+            }
             let policy = Policy::from_room(room);
             policy
                 .validate()
@@ -1267,6 +1277,22 @@ mod tests {
         assert!(Rooms::open(&parse(&selling), false, stock.clone()).is_ok());
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
+    }
+
+    #[test]
+    fn lanes_are_refused_until_they_are_built() {
+        let src = "[gateway]\n[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n[rooms.enqueue]\nrequired = false\n[[rooms.enqueue.keys]]\nkid = \"s\"\nalg = \"HS256\"\nsecret = \"c3RvcmUtZW5xdWV1ZS1zZWNyZXQtMzItYnl0ZXMtb2s\"\n";
+        let parse = |src: &str| {
+            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
+                None
+            })
+            .unwrap()
+        };
+        let stock = Arc::new(sluice_admission::InMemoryStock::new());
+        assert!(Rooms::new(&parse(src), false, stock.clone()).is_ok());
+        let lanes = format!("{src}[[rooms.lanes]]\nname = \"members\"\nshare = 0.3\n");
+        let err = Rooms::new(&parse(&lanes), false, stock).err().unwrap();
+        assert!(err.contains("not built yet"), "{err}");
     }
 
     #[test]
