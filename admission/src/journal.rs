@@ -285,10 +285,7 @@ impl RoomEvent {
                     expires_at_s: d,
                 }
             }
-            17 => AccountPass {
-                seq: a,
-                until_s: b,
-            },
+            17 => AccountPass { seq: a, until_s: b },
             other => return Err(DecodeError::Kind(other)),
         })
     }

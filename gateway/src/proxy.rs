@@ -191,7 +191,12 @@ impl ProxyHttp for Proxy {
                 let body = if session.req_header().method == Method::POST {
                     let too_large = "A join body is a few short fields; this one is too large.";
                     match self
-                        .read_body(session, ctx, crate::queue::enqueue::JOIN_BODY_BYTES_MAX, too_large)
+                        .read_body(
+                            session,
+                            ctx,
+                            crate::queue::enqueue::JOIN_BODY_BYTES_MAX,
+                            too_large,
+                        )
                         .await
                     {
                         Ok(body) => body,

@@ -261,11 +261,21 @@ async fn refusals(setup: &Setup) {
     for (what, token) in bad {
         let (code, body) =
             join_with(&client, gw, Some(json!({ "enqueue_token": token })), None).await;
-        assert_eq!(code, StatusCode::UNAUTHORIZED, "{}: {what}: {body}", setup.name);
+        assert_eq!(
+            code,
+            StatusCode::UNAUTHORIZED,
+            "{}: {what}: {body}",
+            setup.name
+        );
         assert_eq!(body["error"], "invalid_enqueue_token", "{what}");
         // In the cookie, the same.
         let (code, body) = join_with(&client, gw, None, Some(&token)).await;
-        assert_eq!(code, StatusCode::UNAUTHORIZED, "{}: {what}: {body}", setup.name);
+        assert_eq!(
+            code,
+            StatusCode::UNAUTHORIZED,
+            "{}: {what}: {body}",
+            setup.name
+        );
         assert_eq!(body["error"], "invalid_enqueue_token", "{what}");
     }
     // A body that is not a JSON object is a bad request.
@@ -325,7 +335,10 @@ async fn one_place_per_account(setup: &Setup) {
     let ticket = first["ticket"].as_str().unwrap().to_owned();
     let (seq, sub) = {
         let c = claims_of(&ticket);
-        (c["seq"].as_u64().unwrap(), c["sub"].as_str().unwrap().to_owned())
+        (
+            c["seq"].as_u64().unwrap(),
+            c["sub"].as_str().unwrap().to_owned(),
+        )
     };
     let hash = claims_of(&ticket)["acct"].as_str().unwrap().to_owned();
     assert_eq!(hash.len(), 32);
@@ -422,7 +435,11 @@ async fn expired_place_joins_again(setup: &Setup) {
             assert!(now_s() >= exp, "{}: a new place before expiry", setup.name);
             break seq;
         }
-        assert!(Instant::now() < deadline, "{}: never joined again", setup.name);
+        assert!(
+            Instant::now() < deadline,
+            "{}: never joined again",
+            setup.name
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(later > bob_seq, "{}: {later} behind {bob_seq}", setup.name);

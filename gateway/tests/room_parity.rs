@@ -456,7 +456,12 @@ fn enqueue_token(sub: &str) -> String {
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     header.kid = Some("store".into());
     let claims = serde_json::json!({"sub": sub, "aud": "line", "iat": now, "exp": now + 600});
-    jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(&key)).unwrap()
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(&key),
+    )
+    .unwrap()
 }
 
 /// What a line of accounts looks like: joins of accounts a, b, a, c, b, a

@@ -17,10 +17,10 @@
 use std::num::NonZeroU32;
 
 use async_trait::async_trait;
+use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::ClientKey;
-use sluice_admission::enqueue::AccountHash;
 use sluice_admission::room::{HeldPlace, Watermark};
 use sluice_admission::tokens::Claims;
 use sluice_admission::{

@@ -15,8 +15,7 @@ use sluice_admission::fleet::Presented;
 use sluice_admission::room::{AccountJoin, RoomView, Watermark};
 use sluice_admission::tokens::Claims;
 use sluice_admission::{
-    JoinError, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId,
-    WaitingRoom,
+    JoinError, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom,
 };
 
 use super::adaptive::{AdaptiveRelease, AdaptiveView};

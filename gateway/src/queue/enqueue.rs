@@ -100,7 +100,8 @@ impl EnqueueGate {
     }
 
     pub fn set(&self, room: &Room) {
-        self.rules.store(std::sync::Arc::new(EnqueueRules::of(room)));
+        self.rules
+            .store(std::sync::Arc::new(EnqueueRules::of(room)));
     }
 
     /// What the join's `token` means for room `room` at `now_s`: no

@@ -45,9 +45,9 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
 use sluice_admission::enqueue::{AccountHash, AccountHasher};
-use sluice_admission::room::HeldPlace;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
+use sluice_admission::room::HeldPlace;
 use sluice_admission::tokens::{
     Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError, TokenType,
 };
@@ -828,10 +828,7 @@ impl Rooms {
             Err(_) => return enqueue::bad_body(),
         };
         let token = enqueue::token(body_token.as_deref(), headers);
-        let entrant = match entry
-            .enqueue
-            .check(room, token, &self.accounts, now / 1000)
-        {
+        let entrant = match entry.enqueue.check(room, token, &self.accounts, now / 1000) {
             Ok(entrant) => entrant,
             Err(refused) => return refused,
         };
@@ -912,9 +909,9 @@ impl Rooms {
                 self.ticket_answer(room, entry, shown, status, now, true)
             }
             Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
-            Err(PollRefused::UnknownPlace) => join_refused(JoinError::StoreUnavailable {
-                retry_after_s: 1,
-            }),
+            Err(PollRefused::UnknownPlace) => {
+                join_refused(JoinError::StoreUnavailable { retry_after_s: 1 })
+            }
         }
     }
 
@@ -983,9 +980,11 @@ impl Rooms {
                 match self.keyring.load().sign(&claims) {
                     Ok(pass) => {
                         if let Some(account) = account {
-                            entry
-                                .backend
-                                .account_pass(account, admitted.seq, admitted.expires_at_s);
+                            entry.backend.account_pass(
+                                account,
+                                admitted.seq,
+                                admitted.expires_at_s,
+                            );
                         }
                         Some((pass, admitted.expires_at_s))
                     }

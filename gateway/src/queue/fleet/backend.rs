@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::{self as decide, PollDecision, Presented};
-use sluice_admission::enqueue::AccountHash;
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
 use sluice_admission::tokens::Claims;

@@ -89,9 +89,8 @@ impl SharedRoom {
         let ticket_id = hex::encode(id);
         let per_minute = self.joins_per_minute.load(Ordering::Relaxed).max(1);
         let ticket_ttl_ms = policy.ticket_ttl.as_millis() as u64;
-        let keep_ms = ticket_ttl_ms
-            + decide::claim_window_ms(&policy)
-            + policy.pass_ttl.as_millis() as u64;
+        let keep_ms =
+            ticket_ttl_ms + decide::claim_window_ms(&policy) + policy.pass_ttl.as_millis() as u64;
         let store = self.fleet.store.clone();
         let name = self.name.clone();
         let hw_next = self.hw_next.load(Ordering::Relaxed);
