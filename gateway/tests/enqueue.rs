@@ -500,3 +500,76 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The store rotates its enqueue key (a reload with a new `kid` and
+/// secret, the old one gone): an account keeps its place, since the
+/// account hash's key is not an enqueue key; the old key's tokens are
+/// refused from then on.
+async fn a_key_rotation_keeps_the_places(setup: &Setup) {
+    let client = client();
+    let holder = join_as(&client, setup.gw(0), "holder").await;
+    pass_of(&client, setup, holder["ticket"].as_str().unwrap()).await;
+    let alice = join_as(&client, setup.gw(1), "alice").await;
+    let seq = claims_of(alice["ticket"].as_str().unwrap())["seq"].as_u64();
+    const NEW_SECRET: &str = "bmV3LXN0b3JlLWVucXVldWUtc2VjcmV0LTMyLWJ5dGVz";
+    for gw in &setup.gateways {
+        gw.edit_config(|t| {
+            t.replace("kid = \"store1\"", "kid = \"store2\"")
+                .replace(STORE_SECRET, NEW_SECRET)
+        });
+    }
+    let now = now_s();
+    let new_token = |sub: &str| {
+        signed(
+            "store2",
+            NEW_SECRET,
+            &json!({"sub": sub, "aud": "drop", "iat": now, "exp": now + 600}),
+        )
+    };
+    for gw in &setup.gateways {
+        // The reload is in force once the new key's token is taken.
+        let took = eventually_await(Duration::from_secs(15), || async {
+            let body = json!({ "enqueue_token": new_token("probe") });
+            let (code, _) = join_with(&client, gw, Some(body), None).await;
+            code == StatusCode::ACCEPTED
+        })
+        .await;
+        assert!(took.is_some(), "{}: the new key never took", setup.name);
+        let (code, body) = join_with(
+            &client,
+            gw,
+            Some(json!({ "enqueue_token": token_for("alice") })),
+            None,
+        )
+        .await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{}: {body}", setup.name);
+        assert_eq!(body["error"], "invalid_enqueue_token");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        let body = json!({ "enqueue_token": new_token("alice") });
+        let (code, answer) = join_with(&client, setup.gw(2), Some(body), None).await;
+        if code == StatusCode::ACCEPTED {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "{code} {answer}");
+        let wait_s = answer["retry_after_s"].as_u64().unwrap_or(1);
+        tokio::time::sleep(Duration::from_secs(wait_s)).await;
+    };
+    assert_eq!(
+        claims_of(again["ticket"].as_str().unwrap())["seq"].as_u64(),
+        seq,
+        "{}: {again}",
+        setup.name
+    );
+}
+
+#[tokio::test]
+async fn a_key_rotation_keeps_the_places_embedded() {
+    a_key_rotation_keeps_the_places(&Setup::embedded(&room(600))).await;
+}
+
+#[tokio::test]
+async fn a_key_rotation_keeps_the_places_on_three_gateways() {
+    a_key_rotation_keeps_the_places(&Setup::fleet(&room(600))).await;
+}

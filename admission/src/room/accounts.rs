@@ -332,6 +332,84 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_pass_given_back_still_holds_the_account_until_it_expires() {
+        let mut r = room(policy());
+        let a = AccountHash([1; 16]);
+        let first = new(r.join_account(a, T0).unwrap());
+        r.release_once(T0, 100);
+        let Status::Admitted(pass) = r.status(first.seq, &first.ticket_id, T0).unwrap() else {
+            panic!("not admitted")
+        };
+        let spent = crate::PassOrders {
+            started: 1,
+            open: 0,
+        };
+        assert!(r.give_back_if_spent(first.seq, spent));
+        // The slot is free for the next, but the account has its place.
+        let b = new(r.join_account(AccountHash([2; 16]), T0 + 1000).unwrap());
+        assert_eq!(held(r.join_account(a, T0 + 2000).unwrap()).seq, first.seq);
+        r.prune_accounts(T0 + 3000);
+        assert_eq!(r.accounts_held(), 2);
+        let after = pass.expires_at_s * 1000;
+        assert!(new(r.join_account(a, after).unwrap()).seq > b.seq);
+    }
+
+    #[test]
+    fn a_restored_room_keeps_each_accounts_place() {
+        use crate::journal::{EventSink, SinkError};
+        use std::sync::Mutex;
+        #[derive(Clone, Default)]
+        struct Kept(Arc<Mutex<Vec<RoomEvent>>>);
+        impl EventSink for Kept {
+            fn append(&mut self, events: &[RoomEvent]) -> Result<(), SinkError> {
+                self.0.lock().unwrap().extend_from_slice(events);
+                Ok(())
+            }
+        }
+        let kept = Kept::default();
+        let stock = Arc::new(InMemoryStock::new());
+        let restore = |events: Vec<RoomEvent>, now_ms: u64| {
+            WaitingRoom::restore(
+                "drop",
+                policy(),
+                stock.clone(),
+                [9; 32],
+                StdRng::seed_from_u64(1),
+                now_ms,
+                events,
+                Box::new(kept.clone()),
+            )
+            .unwrap()
+        };
+        let mut r = restore(Vec::new(), T0);
+        let a = AccountHash([1; 16]);
+        let b = AccountHash([2; 16]);
+        let first = new(r.join_account(a, T0).unwrap());
+        r.release_once(T0, 100);
+        r.status(first.seq, &first.ticket_id, T0).unwrap();
+        let waiting = new(r.join_account(b, T0).unwrap());
+        let events = kept.0.lock().unwrap().clone();
+        let mut again = restore(events, T0 + 5000);
+        assert_eq!(
+            held(again.join_account(a, T0 + 5000).unwrap()).seq,
+            first.seq
+        );
+        let held_b = held(again.join_account(b, T0 + 5000).unwrap());
+        assert_eq!(
+            (held_b.seq, held_b.ticket_id),
+            (waiting.seq, waiting.ticket_id)
+        );
+        // And from a snapshot of it.
+        let mut snapshot = Vec::new();
+        again.snapshot(&mut |e| snapshot.push(e));
+        let mut third = restore(snapshot, T0 + 6000);
+        assert_eq!(
+            held(third.join_account(b, T0 + 6000).unwrap()).seq,
+            waiting.seq
+        );
+    }
+
+    #[test]
     fn pruning_drops_only_places_no_longer_live() {
         let mut r = room(policy());
         for i in 0..5u8 {
