@@ -256,7 +256,7 @@ pub trait RoomStore: Send + Sync + 'static {
         previous_at_ms: Option<u64>,
     ) -> Result<bool, StoreError>;
 
-    /// A join with an account ([`super::enqueue`]): its live place, or one
+    /// A join with an account (`fleet::enqueue`): its live place, or one
     /// new place by [`Self::join`]'s rules kept as the account's.
     async fn enqueue(
         &self,
