@@ -602,3 +602,67 @@ async fn a_key_rotation_keeps_the_places_embedded() {
 async fn a_key_rotation_keeps_the_places_on_three_gateways() {
     a_key_rotation_keeps_the_places(&Setup::fleet(&room(600))).await;
 }
+
+/// The store's keys as an operator gives them: an EdDSA key by its
+/// `public_key` (the store keeps the private one), HS256 secrets in a file
+/// (`secret_file`) and in the environment (`secret_env`): a token of each
+/// joins.
+#[tokio::test]
+async fn enqueue_keys_from_a_public_key_a_file_and_the_environment() {
+    let pkcs8 = sluice_admission::tokens::generate_ed25519_pkcs8_der().unwrap();
+    // ring's PKCS#8 v2 document ends with the public key.
+    let public = URL_SAFE_NO_PAD.encode(&pkcs8[pkcs8.len() - 32..]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store.key");
+    const FILE_SECRET: &str = "ZmlsZS1zdG9yZS1lbnF1ZXVlLXNlY3JldC0zMi1ieXRlcw";
+    const ENV_SECRET: &str = "ZW52LXN0b3JlLWVucXVldWUtc2VjcmV0LTMyLWJ5dGVzIQ";
+    std::fs::write(&file, format!("{FILE_SECRET}\n")).unwrap();
+    let rooms = format!(
+        "[[rooms]]\nname = \"drop\"\nrelease_per_second = 2\nmax_active = 10\nqueue_capacity = 100\n[rooms.enqueue]\nrequired = true\n[[rooms.enqueue.keys]]\nkid = \"ed\"\nalg = \"EdDSA\"\npublic_key = \"{public}\"\n[[rooms.enqueue.keys]]\nkid = \"file\"\nalg = \"HS256\"\nsecret_file = {:?}\n[[rooms.enqueue.keys]]\nkid = \"env\"\nalg = \"HS256\"\nsecret_env = \"STORE_ENQUEUE_SECRET\"\n",
+        file.display().to_string()
+    );
+    let gw = Gateway::start(GatewayOptions {
+        rest: format!("{KEYS}\n{rooms}"),
+        env: vec![("STORE_ENQUEUE_SECRET".into(), ENV_SECRET.into())],
+        ..GatewayOptions::default()
+    });
+    let client = client();
+    let now = now_s();
+    let claims = |sub: &str| json!({"sub": sub, "aud": "drop", "iat": now, "exp": now + 60});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("ed".into());
+    let ed = jsonwebtoken::encode(
+        &header,
+        &claims("ed-account"),
+        &jsonwebtoken::EncodingKey::from_ed_der(&pkcs8),
+    )
+    .unwrap();
+    let tokens = [
+        ("EdDSA", ed),
+        (
+            "secret_file",
+            signed("file", FILE_SECRET, &claims("file-account")),
+        ),
+        (
+            "secret_env",
+            signed("env", ENV_SECRET, &claims("env-account")),
+        ),
+    ];
+    let mut seqs = Vec::new();
+    for (what, token) in tokens {
+        let (code, body) =
+            join_with(&client, &gw, Some(json!({ "enqueue_token": token })), None).await;
+        assert_eq!(code, StatusCode::ACCEPTED, "{what}: {body}");
+        seqs.push(claims_of(body["ticket"].as_str().unwrap())["seq"].clone());
+    }
+    assert_eq!(seqs, [json!(0), json!(1), json!(2)]);
+    // An EdDSA token under an HS256 kid (or the other way) is refused.
+    let (code, body) = join_with(
+        &client,
+        &gw,
+        Some(json!({ "enqueue_token": signed("ed", FILE_SECRET, &claims("x")) })),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
+}
