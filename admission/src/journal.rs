@@ -79,6 +79,17 @@ pub enum RoomEvent {
     /// The pass of place `place` was ended before its time (idle, or by the
     /// origin): its slot is free, and it is refused until `expires_at_s`.
     PassEnded { place: u64, expires_at_s: u64 },
+    /// Ticket `seq` (expiring at `expires_at_s`) was given to an account
+    /// (the keyed hash of an enqueue token's `sub`, never the id): a join
+    /// with the same account answers this place while it is live.
+    Account {
+        account: [u8; 16],
+        seq: u64,
+        expires_at_s: u64,
+    },
+    /// The account place `seq` collected its pass, which holds the
+    /// account's place until `until_s`.
+    AccountPass { seq: u64, until_s: u64 },
 }
 
 /// Where the room's events go. Called once per operation with everything
@@ -172,6 +183,16 @@ impl RoomEvent {
                 place,
                 expires_at_s,
             } => (15, 0, [place, expires_at_s, 0, 0]),
+            Account {
+                account,
+                seq,
+                expires_at_s,
+            } => {
+                let (hi, lo) = account.split_at(8);
+                let word = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
+                (16, 0, [word(hi), word(lo), seq, expires_at_s])
+            }
+            AccountPass { seq, until_s } => (17, 0, [seq, until_s, 0, 0]),
         };
         let mut out = [0u8; RECORD_BYTES];
         out[0] = kind;
@@ -254,6 +275,17 @@ impl RoomEvent {
                 place: a,
                 expires_at_s: b,
             },
+            16 => {
+                let mut account = [0u8; 16];
+                account[..8].copy_from_slice(&a.to_be_bytes());
+                account[8..].copy_from_slice(&b.to_be_bytes());
+                Account {
+                    account,
+                    seq: c,
+                    expires_at_s: d,
+                }
+            }
+            17 => AccountPass { seq: a, until_s: b },
             other => return Err(DecodeError::Kind(other)),
         })
     }
@@ -324,6 +356,15 @@ mod tests {
             },
             RoomEvent::Drawn { entrants: 10 },
             RoomEvent::Collected { place: 9 },
+            RoomEvent::Account {
+                account: *b"0123456789abcdef",
+                seq: 11,
+                expires_at_s: 1 << 33,
+            },
+            RoomEvent::AccountPass {
+                seq: 11,
+                until_s: 12,
+            },
         ];
         for event in all {
             let mut record = event.encode();

@@ -35,6 +35,8 @@ pub enum ErrorCode {
     Overloaded,
     NotOpen,
     EventClosed,
+    EnqueueTokenRequired,
+    InvalidEnqueueToken,
 }
 
 impl ErrorCode {
@@ -66,6 +68,8 @@ impl ErrorCode {
             Overloaded => "overloaded",
             NotOpen => "not_open",
             EventClosed => "event_closed",
+            EnqueueTokenRequired => "enqueue_token_required",
+            InvalidEnqueueToken => "invalid_enqueue_token",
         }
     }
 
@@ -73,7 +77,8 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BadRequest => StatusCode::BAD_REQUEST,
-            InvalidTicket | InvalidPass | Unauthorized => StatusCode::UNAUTHORIZED,
+            InvalidTicket | InvalidPass | Unauthorized | EnqueueTokenRequired
+            | InvalidEnqueueToken => StatusCode::UNAUTHORIZED,
             Forbidden | PurchaseLimit => StatusCode::FORBIDDEN,
             NotFound | UnknownRoom => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,

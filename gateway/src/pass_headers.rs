@@ -1,8 +1,8 @@
 //! The headers that tell the origin which pass opened a protected path:
-//! `Sluice-Room` (the room whose pass it is) and `Sluice-Pass-Subject` (the
-//! pass's `sub`, the ticket id it was minted for), and the name
-//! `Sluice-Pass-Account` (the account hash, for a place taken with an
-//! enqueue token) kept for the same use.
+//! `Sluice-Room` (the room whose pass it is), `Sluice-Pass-Subject` (the
+//! pass's `sub`, the ticket id it was minted for) and, for a place taken
+//! with a store's enqueue token, `Sluice-Pass-Account` (the account's keyed
+//! hash, the pass's `acct`: 32 hex digits, never the account id).
 //!
 //! An origin trusts them only because the gateway alone writes them: every
 //! spelling of these names a client sends is removed from every forwarded
@@ -19,6 +19,7 @@ const PASS_ACCOUNT: &str = "sluice-pass-account";
 
 pub const SLUICE_ROOM: HeaderName = HeaderName::from_static(ROOM);
 pub const SLUICE_PASS_SUBJECT: HeaderName = HeaderName::from_static(PASS_SUBJECT);
+pub const SLUICE_PASS_ACCOUNT: HeaderName = HeaderName::from_static(PASS_ACCOUNT);
 
 /// The names, lowercase with `-`.
 static RESERVED: [&str; 3] = [ROOM, PASS_SUBJECT, PASS_ACCOUNT];
@@ -40,16 +41,19 @@ pub fn is_reserved(name: &HeaderName) -> bool {
     })
 }
 
-/// The headers a request forwarded on a protected path carries: the room
-/// and the `sub` of the pass verified for it. Both are header-safe (a room
-/// name is `[a-z0-9_-]`, a `sub` 32 hex digits, from a token the gateway
-/// signed); one that were not would be left out rather than sent mangled.
+/// The headers a request forwarded on a protected path carries: the room,
+/// the `sub` of the pass verified for it and its account hash if it has
+/// one. All are header-safe (a room name is `[a-z0-9_-]`, a `sub` and an
+/// account hash 32 hex digits, from a token the gateway signed); one that
+/// were not would be left out rather than sent mangled.
 pub fn of_pass(room: &str, pass: &Claims) -> Vec<(HeaderName, HeaderValue)> {
     [
-        (SLUICE_ROOM, room),
-        (SLUICE_PASS_SUBJECT, pass.sub.as_str()),
+        (SLUICE_ROOM, Some(room)),
+        (SLUICE_PASS_SUBJECT, Some(pass.sub.as_str())),
+        (SLUICE_PASS_ACCOUNT, pass.acct.as_deref()),
     ]
     .into_iter()
+    .filter_map(|(name, value)| Some((name, value?)))
     .filter_map(|(name, value)| Some((name, HeaderValue::from_str(value).ok()?)))
     .collect()
 }
@@ -96,6 +100,15 @@ mod tests {
                 (SLUICE_ROOM, HeaderValue::from_static("drop")),
                 (SLUICE_PASS_SUBJECT, HeaderValue::from_static(sub)),
             ]
+        );
+        let hash = sluice_admission::enqueue::AccountHash([0xab; 16]);
+        let held = pass.clone().for_account(Some(&hash));
+        assert_eq!(
+            of_pass("drop", &held)[2],
+            (
+                SLUICE_PASS_ACCOUNT,
+                HeaderValue::from_str(&"ab".repeat(16)).unwrap()
+            )
         );
         let odd = Claims::new(TokenType::Pass, "drop", "a\nb", 7, 10, 20);
         assert_eq!(

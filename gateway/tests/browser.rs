@@ -548,3 +548,59 @@ async fn the_message_and_the_odds_are_shown_in_english_and_portuguese() {
         browser.close().await;
     }
 }
+
+/// A room that needs the store's enqueue token: the page says to sign in
+/// (and does not loop on retries); once the store's sign-in has set the
+/// `sluice_enqueue` cookie (`Path=/queue`), the page joins with it.
+#[tokio::test]
+async fn a_room_for_signed_in_shoppers_says_so_and_joins_with_the_stores_cookie() {
+    use base64::Engine;
+    const SECRET: &str = "c3RvcmUtZW5xdWV1ZS1zZWNyZXQtMzItYnl0ZXMtb2s";
+    let gw = gateway_passing(
+        60,
+        &format!("[rooms.enqueue]\nrequired = true\n[[rooms.enqueue.keys]]\nkid = \"store\"\nalg = \"HS256\"\nsecret = \"{SECRET}\"\n"),
+    );
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser.wait_state("error", Duration::from_secs(5)).await;
+    assert!(
+        text.starts_with("This line is for signed-in shoppers"),
+        "{text}"
+    );
+    // The store's sign-in sets its cookie for the queue's paths.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("store".into());
+    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(SECRET)
+        .unwrap();
+    let token = jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({"sub": "shopper-1", "aud": "drop", "iat": now, "exp": now + 600}),
+        &jsonwebtoken::EncodingKey::from_secret(&key),
+    )
+    .unwrap();
+    browser
+        .client
+        .execute(
+            "document.cookie = 'sluice_enqueue=' + arguments[0] + '; path=/queue; samesite=lax';",
+            vec![serde_json::json!(token)],
+        )
+        .await
+        .unwrap();
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    browser
+        .wait_state("admitted", Duration::from_secs(10))
+        .await;
+    let queued = gw.metric("sluice_queue_joins_total{result=\"queued\",room=\"drop\"}");
+    assert_eq!(queued, Some(1.0));
+    let refused =
+        gw.metric("sluice_queue_joins_total{result=\"enqueue_token_required\",room=\"drop\"}");
+    assert_eq!(refused, Some(1.0), "the page did not retry without a token");
+    browser.close().await;
+}

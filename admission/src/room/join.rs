@@ -17,6 +17,16 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// refuses it the answer is `StoreUnavailable` and the place it would
     /// have had is written off (nobody holds it).
     pub fn join(&mut self, now_ms: u64) -> Result<Joined, JoinError> {
+        self.join_then(now_ms, |_, _| {})
+    }
+
+    /// [`Self::join`], with `kept` run on the new place before the join's
+    /// events are given to the sink (its own events are kept with them).
+    pub(super) fn join_then(
+        &mut self,
+        now_ms: u64,
+        kept: impl FnOnce(&mut Self, &Joined),
+    ) -> Result<Joined, JoinError> {
         self.open_if_due(now_ms);
         self.saw(now_ms);
         if !self.flush() {
@@ -52,6 +62,9 @@ impl<S: QueueStore> WaitingRoom<S> {
         } else {
             self.join_line(now_ms)
         };
+        if let Some(joined) = &joined {
+            kept(self, joined);
+        }
         match joined {
             Some(joined) if !self.flush() => {
                 self.write_off(joined.seq);

@@ -26,6 +26,7 @@
 //! Time is always an argument (`now_ms`, unix milliseconds) and randomness
 //! comes from the RNG given at creation, so tests drive everything.
 
+mod accounts;
 mod ending;
 mod join;
 mod outcome;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::RngCore;
 
+pub use accounts::{AccountJoin, HeldPlace};
 pub use outcome::{
     Admitted, JoinError, Joined, PollError, PreQueue, ReleaseOutcome, Status, Stop, Wait,
 };
@@ -223,6 +225,8 @@ pub struct WaitingRoom<S: QueueStore = MemoryStore> {
     /// The sink refused the last events: no joins, no releases until it
     /// takes them.
     sink_failing: bool,
+    /// The place each account (enqueue token) holds ([`accounts`]).
+    accounts: accounts::Accounts,
     /// Mean seconds a pass held its slot (expired or given back); `None`
     /// until one has, when `pass_ttl` stands in.
     hold_s_mean: Option<f64>,
@@ -320,6 +324,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             pending: Vec::new(),
             sink_failing: false,
             hold_s_mean: None,
+            accounts: accounts::Accounts::default(),
             view,
         };
         room.publish();

@@ -67,6 +67,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.store.trim_before(cursor, limit.max(1));
         if out.stop != Stop::StoreUnavailable {
             self.sweep(now_s);
+            self.prune_accounts(now_ms);
         }
         self.flush();
         out

@@ -202,6 +202,19 @@ impl WaitingRoom<MemoryStore> {
                 self.active.remove(&place);
                 self.ended.insert(place, expires_at_s);
             }
+            RoomEvent::Account {
+                account,
+                seq,
+                expires_at_s,
+            } => self.accounts.insert(
+                crate::enqueue::AccountHash(account),
+                super::accounts::AccountPlace {
+                    seq,
+                    ticket_expires_s: expires_at_s,
+                    pass_until_s: None,
+                },
+            ),
+            RoomEvent::AccountPass { seq, until_s } => self.accounts.set_pass(seq, until_s),
             RoomEvent::Cursor { cursor } => {
                 self.cursor = self.cursor.max(cursor);
                 self.store.trim_before(self.cursor, usize::MAX);
@@ -331,6 +344,23 @@ impl WaitingRoom<MemoryStore> {
                 expires_at_s,
             });
         }
+        let now_ms = self.view.seen_s().saturating_mul(1000);
+        for (account, place) in self.accounts.iter() {
+            if !self.account_place_live(place, now_ms) {
+                continue;
+            }
+            visit(RoomEvent::Account {
+                account: account.0,
+                seq: place.seq,
+                expires_at_s: place.ticket_expires_s,
+            });
+            if let Some(until_s) = place.pass_until_s {
+                visit(RoomEvent::AccountPass {
+                    seq: place.seq,
+                    until_s,
+                });
+            }
+        }
     }
 
     /// How many events [`Self::snapshot`] gives, about.
@@ -343,5 +373,6 @@ impl WaitingRoom<MemoryStore> {
         2 + pre
             + self.store.len() as u64
             + (self.active.len() + self.uncollected.len() + self.ended.len()) as u64
+            + 2 * self.accounts.len() as u64
     }
 }

@@ -102,6 +102,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 self.active.insert(place, pending.pass);
                 self.no_shows.record(now_unix_s, 1, 0);
                 self.emit(RoomEvent::Collected { place });
+                self.account_collected(seq, pending.pass.expires_at_s);
             } else if now_unix_s < pending.pass.expires_at_s {
                 // Here, but no slot to spare: at the front, and
                 // not a no-show while it keeps asking.

@@ -44,6 +44,11 @@ pub struct Claims {
     pub iat: u64,
     /// Expires at, unix seconds; the token is valid while `now < exp`.
     pub exp: u64,
+    /// For a place taken with a store's enqueue token: the account hash
+    /// (32 lowercase hex digits, [`crate::enqueue::AccountHash`]), never
+    /// the account id. The origin gets it as `Sluice-Pass-Account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acct: Option<String>,
 }
 
 impl Claims {
@@ -57,6 +62,13 @@ impl Claims {
             typ,
             iat,
             exp,
+            acct: None,
         }
+    }
+
+    /// The same claims for a place held by `account`.
+    pub fn for_account(mut self, account: Option<&crate::enqueue::AccountHash>) -> Self {
+        self.acct = account.map(|a| a.to_hex());
+        self
     }
 }

@@ -17,10 +17,11 @@
 use std::num::NonZeroU32;
 
 use async_trait::async_trait;
+use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::ClientKey;
-use sluice_admission::room::Watermark;
+use sluice_admission::room::{HeldPlace, Watermark};
 use sluice_admission::tokens::Claims;
 use sluice_admission::{
     JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId,
@@ -40,6 +41,23 @@ pub enum PollRefused {
     /// A place this room never gave out (or gave out before a restart that
     /// lost it): `401 invalid_ticket`.
     UnknownPlace,
+}
+
+/// Who asks for a place: the client (for the per-client join limit), and
+/// for a join with a store's enqueue token, the account's keyed hash (one
+/// place per account) and its lane.
+#[derive(Debug, Clone, Default)]
+pub struct JoinRequest {
+    pub client: Option<ClientKey>,
+    pub account: Option<AccountHash>,
+}
+
+/// What a join got: a new place, or the live place its account holds
+/// already (answered as a poll of that place's ticket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entered {
+    New(Joined),
+    Held(HeldPlace),
 }
 
 /// A (re)loaded config's settings for one room, put in force at once.
@@ -73,9 +91,16 @@ pub trait RoomBackend: Send + Sync {
     /// (it is still there). When admitted, the pass's slot is the ticket's.
     async fn poll(&self, ticket: &Presented, now_ms: u64) -> Result<Status, PollRefused>;
 
-    /// A new place at the back of the line, for `client` (counted against
-    /// the room's per-client limit where the store counts it).
-    async fn join(&self, client: Option<ClientKey>, now_ms: u64) -> Result<Joined, JoinError>;
+    /// A new place at the back of the line, for `req.client` (counted
+    /// against the room's per-client limit where the store counts it); for
+    /// `req.account`, the place it holds while that is live, on any
+    /// gateway, else a new one kept as the account's.
+    async fn join(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError>;
+
+    /// The pass of account place `seq` was minted, ending at
+    /// `expires_at_s`: it holds the account until then (a back end that
+    /// notes collection itself does nothing here).
+    fn account_pass(&self, _account: &AccountHash, _seq: u64, _expires_at_s: u64) {}
 
     /// The public numbers of `GET /queue/{room}/watermark`.
     fn watermark(&self, now_ms: u64) -> Watermark;

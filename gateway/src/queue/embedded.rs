@@ -12,16 +12,14 @@ use async_trait::async_trait;
 use sluice_admission::adaptive::Outcome;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::Presented;
-use sluice_admission::join_limiter::ClientKey;
-use sluice_admission::room::{RoomView, Watermark};
+use sluice_admission::room::{AccountJoin, RoomView, Watermark};
 use sluice_admission::tokens::Claims;
 use sluice_admission::{
-    JoinError, Joined, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId,
-    WaitingRoom,
+    JoinError, PassEnd, PassOrders, Policy, PollError, RoomStats, Status, TicketId, WaitingRoom,
 };
 
 use super::adaptive::{AdaptiveRelease, AdaptiveView};
-use super::backend::{PollRefused, RoomBackend, Settings};
+use super::backend::{Entered, JoinRequest, PollRefused, RoomBackend, Settings};
 use super::journal;
 
 pub struct EmbeddedRoom {
@@ -107,8 +105,15 @@ impl RoomBackend for EmbeddedRoom {
             })
     }
 
-    async fn join(&self, _client: Option<ClientKey>, now_ms: u64) -> Result<Joined, JoinError> {
-        self.line().join(now_ms)
+    async fn join(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError> {
+        let mut line = self.line();
+        match req.account {
+            None => line.join(now_ms).map(Entered::New),
+            Some(account) => line.join_account(account, now_ms).map(|j| match j {
+                AccountJoin::New(joined) => Entered::New(joined),
+                AccountJoin::Held(held) => Entered::Held(held),
+            }),
+        }
     }
 
     fn watermark(&self, _now_ms: u64) -> Watermark {

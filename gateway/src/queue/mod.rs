@@ -22,6 +22,7 @@ pub mod adaptive;
 mod backend;
 mod collector;
 mod embedded;
+pub mod enqueue;
 mod event;
 pub mod fleet;
 pub mod journal;
@@ -43,9 +44,13 @@ use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::enqueue::{AccountHash, AccountHasher};
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
-use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
+use sluice_admission::room::HeldPlace;
+use sluice_admission::tokens::{
+    Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError, TokenType,
+};
 use sluice_admission::{
     JoinError, PassEnd, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId,
     WaitingRoom,
@@ -58,7 +63,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::response::LocalResponse;
 use crate::verified::VerifyingKeyring;
-use backend::{PollRefused, RoomBackend, Settings};
+use backend::{Entered, JoinRequest, PollRefused, RoomBackend, Settings};
 pub use collector::RoomCollector;
 pub use release::Releaser;
 pub use respond::clear_pass_cookie;
@@ -93,6 +98,9 @@ pub struct QueueRequest<'a> {
     pub headers: &'a HeaderMap,
     /// The client's address ([`crate::client`]).
     pub client: Option<IpAddr>,
+    /// The body of a join (empty for other requests), at most
+    /// [`enqueue::JOIN_BODY_BYTES_MAX`].
+    pub body: &'a [u8],
 }
 
 /// One room and its place in the registry.
@@ -118,6 +126,8 @@ pub struct RoomEntry {
     /// The room's `heartbeat_s` in force, told to the queue page in the
     /// watermark.
     heartbeat_s: AtomicU64,
+    /// The store's enqueue tokens (`[rooms.enqueue]`).
+    pub(crate) enqueue: enqueue::EnqueueGate,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -274,6 +284,8 @@ pub struct Rooms {
     stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
+    /// The account hash an enqueue token's `sub` is kept as.
+    accounts: AccountHasher,
 }
 
 impl Rooms {
@@ -282,7 +294,8 @@ impl Rooms {
     pub fn new(config: &Config, tls: bool, stock: Arc<dyn StockAuthority>) -> Result<Self, String> {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
-        Self::build(config, tls, stock, secret, None, None)
+        let accounts = account_hasher(config, None)?;
+        Self::build(config, tls, stock, secret, None, None, accounts)
     }
 
     /// Durable rooms in `gateway.data_dir` (`sluice run`): the keys are
@@ -301,7 +314,8 @@ impl Rooms {
             )?;
             let mut secret = [0u8; 32];
             rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
-            return Self::build(config, tls, stock, secret, None, Some(fleet));
+            let accounts = account_hasher(config, None)?;
+            return Self::build(config, tls, stock, secret, None, Some(fleet), accounts);
         }
         let data_dir: &Path = &config.gateway.data_dir;
         let secret = secrets::load_or_create(data_dir, secrets::SIGNING_KEY_FILE)?;
@@ -310,7 +324,8 @@ impl Rooms {
             rooms_dir: data_dir.join("rooms"),
             ticket_id_key,
         };
-        Self::build(config, tls, stock, secret, Some(durable), None)
+        let accounts = account_hasher(config, Some(data_dir))?;
+        Self::build(config, tls, stock, secret, Some(durable), None, accounts)
     }
 
     fn build(
@@ -320,6 +335,7 @@ impl Rooms {
         secret: [u8; 32],
         durable: Option<Durable>,
         fleet: Option<Arc<fleet::Fleet>>,
+        accounts: AccountHasher,
     ) -> Result<Self, String> {
         let kid = if durable.is_some() {
             "local"
@@ -341,6 +357,7 @@ impl Rooms {
             fleet,
             stock,
             tls,
+            accounts,
         };
         rooms.apply(config, now_ms())?;
         Ok(rooms)
@@ -449,6 +466,16 @@ impl Rooms {
         let old = self.rooms.load_full();
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
+            if let Some(lane) = room.lanes.first() {
+                // Refused rather than taken and ignored: a lane's shoppers
+                // would wait in the room's one line, not in theirs.
+                return Err(format!(
+                    "room {:?}: lanes ([[rooms.lanes]], {:?} first) are not built yet: the \
+                     room has one line; leave [[rooms.lanes]] out (a token's `lane` claim is \
+                     then refused as an unknown lane)",
+                    room.name, lane.name
+                ));
+            }
             let policy = Policy::from_room(room);
             policy
                 .validate()
@@ -467,6 +494,7 @@ impl Rooms {
                     lifetimes: Lifetimes::new(room),
                     backend: self.make_backend(room, policy.clone(), now_ms)?,
                     heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
+                    enqueue: enqueue::EnqueueGate::new(room),
                 }),
             };
             rooms.push(PlannedRoom {
@@ -508,6 +536,7 @@ impl Rooms {
                     .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
             }
             entry.lifetimes.set(room.ttls);
+            entry.enqueue.set(&room.config);
             entry.event.store(Arc::new(event));
             entry
                 .heartbeat_s
@@ -716,6 +745,7 @@ impl Rooms {
             query,
             headers,
             client,
+            body: req_body,
         } = req;
         let rest = &path["/queue/".len()..];
         let (name, action) = match rest.split_once('/') {
@@ -740,7 +770,10 @@ impl Rooms {
                 network_denied()
             }
             (&Method::GET, "status") if denied(deny, client) => network_denied(),
-            (&Method::POST, "join") => self.join(name, &entry, headers, client, now).await,
+            (&Method::POST, "join") => {
+                self.join(name, &entry, headers, client, req_body, now)
+                    .await
+            }
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
                 let mark = entry.backend.watermark(now);
@@ -766,6 +799,7 @@ impl Rooms {
         entry: &RoomEntry,
         headers: &HeaderMap,
         client: Option<IpAddr>,
+        body: &[u8],
         now: u64,
     ) -> LocalResponse {
         // One browser keeps one ticket: a live ticket comes back as it is.
@@ -776,7 +810,7 @@ impl Rooms {
                 now / 1000,
                 presented,
             );
-            if let Ok(Some(ticket)) = verified {
+            if let Ok(Some((ticket, account))) = verified {
                 // Rejoining sooner than told is an early poll: same answer
                 // as the status route.
                 if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
@@ -785,7 +819,12 @@ impl Rooms {
                 match entry.backend.poll(&ticket, now).await {
                     Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {}
                     Ok(status) => {
-                        return self.ticket_answer(room, entry, token, &ticket, status, now, true)
+                        let shown = Shown {
+                            token,
+                            ticket: &ticket,
+                            account: account.as_ref(),
+                        };
+                        return self.ticket_answer(room, entry, shown, status, now, true);
                     }
                     Err(PollRefused::TooEarly { retry_after_s }) => {
                         return too_early(retry_after_s)
@@ -819,13 +858,24 @@ impl Rooms {
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
-        let joined = entry
-            .backend
-            .join(client.map(ClientKey::from_ip), now)
-            .await;
-        match joined {
-            Ok(joined) => {
-                let claims = joined.claims(room);
+        // The store's enqueue token: none, refused, or an account.
+        let body_token = match enqueue::token_in_body(body) {
+            Ok(token) => token,
+            Err(_) => return enqueue::bad_body(),
+        };
+        let token = enqueue::token(body_token.as_deref(), headers);
+        let entrant = match entry.enqueue.check(room, token, &self.accounts, now / 1000) {
+            Ok(entrant) => entrant,
+            Err(refused) => return refused,
+        };
+        let account = entrant.as_ref().map(|e| e.account);
+        let req = JoinRequest {
+            client: client.map(ClientKey::from_ip),
+            account,
+        };
+        match entry.backend.join(req, now).await {
+            Ok(Entered::New(joined)) => {
+                let claims = joined.claims(room).for_account(account.as_ref());
                 let ticket = Presented {
                     seq: joined.seq,
                     ticket_id: joined.ticket_id,
@@ -833,19 +883,70 @@ impl Rooms {
                 };
                 match self.keyring.load().sign(&claims) {
                     Ok(token) => {
-                        self.ticket_answer(room, entry, &token, &ticket, joined.status, now, true)
+                        let shown = Shown {
+                            token: &token,
+                            ticket: &ticket,
+                            account: account.as_ref(),
+                        };
+                        self.ticket_answer(room, entry, shown, joined.status, now, true)
                     }
-                    Err(_) => LocalResponse::error(&ApiError::new(
-                        ErrorCode::Internal,
-                        "The ticket could not be signed.",
-                    )),
+                    Err(_) => not_signed("ticket"),
                 }
             }
+            Ok(Entered::Held(held)) => self.held_answer(room, entry, held, account, now).await,
             Err(e) => {
                 if matches!(e, JoinError::RateLimited { .. }) {
                     entry.count_rate_limited_join();
                 }
                 join_refused(e)
+            }
+        }
+    }
+
+    /// The answer to a join whose account holds a live place already: that
+    /// place, as a poll of its ticket, with its ticket signed again (the
+    /// same `sub` and `seq`).
+    async fn held_answer(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        held: HeldPlace,
+        account: Option<AccountHash>,
+        now: u64,
+    ) -> LocalResponse {
+        let claims = Claims::new(
+            TokenType::Ticket,
+            room,
+            &held.ticket_id.to_string(),
+            held.seq,
+            held.issued_at_s,
+            held.expires_at_s,
+        )
+        .for_account(account.as_ref());
+        let Ok(token) = self.keyring.load().sign(&claims) else {
+            return not_signed("ticket");
+        };
+        let ticket = Presented {
+            seq: held.seq,
+            ticket_id: held.ticket_id,
+            expires_at_s: held.expires_at_s,
+        };
+        // Joining again sooner than told is an early poll.
+        if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
+            return too_early(retry_after_s);
+        }
+        match entry.backend.poll(&ticket, now).await {
+            Ok(status) => {
+                let shown = Shown {
+                    token: &token,
+                    ticket: &ticket,
+                    account: account.as_ref(),
+                };
+                self.ticket_answer(room, entry, shown, status, now, true)
+            }
+            Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
+            Err(PollRefused::UnknownPlace) => {
+                join_refused(JoinError::StoreUnavailable { retry_after_s: 1 })
             }
         }
     }
@@ -871,7 +972,7 @@ impl Rooms {
             now / 1000,
             presented,
         );
-        let ticket = match verified {
+        let (ticket, account) = match verified {
             Err(e) => return invalid(e.reason()),
             Ok(None) => return invalid("malformed"),
             Ok(Some(ticket)) => ticket,
@@ -880,34 +981,52 @@ impl Rooms {
             return too_early(retry_after_s);
         }
         match entry.backend.poll(&ticket, now).await {
-            Ok(status) => self.ticket_answer(room, entry, token, &ticket, status, now, false),
+            Ok(status) => {
+                let shown = Shown {
+                    token,
+                    ticket: &ticket,
+                    account: account.as_ref(),
+                };
+                self.ticket_answer(room, entry, shown, status, now, false)
+            }
             Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
             Err(PollRefused::UnknownPlace) => invalid("unknown_place"),
         }
     }
 
-    /// The JSON for a ticket's state; mints the pass when admitted.
-    #[allow(clippy::too_many_arguments)]
+    /// The JSON for a ticket's state; mints the pass when admitted (for an
+    /// account's place, with its account hash).
     fn ticket_answer(
         &self,
         room: &str,
         entry: &RoomEntry,
-        token: &str,
-        ticket: &Presented,
+        shown: Shown<'_>,
         status: Status,
         now: u64,
         joined: bool,
     ) -> LocalResponse {
+        let Shown {
+            token,
+            ticket,
+            account,
+        } = shown;
         let pass = match status {
-            Status::Admitted(admitted) => match self.keyring.load().sign(&admitted.claims(room)) {
-                Ok(pass) => Some((pass, admitted.expires_at_s)),
-                Err(_) => {
-                    return LocalResponse::error(&ApiError::new(
-                        ErrorCode::Internal,
-                        "The pass could not be signed.",
-                    ))
+            Status::Admitted(admitted) => {
+                let claims = admitted.claims(room).for_account(account);
+                match self.keyring.load().sign(&claims) {
+                    Ok(pass) => {
+                        if let Some(account) = account {
+                            entry.backend.account_pass(
+                                account,
+                                admitted.seq,
+                                admitted.expires_at_s,
+                            );
+                        }
+                        Some((pass, admitted.expires_at_s))
+                    }
+                    Err(_) => return not_signed("pass"),
                 }
-            },
+            }
             _ => None,
         };
         let fair = entry.backend.fair_start();
@@ -953,6 +1072,22 @@ impl Rooms {
     }
 }
 
+/// The account hasher: `[cluster] account_hash_key_env`'s key; else, with
+/// a `data_dir` (one durable gateway), the key kept there (made once);
+/// else a key made now (rooms in memory only).
+fn account_hasher(config: &Config, data_dir: Option<&Path>) -> Result<AccountHasher, String> {
+    let key = match (&config.cluster.account_hash_key, data_dir) {
+        (Some(key), _) => key.expose().as_bytes().to_vec(),
+        (None, Some(dir)) => secrets::load_or_create(dir, enqueue::ACCOUNT_KEY_FILE)?.to_vec(),
+        (None, None) => {
+            let mut key = [0u8; 32];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+            key.to_vec()
+        }
+    };
+    AccountHasher::new(&key).ok_or_else(|| "the account hash key is too short".to_owned())
+}
+
 /// Whether `client` is in the gateway's deny list.
 fn denied(deny: Option<&DenyList>, client: Option<IpAddr>) -> bool {
     matches!((deny, client), (Some(list), Some(ip)) if list.contains(ip))
@@ -966,13 +1101,38 @@ fn network_denied() -> LocalResponse {
     ))
 }
 
-/// The place a verified ticket presents, if its `sub` is a ticket id.
-fn presented(claims: &Claims) -> Option<Presented> {
-    Some(Presented {
+/// A ticket being answered: the token as presented (or signed now), the
+/// place it names, and the account that holds it (if any).
+struct Shown<'a> {
+    token: &'a str,
+    ticket: &'a Presented,
+    account: Option<&'a AccountHash>,
+}
+
+/// `500` for a token that could not be signed.
+fn not_signed(what: &str) -> LocalResponse {
+    LocalResponse::error(&ApiError::new(
+        ErrorCode::Internal,
+        format!("The {what} could not be signed."),
+    ))
+}
+
+/// The place a verified ticket presents, if its `sub` is a ticket id, and
+/// the account hash it carries (an `acct` that is not one: none).
+fn presented(claims: &Claims) -> Option<(Presented, Option<AccountHash>)> {
+    let ticket = Presented {
         seq: claims.seq,
         ticket_id: TicketId::parse(&claims.sub)?,
         expires_at_s: claims.exp,
-    })
+    };
+    Some((ticket, claims.acct.as_deref().and_then(account_of_hex)))
+}
+
+/// The account hash written as 32 lowercase hex digits.
+fn account_of_hex(hex_digits: &str) -> Option<AccountHash> {
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(hex_digits, &mut out).ok()?;
+    Some(AccountHash(out))
 }
 
 /// The answer to a join the room refused.
@@ -1167,6 +1327,22 @@ mod tests {
         assert!(Rooms::open(&parse(&selling), false, stock.clone()).is_ok());
         // Keys listed: the rooms open without Redis up (its tasks connect).
         assert!(Rooms::open(&parse(&format!("{src}{keys}")), false, stock).is_ok());
+    }
+
+    #[test]
+    fn lanes_are_refused_until_they_are_built() {
+        let src = "[gateway]\n[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n[rooms.enqueue]\nrequired = false\n[[rooms.enqueue.keys]]\nkid = \"s\"\nalg = \"HS256\"\nsecret = \"c3RvcmUtZW5xdWV1ZS1zZWNyZXQtMzItYnl0ZXMtb2s\"\n";
+        let parse = |src: &str| {
+            sluice_policies::validate::parse_with_env(src, std::path::Path::new("p.toml"), &|_| {
+                None
+            })
+            .unwrap()
+        };
+        let stock = Arc::new(sluice_admission::InMemoryStock::new());
+        assert!(Rooms::new(&parse(src), false, stock.clone()).is_ok());
+        let lanes = format!("{src}[[rooms.lanes]]\nname = \"members\"\nshare = 0.3\n");
+        let err = Rooms::new(&parse(&lanes), false, stock).err().unwrap();
+        assert!(err.contains("not built yet"), "{err}");
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! - `ticket-signing.key`: the HS256 key tickets and passes are signed with
 //!   when the config lists no `[[keys]]` (with keys listed, it is unused);
 //! - `ticket-id.key`: the key ticket ids and fair-start seeds derive from
-//!   (see `sluice_admission::ticket_id`).
+//!   (see `sluice_admission::ticket_id`);
+//! - `account-hash.key` ([`super::enqueue::ACCOUNT_KEY_FILE`]): the key of
+//!   the account hash, when `[cluster] account_hash_key_env` names none.
 //!
-//! Both are 32 random bytes written as base64url. A file that is there but
+//! Each is 32 random bytes written as base64url. A file that is there but
 //! is not such a key stops the start with a message naming it: making a new
 //! one silently would turn every ticket and pass out there invalid.
 

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::{self as decide, PollDecision, Presented};
-use sluice_admission::join_limiter::ClientKey;
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
 use sluice_admission::tokens::Claims;
@@ -19,9 +19,9 @@ use sluice_admission::{
     JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId, Wait,
 };
 
-use super::{FleetLimits, SharedRoom};
+use super::{AccountPlace, FleetLimits, SharedRoom};
 use crate::queue::adaptive::{AdaptiveRelease, AdaptiveView};
-use crate::queue::backend::{PollRefused, RoomBackend, Settings};
+use crate::queue::backend::{Entered, JoinRequest, PollRefused, RoomBackend, Settings};
 
 /// A fleet room, as this gateway holds it.
 pub struct FleetRoom {
@@ -106,12 +106,21 @@ impl RoomBackend for FleetRoom {
         }
     }
 
-    async fn join(&self, client: Option<ClientKey>, now_ms: u64) -> Result<Joined, JoinError> {
+    async fn join(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError> {
         let shared = &self.shared;
-        let seq = shared.join(client).await?;
-        let mut id = [0u8; 16];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
-        let ticket_id = TicketId::parse(&hex::encode(id)).expect("32 hex digits");
+        let (seq, ticket_id) = match req.account {
+            None => {
+                let seq = shared.join(req.client).await?;
+                let mut id = [0u8; 16];
+                rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
+                let ticket_id = TicketId::parse(&hex::encode(id)).expect("32 hex digits");
+                (seq, ticket_id)
+            }
+            Some(account) => match shared.join_account(account, req.client, now_ms).await? {
+                AccountPlace::Held(held) => return Ok(Entered::Held(held)),
+                AccountPlace::New { seq, ticket_id } => (seq, ticket_id),
+            },
+        };
         let issued_at_s = now_ms / 1000;
         let ticket = Presented {
             seq,
@@ -125,13 +134,17 @@ impl RoomBackend for FleetRoom {
         };
         // A new place: its first poll is timed from this answer.
         let _ = shared.on_time(seq, &status, now_ms);
-        Ok(Joined {
+        Ok(Entered::New(Joined {
             seq,
             ticket_id,
             issued_at_s,
             expires_at_s: ticket.expires_at_s,
             status,
-        })
+        }))
+    }
+
+    fn account_pass(&self, account: &AccountHash, seq: u64, expires_at_s: u64) {
+        self.shared.account_pass(*account, seq, expires_at_s);
     }
 
     fn watermark(&self, now_ms: u64) -> Watermark {

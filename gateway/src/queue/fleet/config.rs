@@ -33,6 +33,19 @@ pub fn check_config(config: &Config) -> Result<(), String> {
             room.name
         ));
     }
+    // One place per account on any gateway needs the same account hash on
+    // every gateway: a key each made for itself would hash one account
+    // differently on each.
+    if let Some(room) = config.rooms.iter().find(|r| !r.enqueue.keys.is_empty()) {
+        if config.cluster.account_hash_key.is_none() {
+            return Err(format!(
+                "room {:?}: [rooms.enqueue] on [cluster] redis_url needs [cluster] \
+                 account_hash_key_env (the same key on every gateway), so that an account \
+                 has one place on any gateway",
+                room.name
+            ));
+        }
+    }
     if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
         return Err(format!(
             "room {:?}: a fair start (opens_at) is not built for rooms on [cluster] \

@@ -31,6 +31,7 @@
 
 mod backend;
 mod config;
+mod enqueue;
 mod poll_due;
 pub mod redis;
 mod serving_seen;
@@ -38,8 +39,9 @@ pub mod store;
 
 pub use backend::FleetRoom;
 pub use config::check_config;
+pub use enqueue::{AccountJoinArgs, AccountPlace, AccountReply};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -287,6 +289,7 @@ impl Fleet {
             ended_idle: AtomicU64::new(0),
             ended_origin: AtomicU64::new(0),
             reachable: AtomicBool::new(true),
+            accounts_noted: Mutex::new(HashSet::new()),
             joins_counted: Mutex::new(JoinCounts::default()),
             no_shows: Mutex::new(NoShowMeter::default()),
             poll_due: Mutex::new(PollDue::new(poll_due::GENERATION_MAX)),
@@ -396,6 +399,8 @@ pub struct SharedRoom {
     ended_origin: AtomicU64,
     /// The store answered the last call (for logging the changes only).
     reachable: AtomicBool,
+    /// Account places whose pass end this gateway wrote to the store.
+    accounts_noted: Mutex<HashSet<u64>>,
     /// This gateway's joins by result (`sluice_queue_joins_total`).
     joins_counted: Mutex<JoinCounts>,
     /// The room's no-show share, from the store's totals at every tick
@@ -689,6 +694,12 @@ impl SharedRoom {
     /// fleet's per-client join limit.
     pub async fn join(&self, client: Option<ClientKey>) -> Result<u64, JoinError> {
         let answer = self.join_uncounted(client).await;
+        self.count_join(&answer);
+        answer
+    }
+
+    /// Counts a join's answer in this gateway's joins by result.
+    fn count_join(&self, answer: &Result<u64, JoinError>) {
         let mut counts = self.joins_counted.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Ok(_) => counts.queued += 1,
@@ -699,7 +710,6 @@ impl SharedRoom {
             // Counted by the caller with the gateway's own refusals.
             Err(JoinError::RateLimited { .. }) => {}
         }
-        answer
     }
 
     async fn join_uncounted(&self, client: Option<ClientKey>) -> Result<u64, JoinError> {

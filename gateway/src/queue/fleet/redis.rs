@@ -21,11 +21,13 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisError};
 use sluice_admission::adaptive::Decision;
+use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fleet::{ClaimReply, JoinReply, LineNumbers};
 use sluice_admission::fleet_rate;
 use sluice_admission::join_limiter::ClientKey;
 use tokio::sync::Mutex;
 
+use super::enqueue::{AccountJoinArgs, AccountReply};
 use super::store::{
     AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore,
     StoreError, StoredDecision, Tick, TickArgs,
@@ -222,8 +224,72 @@ fn stored_decision(f: &[String]) -> Option<StoredDecision> {
     })
 }
 
+/// The record of the account whose keyed hash is `account`, in the room's
+/// hash slot.
+pub fn account_key(room: &str, account: &AccountHash) -> String {
+    format!("sluice2:{{{room}}}:acct:{account}")
+}
+
 #[async_trait]
 impl RoomStore for RedisStore {
+    async fn enqueue(
+        &self,
+        room: &str,
+        a: &AccountJoinArgs<'_>,
+    ) -> Result<AccountReply, StoreError> {
+        let [line, slots, released] = keys(room);
+        let mut keys = vec![line, slots, released, account_key(room, a.account)];
+        if let Some(client) = a.client {
+            keys.push(client_key(room, client));
+        }
+        let args = [
+            a.capacity.to_string(),
+            a.hw_next.to_string(),
+            a.period_us.to_string(),
+            a.burst.to_string(),
+            a.ticket_id.to_owned(),
+            a.ticket_ttl_ms.to_string(),
+            a.keep_ms.to_string(),
+        ];
+        let r: Vec<String> = self.fcall_str("sluice_5_enqueue", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_5_enqueue gave {r:?}"));
+        let n = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(bad);
+        match r.first().map(String::as_str) {
+            Some("1") => Ok(AccountReply::Held {
+                seq: n(1)?,
+                ticket_id: r.get(2).ok_or_else(bad)?.clone(),
+                ticket_expires_ms: n(3)?,
+            }),
+            Some("0") if r.len() == 8 => Ok(AccountReply::Joined(JoinReply {
+                first: n(1)?,
+                granted: clamp32(n(2)?),
+                serving: n(3)?,
+                paused: n(4)? == 1,
+                sold_out: n(5)? == 1,
+                warming: n(6)? == 1,
+                retry_after_ms: vec![n(7)?],
+            })),
+            _ => Err(bad()),
+        }
+    }
+
+    async fn enqueue_pass(
+        &self,
+        room: &str,
+        account: &AccountHash,
+        seq: u64,
+        pass_expires_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let written: u64 = self
+            .fcall(
+                "sluice_5_enqueue_pass",
+                &[account_key(room, account)],
+                &[seq, pass_expires_ms],
+            )
+            .await?;
+        Ok(written == 1)
+    }
+
     async fn join(&self, room: &str, batch: &JoinBatch<'_>) -> Result<JoinReply, StoreError> {
         let n = batch.clients.len();
         let [line, _, _] = keys(room);

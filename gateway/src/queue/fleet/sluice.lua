@@ -670,6 +670,87 @@ local function heartbeat(keys, args)
   return out
 end
 
+--[[ ---------------------------------------------------------------------
+One place per account (`[rooms.enqueue]`): its own keys and functions; the
+line's keys above keep their meaning.
+
+  sluice2:{R}:acct:<hash> STRING "<seq> <ticket id> <ticket exp ms> <pass exp
+                             ms, 0: not collected>" of the account whose
+                             keyed hash (32 hex digits, never the account
+                             id) is <hash>; expires (PX) once no ticket or
+                             pass of the place can still be live.
+
+The rule (the same as the embedded room's, sluice_admission::room's
+accounts): the account's place holds it while its ticket waits (seq not
+yet released, ticket not expired), while it is released and not yet
+collected (in :released), and once its pass was collected, until the
+pass's expiry (a pass given back holds it too: the gateway records the
+pass's end with enqueue_pass). After that the account joins again, at the
+back.
+----------------------------------------------------------------------- ]]
+
+-- Whether the place of account record `rec` still holds the account.
+-- -> live, seq, id, ticket exp ms
+local function account_place(keys, rec, ms)
+  local seq, id, texp, pexp = string.match(rec, '^(%d+) (%x+) (%d+) (%d+)$')
+  if not seq then return false end
+  seq, texp, pexp = tonumber(seq), tonumber(texp), tonumber(pexp)
+  if pexp > 0 then return ms < pexp, seq, id, texp end
+  local serving = num(redis.call('HGET', keys[1], 'serving'))
+  if seq >= serving then return ms < texp, seq, id, texp end
+  local held = tonumber(redis.call('ZSCORE', keys[2], 'c' .. seq))
+  if held and held > ms then return true, seq, id, texp end
+  local due = tonumber(redis.call('ZSCORE', keys[3], 'u' .. seq))
+  return (due ~= nil and due > ms), seq, id, texp
+end
+
+-- FCALL sluice_5_enqueue 4|5 <room> <slots> <released> <account> [<client>]
+--       <capacity> <hw_next> <period_us> <burst> <ticket id> <ticket_ttl_ms>
+--       <keep_ms>
+-- A join with an account: its live place if it holds one, else one new
+-- place by join's own rules (the client's limit when a client key is given,
+-- capacity, pause, sold out, warm-up), kept as the account's with ticket
+-- <ticket id> for <keep_ms> (the longest a ticket and then its pass can
+-- live).
+-- -> {1, seq, ticket id, ticket exp ms} held
+--  | {0, first, granted, serving, paused, sold_out, warming, retry_after_ms}
+local function enqueue(keys, args)
+  local ms = now_ms()
+  local rec = redis.call('GET', keys[4])
+  if rec then
+    local live, seq, id, texp = account_place(keys, rec, ms)
+    if live then
+      return {1, seq, id, string.format('%d', texp)}
+    end
+  end
+  local join_keys, join_args = {keys[1]}, {1, args[1], args[2], args[3], args[4]}
+  if keys[5] then
+    join_keys[2] = keys[5]
+    join_args[6] = 1
+  end
+  local out = join(join_keys, join_args)
+  if out[2] == 1 then
+    local texp = ms + tonumber(args[6])
+    redis.call('SET', keys[4], string.format('%d %s %d 0', out[1], args[5], texp),
+      'PX', tonumber(args[7]))
+  end
+  return {0, out[1], out[2], out[3], out[4], out[5], out[6], out[7]}
+end
+
+-- FCALL sluice_5_enqueue_pass 1 <account> <seq> <pass exp ms>
+-- The pass of the account's place <seq> was collected: it holds the account
+-- until its expiry, given back or not. -> 1 if recorded
+local function enqueue_pass(keys, args)
+  local rec = redis.call('GET', keys[1])
+  if not rec then return 0 end
+  local seq, id, texp = string.match(rec, '^(%d+) (%x+) (%d+) %d+$')
+  if seq ~= args[1] then return 0 end
+  local pexp = tonumber(args[2])
+  redis.call('SET', keys[1], string.format('%s %s %s %d', seq, id, texp, pexp),
+    'PXAT', math.max(pexp, now_ms() + 1))
+  return 1
+end
+
 redis.register_function('sluice_5_heartbeat', heartbeat)
 redis.register_function('sluice_5_join', join)
 redis.register_function('sluice_5_tick', tick)
@@ -679,3 +760,5 @@ redis.register_function('sluice_5_give_back', give_back)
 redis.register_function('sluice_5_set_state', set_state)
 redis.register_function('sluice_5_adapt', adapt)
 redis.register_function('sluice_5_decide', decide)
+redis.register_function('sluice_5_enqueue', enqueue)
+redis.register_function('sluice_5_enqueue_pass', enqueue_pass)

@@ -256,6 +256,25 @@ pub trait RoomStore: Send + Sync + 'static {
         previous_at_ms: Option<u64>,
     ) -> Result<bool, StoreError>;
 
+    /// A join with an account (`fleet::enqueue`): its live place, or one
+    /// new place by [`Self::join`]'s rules kept as the account's.
+    async fn enqueue(
+        &self,
+        room: &str,
+        join: &super::AccountJoinArgs<'_>,
+    ) -> Result<super::AccountReply, StoreError>;
+
+    /// The account's place `seq` collected its pass, ending at
+    /// `pass_expires_ms`: it holds the account until then. `true` if
+    /// recorded (the account still held `seq`).
+    async fn enqueue_pass(
+        &self,
+        room: &str,
+        account: &sluice_admission::enqueue::AccountHash,
+        seq: u64,
+        pass_expires_ms: u64,
+    ) -> Result<bool, StoreError>;
+
     /// Marks gateway `id` (in `region`) alive and lists the fleet.
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError>;
 }
