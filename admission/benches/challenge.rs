@@ -62,6 +62,7 @@ fn main() {
     let by = SpentBy {
         seq: 1,
         solution_tag: 2,
+        ..SpentBy::default()
     };
     let mut n = 0u64;
     let record = best_ns_per_op(|i| {
