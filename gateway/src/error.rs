@@ -35,6 +35,8 @@ pub enum ErrorCode {
     Overloaded,
     NotOpen,
     EventClosed,
+    ChallengeRequired,
+    ChallengeFailed,
 }
 
 impl ErrorCode {
@@ -66,6 +68,8 @@ impl ErrorCode {
             Overloaded => "overloaded",
             NotOpen => "not_open",
             EventClosed => "event_closed",
+            ChallengeRequired => "challenge_required",
+            ChallengeFailed => "challenge_failed",
         }
     }
 
@@ -73,8 +77,10 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BadRequest => StatusCode::BAD_REQUEST,
-            InvalidTicket | InvalidPass | Unauthorized => StatusCode::UNAUTHORIZED,
-            Forbidden | PurchaseLimit => StatusCode::FORBIDDEN,
+            InvalidTicket | InvalidPass | Unauthorized | ChallengeRequired => {
+                StatusCode::UNAUTHORIZED
+            }
+            Forbidden | PurchaseLimit | ChallengeFailed => StatusCode::FORBIDDEN,
             NotFound | UnknownRoom => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             IdempotencyConflict => StatusCode::CONFLICT,

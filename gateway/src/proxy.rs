@@ -186,6 +186,22 @@ impl ProxyHttp for Proxy {
             }
             Route::Queue => {
                 ctx.source = "queue";
+                // A join's body (a challenge's solution, the store's
+                // enqueue token): small, read whole within the header
+                // timeout.
+                let body = if session.req_header().method == Method::POST {
+                    let too_large = "A join body is a few short fields; this one is too large.";
+                    let max = crate::queue::challenge::JOIN_BODY_BYTES_MAX;
+                    match self.read_body(session, ctx, max, too_large).await {
+                        Ok(body) => body,
+                        Err(refused) => {
+                            self.write_local(session, ctx, refused).await?;
+                            return Ok(true);
+                        }
+                    }
+                } else {
+                    bytes::Bytes::new()
+                };
                 let req = session.req_header();
                 let path = ctx.path.as_ref().map_or("", |p| p.decoded());
                 let deny = ctx.runtime.config.gateway.deny_cidrs.as_ref();
@@ -195,6 +211,7 @@ impl ProxyHttp for Proxy {
                     query: req.uri.query(),
                     headers: &req.headers,
                     client: ctx.client.ip,
+                    body: &body,
                 };
                 let local =
                     self.shared

@@ -15,7 +15,7 @@ use crate::scrape::{assemble, descs, labels, sample, Family};
 const FAMILIES: [Family; 15] = [
     Family::new(
         "sluice_queue_joins_total",
-        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed).",
+        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed, challenge_required, challenge_failed).",
         MetricType::COUNTER,
     ),
     Family::new(
@@ -133,6 +133,14 @@ impl Collector for RoomCollector {
                 (
                     "event_closed",
                     entry.event_closed_joins.load(Ordering::Relaxed),
+                ),
+                (
+                    "challenge_required",
+                    entry.challenge.required.load(Ordering::Relaxed),
+                ),
+                (
+                    "challenge_failed",
+                    entry.challenge.failed.load(Ordering::Relaxed),
                 ),
             ] {
                 metrics[0].push(sample(

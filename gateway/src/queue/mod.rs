@@ -20,6 +20,7 @@
 
 pub mod adaptive;
 mod backend;
+pub mod challenge;
 mod collector;
 mod embedded;
 mod event;
@@ -45,7 +46,10 @@ use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
-use sluice_admission::tokens::{Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError};
+use sluice_admission::challenge::ChallengeKeys;
+use sluice_admission::tokens::{
+    Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError, TokenType,
+};
 use sluice_admission::{
     JoinError, PassEnd, PassOrders, Policy, RoomStats, Status, StockAuthority, TicketId,
     WaitingRoom,
@@ -83,6 +87,9 @@ pub const PASS_COOKIE: &str = "sluice_pass";
 /// Most client addresses each room's join limiter remembers.
 pub const JOIN_CLIENTS_MAX: usize = 200_000;
 
+/// Most unexpired spent challenges one room's local record holds.
+pub const SPENT_CHALLENGES_MAX: usize = 1_000_000;
+
 /// A request under `/queue/`, as the proxy read it.
 pub struct QueueRequest<'a> {
     pub method: &'a Method,
@@ -93,6 +100,9 @@ pub struct QueueRequest<'a> {
     pub headers: &'a HeaderMap,
     /// The client's address ([`crate::client`]).
     pub client: Option<IpAddr>,
+    /// The body of a join (empty for other requests), at most
+    /// [`challenge::JOIN_BODY_BYTES_MAX`].
+    pub body: &'a [u8],
 }
 
 /// One room and its place in the registry.
@@ -118,6 +128,8 @@ pub struct RoomEntry {
     /// The room's `heartbeat_s` in force, told to the queue page in the
     /// watermark.
     heartbeat_s: AtomicU64,
+    /// The join challenge (`[rooms.challenge]`) and its spent record.
+    pub(crate) challenge: challenge::ChallengeGate,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -236,6 +248,7 @@ impl Drop for CheckoutInFlight {
 /// The rooms of a config, built and checked but not yet in force.
 pub struct RoomsPlan {
     keyring: Arc<VerifyingKeyring>,
+    challenge_keys: Arc<ChallengeKeys>,
     rooms: Vec<PlannedRoom>,
     paused: bool,
     /// When the plan was made: the adaptive controller's clock at commit.
@@ -274,6 +287,11 @@ pub struct Rooms {
     stock: Arc<dyn StockAuthority>,
     /// The public listener speaks TLS: cookies get `Secure`.
     tls: bool,
+    /// The keys join challenges are signed with: derived from `[[keys]]`
+    /// (the same on every gateway of a fleet), or from this gateway's own
+    /// signing key when the config lists none.
+    challenge_keys: ArcSwap<ChallengeKeys>,
+    own_secret: [u8; 32],
 }
 
 impl Rooms {
@@ -333,6 +351,8 @@ impl Rooms {
             }])
             .map_err(|e| e.to_string())?,
         ));
+        let own_keys =
+            ChallengeKeys::derived_from(&[&secret]).ok_or("the challenge key could not be made")?;
         let rooms = Self {
             rooms: ArcSwap::from_pointee(HashMap::new()),
             keyring: ArcSwap::new(ephemeral.clone()),
@@ -341,6 +361,8 @@ impl Rooms {
             fleet,
             stock,
             tls,
+            challenge_keys: ArcSwap::from_pointee(own_keys),
+            own_secret: secret,
         };
         rooms.apply(config, now_ms())?;
         Ok(rooms)
@@ -370,6 +392,24 @@ impl Rooms {
         Ok(Box::new(embedded::EmbeddedRoom::new(
             line, journal, adaptive,
         )))
+    }
+
+    /// Where a new room keeps its spent challenges: in Redis on a fleet,
+    /// else in this process (in its directory when durable), at most
+    /// about the places it can give within a challenge's life.
+    fn spend_record(&self, room: &Room, now_ms: u64) -> Box<dyn challenge::record::SpendRecord> {
+        if let Some(fleet) = &self.fleet {
+            return Box::new(fleet::challenge::FleetRecord::new(fleet, &room.name));
+        }
+        let capacity = (room.queue_capacity.get() as usize + room.max_active.get() as usize)
+            .saturating_add(1024)
+            .min(SPENT_CHALLENGES_MAX);
+        let dir = self.durable.as_ref().map(|d| d.rooms_dir.join(&room.name));
+        Box::new(challenge::record::LocalRecord::open(
+            capacity,
+            dir,
+            now_ms / 1000,
+        ))
     }
 
     /// An embedded room's line: restored from its journal when durable,
@@ -446,6 +486,18 @@ impl Rooms {
                 Keyring::from_config(&config.keys).map_err(|e| e.to_string())?,
             ))
         };
+        let challenge_keys = if config.keys.is_empty() {
+            ChallengeKeys::derived_from(&[&self.own_secret])
+        } else {
+            let secrets: Vec<&[u8]> = config
+                .keys
+                .iter()
+                .map(|k| k.secret.expose().as_bytes())
+                .collect();
+            ChallengeKeys::derived_from(&secrets)
+        }
+        .map(Arc::new)
+        .ok_or("the challenge keys could not be made")?;
         let old = self.rooms.load_full();
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
@@ -467,6 +519,7 @@ impl Rooms {
                     lifetimes: Lifetimes::new(room),
                     backend: self.make_backend(room, policy.clone(), now_ms)?,
                     heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
+                    challenge: challenge::ChallengeGate::new(room, self.spend_record(room, now_ms)),
                 }),
             };
             rooms.push(PlannedRoom {
@@ -480,6 +533,7 @@ impl Rooms {
         }
         Ok(RoomsPlan {
             keyring,
+            challenge_keys,
             rooms,
             paused: config.gateway.admissions == Admissions::Paused,
             now_ms,
@@ -508,6 +562,7 @@ impl Rooms {
                     .store(Arc::new(RoomLimiter::new(room.joins_per_minute)));
             }
             entry.lifetimes.set(room.ttls);
+            entry.challenge.set(&room.config);
             entry.event.store(Arc::new(event));
             entry
                 .heartbeat_s
@@ -516,6 +571,7 @@ impl Rooms {
         }
         self.rooms.store(Arc::new(next));
         self.keyring.store(plan.keyring);
+        self.challenge_keys.store(plan.challenge_keys);
     }
 
     /// With `[cluster] redis_url`: the fleet's gateways the store heard
@@ -680,6 +736,7 @@ impl Rooms {
             query,
             headers,
             client,
+            body,
         } = req;
         let rest = &path["/queue/".len()..];
         let (name, action) = match rest.split_once('/') {
@@ -704,13 +761,24 @@ impl Rooms {
                 network_denied()
             }
             (&Method::GET, "status") if denied(deny, client) => network_denied(),
-            (&Method::POST, "join") => self.join(name, &entry, headers, client, now).await,
+            (&Method::POST, "join") => self.join(name, &entry, headers, client, body, now).await,
+            (&Method::GET | &Method::HEAD, "challenge") => {
+                if denied(deny, client) {
+                    return network_denied();
+                }
+                if let Some(shut) = door(&entry, now) {
+                    return shut;
+                }
+                entry
+                    .challenge
+                    .issue(name, &self.challenge_keys.load(), now)
+            }
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
                 let mark = entry.backend.watermark(now);
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
-            (_, "" | "join" | "status" | "watermark") => {
+            (_, "" | "join" | "status" | "watermark" | "challenge") => {
                 respond::method_not_allowed(if action == "join" {
                     "POST"
                 } else {
@@ -730,6 +798,7 @@ impl Rooms {
         entry: &RoomEntry,
         headers: &HeaderMap,
         client: Option<IpAddr>,
+        body: &[u8],
         now: u64,
     ) -> LocalResponse {
         // One browser keeps one ticket: a live ticket comes back as it is.
@@ -783,10 +852,23 @@ impl Rooms {
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
+        let keys = self.challenge_keys.load_full();
+        let reserved = match entry.challenge.check(room, body, client, &keys, now).await {
+            challenge::Passed::Open => None,
+            challenge::Passed::Reserved(reserved) => Some(reserved),
+            challenge::Passed::SamePlace(by) => return self.same_place(room, entry, by, now).await,
+            challenge::Passed::Refused(answer) => return answer,
+        };
         let joined = entry
             .backend
             .join(client.map(ClientKey::from_ip), now)
             .await;
+        if let Some(reserved) = reserved {
+            match &joined {
+                Ok(joined) => entry.challenge.spent_by(reserved, joined).await,
+                Err(_) => entry.challenge.not_spent(reserved).await,
+            }
+        }
         match joined {
             Ok(joined) => {
                 let claims = joined.claims(room);
@@ -811,6 +893,53 @@ impl Rooms {
                 }
                 join_refused(e)
             }
+        }
+    }
+
+    /// A join whose challenge and solution already got a place (a retry
+    /// whose answer was lost): that place again, with its ticket, while it
+    /// is live; a place that is gone makes it a replay.
+    async fn same_place(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        by: sluice_admission::challenge::SpentBy,
+        now: u64,
+    ) -> LocalResponse {
+        let Some(ticket_id) = TicketId::parse(&hex::encode(by.ticket_id)) else {
+            return refused_replay(entry);
+        };
+        let claims = Claims::new(
+            TokenType::Ticket,
+            room,
+            &ticket_id.to_string(),
+            by.seq,
+            by.issued_at_s,
+            by.expires_at_s,
+        );
+        let ticket = Presented {
+            seq: by.seq,
+            ticket_id,
+            expires_at_s: by.expires_at_s,
+        };
+        if by.expires_at_s <= now / 1000 {
+            return refused_replay(entry);
+        }
+        if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
+            return too_early(retry_after_s);
+        }
+        match entry.backend.poll(&ticket, now).await {
+            Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {
+                refused_replay(entry)
+            }
+            Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
+            Ok(status) => match self.keyring.load().sign(&claims) {
+                Ok(token) => self.ticket_answer(room, entry, &token, &ticket, status, now, true),
+                Err(_) => LocalResponse::error(&ApiError::new(
+                    ErrorCode::Internal,
+                    "The ticket could not be signed.",
+                )),
+            },
         }
     }
 
@@ -899,6 +1028,36 @@ impl Rooms {
             message: event.message.as_deref(),
             closes_at: event.closes_at_s(),
         })
+    }
+}
+
+/// `403 challenge_failed` for a challenge whose place is gone.
+fn refused_replay(entry: &RoomEntry) -> LocalResponse {
+    match entry
+        .challenge
+        .fail(sluice_admission::challenge::ChallengeError::Replayed)
+    {
+        challenge::Passed::Refused(answer) => answer,
+        _ => unreachable!("a failed challenge is refused"),
+    }
+}
+
+/// The campaign's door for a challenge: none is issued before
+/// `prequeue_at` (`503 not_open`) or after `closes_at` (`410`).
+fn door(entry: &RoomEntry, now: u64) -> Option<LocalResponse> {
+    match entry.event.load().window(now) {
+        JoinWindow::Open | JoinWindow::PreQueue => None,
+        JoinWindow::NotOpen { retry_after_s } => Some(LocalResponse::error(
+            &ApiError::new(
+                ErrorCode::NotOpen,
+                "This waiting room is not open yet; it opens shortly.",
+            )
+            .retry_after(retry_after_s.min(u64::from(u32::MAX)) as u32),
+        )),
+        JoinWindow::Closed => Some(LocalResponse::error(&ApiError::new(
+            ErrorCode::EventClosed,
+            "This event has closed; no new places are given.",
+        ))),
     }
 }
 
