@@ -925,10 +925,26 @@ impl Rooms {
         if by.expires_at_s <= now / 1000 {
             return refused_replay(entry);
         }
-        if let Some(retry_after_s) = entry.backend.early_poll(&ticket, now) {
-            return too_early(retry_after_s);
-        }
-        match entry.backend.poll(&ticket, now).await {
+        // The retry's client has no ticket yet: one asked sooner than its
+        // place's next poll gets the ticket with the line's public numbers
+        // (the watermark's) instead of a `429` that would leave it none.
+        let early = |retry_after_s| {
+            let mark = entry.backend.watermark(now);
+            Status::Waiting(challenge::answer::retry_wait(
+                by.seq,
+                &mark,
+                retry_after_s,
+                by.expires_at_s,
+            ))
+        };
+        let polled = match entry.backend.early_poll(&ticket, now) {
+            Some(retry_after_s) => Ok(early(retry_after_s)),
+            None => match entry.backend.poll(&ticket, now).await {
+                Err(PollRefused::TooEarly { retry_after_s }) => Ok(early(retry_after_s)),
+                other => other,
+            },
+        };
+        match polled {
             Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {
                 refused_replay(entry)
             }
