@@ -479,3 +479,66 @@ async fn a_shopper_buys_through_the_demo_store() {
     }
     browser.close().await;
 }
+
+/// A room that asks a proof of work: the page gets `401
+/// challenge_required`, solves the challenge in a Web Worker (showing its
+/// tries against the expected number), joins with the solution, and waits
+/// in line, all within the page's CSP.
+#[tokio::test]
+async fn a_shopper_proves_work_in_a_worker_and_joins() {
+    let gw = gateway_passing(30, "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = 14\n");
+    // Someone holds the only slot: the page's shopper waits in line.
+    let http = client();
+    let c: serde_json::Value = http
+        .get(gw.url("/queue/drop/challenge"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = c["challenge"].as_str().unwrap();
+    let solution = sluice_admission::challenge::solve(text, 14, 0, 1 << 26).unwrap();
+    let first = http
+        .post(gw.url("/queue/drop/join"))
+        .json(&serde_json::json!({"challenge": text, "solution": solution}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 202);
+
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser.wait_state("waiting", Duration::from_secs(30)).await;
+    assert_eq!(text, "You are in line.");
+    let position = browser.client.find(Locator::Id("position")).await.unwrap();
+    assert_eq!(position.text().await.unwrap(), "2");
+    let work = browser.client.find(Locator::Id("work")).await.unwrap();
+    let solved = work.attr("data-solved").await.unwrap().unwrap_or_default();
+    assert!(
+        !solved.is_empty() && solved.bytes().all(|b| b.is_ascii_digit()),
+        "{solved:?}"
+    );
+    let note = browser.client.find(Locator::Id("work-note")).await.unwrap();
+    // Hidden once joined: its text as the page last set it.
+    let shown = note.prop("textContent").await.unwrap().unwrap_or_default();
+    assert!(shown.contains("of about 16384 tries"), "{shown:?}");
+    browser.close().await;
+    // One join without a challenge (the page's first), none refused.
+    let metrics = gw.metrics_text().await;
+    let count = |result: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("sluice_queue_joins_total{")
+                    && l.contains(&format!("result=\"{result}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(count("challenge_required"), 1.0);
+    assert_eq!(count("challenge_failed"), 0.0);
+    assert_eq!(count("queued"), 2.0);
+}

@@ -751,7 +751,9 @@ impl Rooms {
         };
         let now = now_ms();
         match (method, action) {
-            (&Method::GET | &Method::HEAD, "") => respond::page(headers, query),
+            (&Method::GET | &Method::HEAD, "") => {
+                respond::page(headers, query, &entry.challenge.settings())
+            }
             (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",

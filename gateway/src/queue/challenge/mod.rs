@@ -97,6 +97,11 @@ impl ChallengeGate {
         self.settings.store(Arc::new(room.challenge.clone()));
     }
 
+    /// The room's `[rooms.challenge]` in force (the page renders it).
+    pub fn settings(&self) -> Arc<Challenge> {
+        self.settings.load_full()
+    }
+
     /// The join rate the adaptive difficulty reads: the fleet's when the
     /// record counts one, else this gateway's.
     fn joins_per_second(&self, now_ms: u64) -> f64 {
