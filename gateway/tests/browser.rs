@@ -486,7 +486,10 @@ async fn a_shopper_buys_through_the_demo_store() {
 /// in line, all within the page's CSP.
 #[tokio::test]
 async fn a_shopper_proves_work_in_a_worker_and_joins() {
-    let gw = gateway_passing(30, "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = 14\n");
+    let gw = gateway_passing(
+        30,
+        "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = 14\n",
+    );
     // Someone holds the only slot: the page's shopper waits in line.
     let http = client();
     let c: serde_json::Value = http

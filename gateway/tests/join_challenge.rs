@@ -146,7 +146,8 @@ async fn pow_scenario(setup: &Setup) {
     assert_eq!(offered["algorithm"], "sha256-leading-zero-bits");
     assert_eq!(offered["difficulty_bits"], 8);
     // The one offered with the 401 works as a GET's does.
-    let (status, first) = join_settled(&client, setup.gw(1), "drop", Some(solved(offered, 0))).await;
+    let (status, first) =
+        join_settled(&client, setup.gw(1), "drop", Some(solved(offered, 0))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{name}: {first}");
 
     let c = challenge(&client, setup.gw(0), "drop").await;
@@ -196,10 +197,18 @@ async fn pow_scenario(setup: &Setup) {
         Some(json!({"challenge": text, "solution": wrong})),
     )
     .await;
-    assert_eq!((status, &body["error"]), (StatusCode::FORBIDDEN, &json!("challenge_failed")), "{name}: {body}");
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::FORBIDDEN, &json!("challenge_failed")),
+        "{name}: {body}"
+    );
     let elsewhere = challenge(&client, setup.gw(0), "other").await;
     let (status, body) = join_with(&client, setup.gw(0), "drop", Some(solved(&elsewhere, 0))).await;
-    assert_eq!((status, &body["error"]), (StatusCode::FORBIDDEN, &json!("challenge_failed")), "{name}: {body}");
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::FORBIDDEN, &json!("challenge_failed")),
+        "{name}: {body}"
+    );
     for bad in [
         json!({"challenge": "v1.drop.8.1.x", "solution": "1"}),
         json!({"challenge": text}),
@@ -228,7 +237,11 @@ async fn pow_scenario(setup: &Setup) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (status, body) = join_with(&client, setup.gw(0), "drop", Some(late_join)).await;
-    assert_eq!((status, &body["error"]), (StatusCode::FORBIDDEN, &json!("challenge_failed")), "{name}: {body}");
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::FORBIDDEN, &json!("challenge_failed")),
+        "{name}: {body}"
+    );
 
     // Counted by result.
     let mut required = 0.0;
@@ -275,7 +288,10 @@ async fn an_embedded_room_keeps_its_spent_challenges_across_a_kill_9() {
     setup.gateways[0].kill9_and_restart();
     let (status, again) = join_with(&client, setup.gw(0), "drop", Some(solved(&c, 0))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{again}");
-    assert_eq!(again["ticket"], first["ticket"], "the same ticket after the restart");
+    assert_eq!(
+        again["ticket"], first["ticket"],
+        "the same ticket after the restart"
+    );
     let (status, replay) = join_with(&client, setup.gw(0), "drop", Some(solved(&c, 1))).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{replay}");
 }
@@ -314,7 +330,10 @@ async fn adaptive_scenario(setup: &Setup) {
             .as_u64()
             .unwrap();
     }
-    assert!(risen.is_some(), "{name}: the difficulty stayed at {seen} bits");
+    assert!(
+        risen.is_some(),
+        "{name}: the difficulty stayed at {seen} bits"
+    );
     // A hard challenge still verifies.
     let hard = challenge(&client, setup.gw(2), "hot").await;
     let (status, body) = join_settled(&client, setup.gw(1), "hot", Some(solved(&hard, 0))).await;
@@ -330,13 +349,16 @@ async fn the_adaptive_difficulty_rises_under_a_join_flood_counted_fleet_wide() {
     adaptive_scenario(&fleet).await;
 }
 
+/// What the verifier was sent: (secret, response, remoteip) per call.
+type Calls = Arc<Mutex<Vec<(String, String, String)>>>;
+
 /// A verifier of the siteverify shape that misbehaves by the token it is
 /// given: `yes`, `no`, `slow` (answers after 3 s), `fail` (500), `junk`
 /// (not JSON), `elsewhere` (a yes for another hostname). It records what
 /// it was sent.
 struct Verifier {
     addr: SocketAddr,
-    calls: Arc<Mutex<Vec<(String, String, String)>>>,
+    calls: Calls,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -349,17 +371,20 @@ struct VerifyForm {
 }
 
 async fn verify(
-    State(calls): State<Arc<Mutex<Vec<(String, String, String)>>>>,
+    State(calls): State<Calls>,
     Form(form): Form<VerifyForm>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    calls
-        .lock()
-        .unwrap()
-        .push((form.secret.clone(), form.response.clone(), form.remoteip.clone()));
+    calls.lock().unwrap().push((
+        form.secret.clone(),
+        form.response.clone(),
+        form.remoteip.clone(),
+    ));
     let yes = |host: &str| {
-        axum::Json(json!({"success": true, "hostname": host, "challenge_ts": "2026-12-04T00:00:00Z"}))
-            .into_response()
+        axum::Json(
+            json!({"success": true, "hostname": host, "challenge_ts": "2026-12-04T00:00:00Z"}),
+        )
+        .into_response()
     };
     match form.response.as_str() {
         "yes" => yes("shop.example"),
@@ -456,7 +481,11 @@ async fn siteverify_scenario(setup: &Setup, verifier: &Verifier) {
         }
         if t == "slow" {
             // Answered at the room's timeout, not the verifier's 3 s.
-            assert!(started.elapsed() < Duration::from_millis(2500), "{name}: {:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_millis(2500),
+                "{name}: {:?}",
+                started.elapsed()
+            );
         }
     }
     // The form carried the secret and the client's address.
@@ -487,7 +516,10 @@ async fn siteverify_scenario(setup: &Setup, verifier: &Verifier) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_siteverify_room_holds_under_a_misbehaving_verifier_with_both_policies() {
     let verifier = Verifier::start();
-    let env = vec![("TEST_SITEVERIFY_SECRET".to_string(), "verifier-secret-0123456789".to_string())];
+    let env = vec![(
+        "TEST_SITEVERIFY_SECRET".to_string(),
+        "verifier-secret-0123456789".to_string(),
+    )];
     let embedded = Setup::embedded(&site_rooms(&verifier), env.clone());
     siteverify_scenario(&embedded, &verifier).await;
     drop(embedded);

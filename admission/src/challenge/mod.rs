@@ -26,12 +26,10 @@ pub mod spent;
 pub mod token;
 
 pub use difficulty::{adaptive_bits, bits_now};
-pub use rate::JoinRate;
 pub use error::ChallengeError;
+pub use rate::JoinRate;
 pub use solution::{leading_zero_bits, solution_hash, solve, SOLUTION_DIGITS_MAX};
-pub use spent::{
-    decide_spend, SpendDecision, SpentBy, SpentChallenges, SpentFull, SpentState,
-};
+pub use spent::{decide_spend, SpendDecision, SpentBy, SpentChallenges, SpentFull, SpentState};
 pub use token::{Challenge, ChallengeKeys, IssuedChallenge, CHALLENGE_BYTES_MAX};
 
 /// The `algorithm` the challenge route names.

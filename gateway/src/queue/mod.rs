@@ -44,9 +44,9 @@ use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::challenge::ChallengeKeys;
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
-use sluice_admission::challenge::ChallengeKeys;
 use sluice_admission::tokens::{
     Claims, Expected, KeyMaterial, KeySpec, Keyring, TokenError, TokenType,
 };

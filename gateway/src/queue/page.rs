@@ -199,9 +199,16 @@ mod tests {
 
     #[test]
     fn the_checked_next_is_rendered_escaped_and_nothing_else_is_followed() {
-        let page = render(&HeaderMap::new(), Some("/orders/abc?x=1&y='2'"), &Challenge::None);
+        let page = render(
+            &HeaderMap::new(),
+            Some("/orders/abc?x=1&y='2'"),
+            &Challenge::None,
+        );
         assert_eq!(rendered_next(&page), "/orders/abc?x=1&amp;y=&#39;2&#39;");
-        assert_eq!(rendered_next(&render(&HeaderMap::new(), None, &Challenge::None)), "/");
+        assert_eq!(
+            rendered_next(&render(&HeaderMap::new(), None, &Challenge::None)),
+            "/"
+        );
         // The script reads the rendered value only: never its own address.
         assert!(page.contains("getAttribute(\"data-next\")"));
         for own_address in ["location.search", "location.href", "URLSearchParams"] {

@@ -190,7 +190,10 @@ pub fn page(
     LocalResponse {
         status: StatusCode::OK,
         headers: vec![
-            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
             (header::VARY, HeaderValue::from_static("Accept-Language")),
             (HeaderName::from_static("content-security-policy"), csp),

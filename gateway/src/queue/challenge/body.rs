@@ -50,8 +50,8 @@ mod tests {
     fn fields_are_read_and_others_ignored() {
         assert_eq!(JoinFields::read(b"").unwrap(), JoinFields::default());
         assert_eq!(JoinFields::read(b" \n").unwrap(), JoinFields::default());
-        let f = JoinFields::read(br#"{"challenge":"c","solution":"1","enqueue_token":"x"}"#)
-            .unwrap();
+        let f =
+            JoinFields::read(br#"{"challenge":"c","solution":"1","enqueue_token":"x"}"#).unwrap();
         assert_eq!(f.challenge.as_deref(), Some("c"));
         assert_eq!(f.solution.as_deref(), Some("1"));
         assert_eq!(f.challenge_response, None);
@@ -63,7 +63,11 @@ mod tests {
             br#"{"challenge":null,"solution":["1"]}"#,
             br#"{"challenge_response":""}"#,
         ] {
-            assert!(JoinFields::read(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                JoinFields::read(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

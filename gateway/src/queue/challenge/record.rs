@@ -251,7 +251,11 @@ mod tests {
         };
         {
             let record = LocalRecord::open(10, Some(dir.path().into()), NOW_S);
-            record.inner().spent.reserve([1; 16], 9, NOW_S + 60, NOW_S).unwrap();
+            record
+                .inner()
+                .spent
+                .reserve([1; 16], 9, NOW_S + 60, NOW_S)
+                .unwrap();
             record.inner().spent.confirm(&[1; 16], by);
             record.inner().append(&reserved, by, NOW_S);
             // A torn line after it.

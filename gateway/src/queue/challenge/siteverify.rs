@@ -159,7 +159,10 @@ mod tests {
         let hosts = vec!["shop.example".to_string()];
         assert_eq!(judge(&yes(Some("shop.example")), &hosts), Verdict::Yes);
         assert_eq!(judge(&yes(Some("SHOP.example")), &hosts), Verdict::Yes);
-        assert!(matches!(judge(&yes(Some("evil.example")), &hosts), Verdict::No(_)));
+        assert!(matches!(
+            judge(&yes(Some("evil.example")), &hosts),
+            Verdict::No(_)
+        ));
         assert!(matches!(judge(&yes(None), &hosts), Verdict::No(_)));
         assert_eq!(judge(&yes(None), &[]), Verdict::Yes);
         let no = Answer {
