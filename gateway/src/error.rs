@@ -37,6 +37,8 @@ pub enum ErrorCode {
     EventClosed,
     EnqueueTokenRequired,
     InvalidEnqueueToken,
+    ChallengeRequired,
+    ChallengeFailed,
 }
 
 impl ErrorCode {
@@ -70,6 +72,8 @@ impl ErrorCode {
             EventClosed => "event_closed",
             EnqueueTokenRequired => "enqueue_token_required",
             InvalidEnqueueToken => "invalid_enqueue_token",
+            ChallengeRequired => "challenge_required",
+            ChallengeFailed => "challenge_failed",
         }
     }
 
@@ -78,8 +82,8 @@ impl ErrorCode {
         match self {
             BadRequest => StatusCode::BAD_REQUEST,
             InvalidTicket | InvalidPass | Unauthorized | EnqueueTokenRequired
-            | InvalidEnqueueToken => StatusCode::UNAUTHORIZED,
-            Forbidden | PurchaseLimit => StatusCode::FORBIDDEN,
+            | InvalidEnqueueToken | ChallengeRequired => StatusCode::UNAUTHORIZED,
+            Forbidden | PurchaseLimit | ChallengeFailed => StatusCode::FORBIDDEN,
             NotFound | UnknownRoom => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             IdempotencyConflict => StatusCode::CONFLICT,

@@ -189,19 +189,13 @@ impl ProxyHttp for Proxy {
             }
             Route::Queue => {
                 ctx.source = "queue";
-                // A join's body (the store's enqueue token, a challenge's
-                // solution): small, read whole within the header timeout.
+                // A join's body (a challenge's solution, the store's
+                // enqueue token): small, read whole within the header
+                // timeout.
                 let body = if session.req_header().method == Method::POST {
                     let too_large = "A join body is a few short fields; this one is too large.";
-                    match self
-                        .read_body(
-                            session,
-                            ctx,
-                            crate::queue::enqueue::JOIN_BODY_BYTES_MAX,
-                            too_large,
-                        )
-                        .await
-                    {
+                    let max = crate::queue::challenge::JOIN_BODY_BYTES_MAX;
+                    match self.read_body(session, ctx, max, too_large).await {
                         Ok(body) => body,
                         Err(refused) => {
                             self.write_local(session, ctx, refused).await?;

@@ -342,7 +342,7 @@ async fn paused_sold_out_and_full_are_shown_in_portuguese() {
 
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     assert!(
-        eventually_async(Duration::from_secs(1), || gw.admin_json("/admin/state")
+        eventually_async(Duration::from_secs(5), || gw.admin_json("/admin/state")
             ["admissions"]
             == "paused")
         .await
@@ -357,7 +357,7 @@ async fn paused_sold_out_and_full_are_shown_in_portuguese() {
             + "[[products]]\nsku = \"gone\"\nstock = 0\nprice_cents = 1\nroom = \"drop\"\n"
     });
     assert!(
-        eventually_async(Duration::from_secs(1), || gw.admin_json("/admin/state")
+        eventually_async(Duration::from_secs(5), || gw.admin_json("/admin/state")
             ["admissions"]
             == "open")
         .await
@@ -602,5 +602,160 @@ async fn a_room_for_signed_in_shoppers_says_so_and_joins_with_the_stores_cookie(
     let refused =
         gw.metric("sluice_queue_joins_total{result=\"enqueue_token_required\",room=\"drop\"}");
     assert_eq!(refused, Some(1.0), "the page did not retry without a token");
+    browser.close().await;
+}
+
+/// A room that asks a proof of work: the page gets `401
+/// challenge_required`, solves the challenge in a Web Worker (showing its
+/// tries against the expected number), joins with the solution, and waits
+/// in line, all within the page's CSP.
+#[tokio::test]
+async fn a_shopper_proves_work_in_a_worker_and_joins() {
+    let gw = gateway_passing(
+        30,
+        "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = 14\n",
+    );
+    // Someone holds the only slot: the page's shopper waits in line.
+    let http = client();
+    let c: serde_json::Value = http
+        .get(gw.url("/queue/drop/challenge"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = c["challenge"].as_str().unwrap();
+    let solution = sluice_admission::challenge::solve(text, 14, 0, 1 << 26).unwrap();
+    let first = http
+        .post(gw.url("/queue/drop/join"))
+        .json(&serde_json::json!({"challenge": text, "solution": solution}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 202);
+
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    let text = browser.wait_state("waiting", Duration::from_secs(30)).await;
+    assert_eq!(text, "You are in line.");
+    let position = browser.client.find(Locator::Id("position")).await.unwrap();
+    assert_eq!(position.text().await.unwrap(), "2");
+    let work = browser.client.find(Locator::Id("work")).await.unwrap();
+    let solved = work.attr("data-solved").await.unwrap().unwrap_or_default();
+    assert!(
+        !solved.is_empty() && solved.bytes().all(|b| b.is_ascii_digit()),
+        "{solved:?}"
+    );
+    let note = browser.client.find(Locator::Id("work-note")).await.unwrap();
+    // Hidden once joined: its text as the page last set it.
+    let shown = note.prop("textContent").await.unwrap().unwrap_or_default();
+    assert!(shown.contains("of about 16384 tries"), "{shown:?}");
+    browser.close().await;
+    // One join without a challenge (the page's first), none refused.
+    let metrics = gw.metrics_text().await;
+    let count = |result: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("sluice_queue_joins_total{")
+                    && l.contains(&format!("result=\"{result}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(count("challenge_required"), 1.0);
+    assert_eq!(count("challenge_failed"), 0.0);
+    assert_eq!(count("queued"), 2.0);
+}
+
+/// A stand-in for a widget vendor: `/stub.js` (the widget script: once the
+/// page shows the widget's element, it calls the element's
+/// `data-callback` with the token `yes`) and `/siteverify` (yes to `yes`,
+/// for `shop.example`).
+fn widget_vendor() -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    use axum::routing::{get, post};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            const STUB: &str = r#"(function () {
+  var el = document.querySelector(".cf-turnstile");
+  var timer = setInterval(function () {
+    if (el && !el.hidden) { clearInterval(timer); el.setAttribute("data-rendered", "1"); window[el.getAttribute("data-callback")]("yes"); }
+  }, 50);
+})();"#;
+            let app = axum::Router::new()
+                .route(
+                    "/stub.js",
+                    get(|| async { ([("content-type", "text/javascript")], STUB) }),
+                )
+                .route(
+                    "/siteverify",
+                    post(|body: String| async move {
+                        let yes = body.split('&').any(|kv| kv == "response=yes");
+                        axum::Json(serde_json::json!({"success": yes, "hostname": "shop.example"}))
+                    }),
+                );
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    (addr, stop)
+}
+
+/// A siteverify room: the page loads the widget's script from the origin
+/// its CSP names, shows the widget when the join answers
+/// `challenge_required`, and joins with the widget's token.
+#[tokio::test]
+async fn a_shopper_passes_the_widget_and_joins() {
+    let (vendor, _stop) = widget_vendor();
+    let gw = Gateway::start(GatewayOptions {
+        rest: format!(
+            "[[rooms]]\nname = \"drop\"\nprotect = [\"/checkout\"]\nrelease_per_second = 20\nmax_active = 1\nqueue_capacity = 5\npoll_min_s = 1\npoll_max_s = 5\n[rooms.challenge]\nkind = \"siteverify\"\nwidget = \"turnstile\"\nverify_url = \"http://{vendor}/siteverify\"\nscript_url = \"http://{vendor}/stub.js\"\nsecret_env = \"TEST_WIDGET_SECRET\"\nsite_key = \"site-key-1\"\nhostnames = [\"shop.example\"]\n"
+        ),
+        env: vec![("TEST_WIDGET_SECRET".into(), "widget-secret-0123456789".into())],
+        ..Default::default()
+    });
+    let page = client().get(gw.url("/queue/drop")).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains(&format!("script-src 'unsafe-inline' http://{vendor};")),
+        "{csp}"
+    );
+    let Some(browser) = Browser::start("en-US").await else {
+        return;
+    };
+    browser.client.goto(&gw.url("/queue/drop")).await.unwrap();
+    // Nobody holds the slot: admitted at once after the widget.
+    browser
+        .wait_state("admitted", Duration::from_secs(20))
+        .await;
+    let widget = browser.client.find(Locator::Id("widget")).await.unwrap();
+    assert_eq!(
+        widget.attr("data-rendered").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        widget.attr("data-sitekey").await.unwrap().as_deref(),
+        Some("site-key-1")
+    );
     browser.close().await;
 }

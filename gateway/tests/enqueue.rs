@@ -666,3 +666,101 @@ async fn enqueue_keys_from_a_public_key_a_file_and_the_environment() {
     .await;
     assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
 }
+
+/// A room with both a proof of work and enqueue tokens: the challenge is
+/// answered first (a join without one is `401 challenge_required` even
+/// without a token); a solved challenge with a good token gets a place; a
+/// second solved challenge of the same account gets that same place and
+/// spends its challenge; the first challenge's solution sent again with
+/// another account's token is a replay (`403 challenge_failed`), never the
+/// first account's place, and a fresh solution gives that account its own.
+async fn challenge_and_account(setup: &Setup) {
+    let client = client();
+    let ask = |gw: &Gateway| {
+        let client = client.clone();
+        let url = gw.url("/queue/drop/challenge");
+        async move {
+            let c: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+            let text = c["challenge"].as_str().unwrap().to_string();
+            let bits = c["difficulty_bits"].as_u64().unwrap() as u8;
+            let solution = sluice_admission::challenge::solve(&text, bits, 0, 1 << 24).unwrap();
+            (text, solution)
+        }
+    };
+    let name = setup.name;
+    // No challenge, no token: the challenge is asked for first.
+    let (status, answer) = join_with(&client, setup.gw(0), None, None).await;
+    if answer["error"] != "store_unavailable" {
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{name}: {answer}");
+        assert_eq!(answer["error"], "challenge_required", "{name}: {answer}");
+    }
+    let join = |gw_i: usize, challenge: (String, String), sub: &'static str| {
+        let client = client.clone();
+        let gw = setup.gw(gw_i);
+        async move {
+            let body = json!({
+                "challenge": challenge.0,
+                "solution": challenge.1,
+                "enqueue_token": token_for(sub),
+            });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let (status, answer) = join_with(&client, gw, Some(body.clone()), None).await;
+                if answer["error"] != "store_unavailable" || Instant::now() > deadline {
+                    return (status, answer);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let first = ask(setup.gw(0)).await;
+    let (status, a1) = join(0, first.clone(), "alice").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{name}: {a1}");
+    let seq = claims_of(a1["ticket"].as_str().unwrap())["seq"].clone();
+    // Alice again, a fresh solution, another gateway: her place.
+    let second = ask(setup.gw(1)).await;
+    let (status, a2) = loop {
+        let (status, answer) = join(1, second.clone(), "alice").await;
+        if answer["error"] == "rate_limited" {
+            let wait = answer["retry_after_s"].as_u64().unwrap();
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            continue;
+        }
+        break (status, answer);
+    };
+    assert_eq!(status, StatusCode::ACCEPTED, "{name}: {a2}");
+    assert_eq!(
+        claims_of(a2["ticket"].as_str().unwrap())["seq"],
+        seq,
+        "{name}"
+    );
+    // Alice's first solution with Bob's token: a replay, not her place.
+    let (status, b1) = join(2, first, "bob").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{name}: {b1}");
+    assert_eq!(b1["error"], "challenge_failed", "{name}: {b1}");
+    // The second one too (spent by Alice's second join).
+    let (status, b2) = join(2, second, "bob").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{name}: {b2}");
+    // Bob's own solution: his own place.
+    let (status, b3) = join(2, ask(setup.gw(2)).await, "bob").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{name}: {b3}");
+    assert_ne!(
+        claims_of(b3["ticket"].as_str().unwrap())["seq"],
+        seq,
+        "{name}"
+    );
+}
+
+fn challenge_room() -> String {
+    room(600) + "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = 8\nchallenge_ttl_s = 60\n"
+}
+
+#[tokio::test]
+async fn a_challenge_and_an_account_together_embedded() {
+    challenge_and_account(&Setup::embedded(&challenge_room())).await;
+}
+
+#[tokio::test]
+async fn a_challenge_and_an_account_together_on_three_gateways() {
+    challenge_and_account(&Setup::fleet(&challenge_room())).await;
+}

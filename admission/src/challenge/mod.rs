@@ -10,7 +10,8 @@
 //! - [`spent`]: single use: [`spent::decide_spend`], the one decision the
 //!   embedded record ([`spent::SpentChallenges`]) and the fleet's record in
 //!   Redis both make.
-//! - [`difficulty`]: the adaptive difficulty law.
+//! - [`difficulty`]: the adaptive difficulty law, and [`rate`]: the join
+//!   rate it reads.
 //! - [`error`]: why a challenge or solution was refused, and the contract
 //!   code each reason answers.
 //!
@@ -19,14 +20,16 @@
 
 pub mod difficulty;
 mod error;
+pub mod rate;
 pub mod solution;
 pub mod spent;
 pub mod token;
 
 pub use difficulty::{adaptive_bits, bits_now};
 pub use error::ChallengeError;
+pub use rate::JoinRate;
 pub use solution::{leading_zero_bits, solution_hash, solve, SOLUTION_DIGITS_MAX};
-pub use spent::{decide_spend, SpendDecision, SpentBy, SpentChallenges, SpentFull};
+pub use spent::{decide_spend, SpendDecision, SpentBy, SpentChallenges, SpentFull, SpentState};
 pub use token::{Challenge, ChallengeKeys, IssuedChallenge, CHALLENGE_BYTES_MAX};
 
 /// The `algorithm` the challenge route names.

@@ -13,12 +13,69 @@
 
 use std::collections::{HashMap, VecDeque};
 
-/// Who spent a challenge: the place its join got, and which solution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Who spent a challenge: the place its join got (with what its ticket
+/// says, so a retry is answered that very ticket), and which solution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SpentBy {
     pub seq: u64,
     /// [`super::VerifiedJoin::solution_tag`] of the join that spent it.
     pub solution_tag: u64,
+    /// The place's ticket: its id (the JWT `sub`), `iat` and `exp`.
+    pub ticket_id: [u8; 16],
+    pub issued_at_s: u64,
+    pub expires_at_s: u64,
+}
+
+/// What the record holds for a challenge: a join that carries it is being
+/// answered (`Pending`), or it was spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpentState {
+    Pending { solution_tag: u64 },
+    Spent(SpentBy),
+}
+
+impl SpentState {
+    /// The text a shared store keeps (`p <tag>` or
+    /// `s <tag> <seq> <ticket id hex> <iat> <exp>`).
+    pub fn encode(&self) -> String {
+        match self {
+            SpentState::Pending { solution_tag } => format!("p {solution_tag}"),
+            SpentState::Spent(by) => format!(
+                "s {} {} {} {} {}",
+                by.solution_tag,
+                by.seq,
+                hex::encode(by.ticket_id),
+                by.issued_at_s,
+                by.expires_at_s
+            ),
+        }
+    }
+
+    /// [`Self::encode`]'s text read back; `None` for anything else.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.split(' ');
+        let kind = parts.next()?;
+        let tag: u64 = parts.next()?.parse().ok()?;
+        let state = match kind {
+            "p" => SpentState::Pending { solution_tag: tag },
+            "s" => {
+                let seq = parts.next()?.parse().ok()?;
+                let mut ticket_id = [0u8; 16];
+                hex::decode_to_slice(parts.next()?, &mut ticket_id).ok()?;
+                let issued_at_s = parts.next()?.parse().ok()?;
+                let expires_at_s = parts.next()?.parse().ok()?;
+                SpentState::Spent(SpentBy {
+                    seq,
+                    solution_tag: tag,
+                    ticket_id,
+                    issued_at_s,
+                    expires_at_s,
+                })
+            }
+            _ => return None,
+        };
+        parts.next().is_none().then_some(state)
+    }
 }
 
 /// What a verified join may do with its challenge.
@@ -28,19 +85,28 @@ pub enum SpendDecision {
     /// gets (only if it gets one).
     Fresh,
     /// The same solution already got this place: answer it again.
-    SamePlace { seq: u64 },
+    SamePlace(SpentBy),
+    /// The same solution is being answered right now (a retry sent before
+    /// the first answer): ask again in a moment (`429` with
+    /// `Retry-After: 1`).
+    InFlight,
     /// Used by another join: `403 challenge_failed`.
     Replayed,
 }
 
 /// The rule: a challenge nobody spent is fresh; one spent with this very
-/// solution answers that place; one spent otherwise is replayed. (Whether
-/// the place is still live is the caller's question: a place that is gone
-/// makes a same-solution retry a replay too.)
-pub fn decide_spend(already: Option<SpentBy>, solution_tag: u64) -> SpendDecision {
+/// solution answers that place; one spent, or being spent, otherwise is
+/// replayed. (Whether the place is still live is the caller's question: a
+/// place that is gone makes a same-solution retry a replay too.)
+pub fn decide_spend(already: Option<SpentState>, solution_tag: u64) -> SpendDecision {
     match already {
         None => SpendDecision::Fresh,
-        Some(by) if by.solution_tag == solution_tag => SpendDecision::SamePlace { seq: by.seq },
+        Some(SpentState::Spent(by)) if by.solution_tag == solution_tag => {
+            SpendDecision::SamePlace(by)
+        }
+        Some(SpentState::Pending { solution_tag: t }) if t == solution_tag => {
+            SpendDecision::InFlight
+        }
         Some(_) => SpendDecision::Replayed,
     }
 }
@@ -60,7 +126,7 @@ pub struct SpentFull {
 /// measured).
 #[derive(Debug)]
 pub struct SpentChallenges {
-    by_nonce: HashMap<[u8; 16], (SpentBy, u64)>,
+    by_nonce: HashMap<[u8; 16], (SpentState, u64)>,
     /// Nonces in the order they were recorded, with their expiry; with
     /// one TTL per room this is also expiry order, so pruning the front
     /// is enough (an entry recorded under a longer TTL before a reload
@@ -79,14 +145,55 @@ impl SpentChallenges {
         }
     }
 
-    /// Who spent the challenge `nonce`, if it is recorded and not expired
-    /// at `now_s`.
-    pub fn lookup(&mut self, nonce: &[u8; 16], now_s: u64) -> Option<SpentBy> {
+    /// Who spent the challenge `nonce` (or is spending it), if it is
+    /// recorded and not expired at `now_s`.
+    pub fn lookup(&mut self, nonce: &[u8; 16], now_s: u64) -> Option<SpentState> {
         self.prune(now_s);
         self.by_nonce
             .get(nonce)
             .filter(|(_, expires)| now_s < *expires)
             .map(|(by, _)| *by)
+    }
+
+    /// Marks `nonce` as being spent by the join with `solution_tag` unless
+    /// it is recorded already: `Ok(None)` when this join took it, else what
+    /// the record holds (for [`decide_spend`]). As a shared store's
+    /// `SET NX GET`.
+    pub fn reserve(
+        &mut self,
+        nonce: [u8; 16],
+        solution_tag: u64,
+        expires_at_s: u64,
+        now_s: u64,
+    ) -> Result<Option<SpentState>, SpentFull> {
+        if let Some(state) = self.lookup(&nonce, now_s) {
+            return Ok(Some(state));
+        }
+        self.insert(
+            nonce,
+            SpentState::Pending { solution_tag },
+            expires_at_s,
+            now_s,
+        )?;
+        Ok(None)
+    }
+
+    /// The reserved `nonce` was spent by the place `by` got.
+    pub fn confirm(&mut self, nonce: &[u8; 16], by: SpentBy) {
+        if let Some((state, _)) = self.by_nonce.get_mut(nonce) {
+            *state = SpentState::Spent(by);
+        }
+    }
+
+    /// The join that reserved `nonce` got no place: the challenge is not
+    /// spent (its entry in the expiry queue goes with the next prune).
+    pub fn release(&mut self, nonce: &[u8; 16]) {
+        if matches!(
+            self.by_nonce.get(nonce),
+            Some((SpentState::Pending { .. }, _))
+        ) {
+            self.by_nonce.remove(nonce);
+        }
     }
 
     /// Records `nonce` as spent by `by` until `expires_at_s`. Refused when
@@ -99,9 +206,24 @@ impl SpentChallenges {
         expires_at_s: u64,
         now_s: u64,
     ) -> Result<(), SpentFull> {
+        self.insert(nonce, SpentState::Spent(by), expires_at_s, now_s)
+    }
+
+    fn insert(
+        &mut self,
+        nonce: [u8; 16],
+        state: SpentState,
+        expires_at_s: u64,
+        now_s: u64,
+    ) -> Result<(), SpentFull> {
         self.prune(now_s);
         if self.by_nonce.contains_key(&nonce) {
             return Ok(());
+        }
+        // Entries released before they expired still wait in `order`.
+        if self.order.len() >= self.capacity.saturating_mul(2) {
+            let live = &self.by_nonce;
+            self.order.retain(|(n, _)| live.contains_key(n));
         }
         if self.by_nonce.len() >= self.capacity {
             let oldest = self.order.front().map_or(now_s + 1, |(_, e)| *e);
@@ -109,7 +231,7 @@ impl SpentChallenges {
                 retry_after_s: oldest.saturating_sub(now_s).max(1),
             });
         }
-        self.by_nonce.insert(nonce, (by, expires_at_s));
+        self.by_nonce.insert(nonce, (state, expires_at_s));
         self.order.push_back((nonce, expires_at_s));
         Ok(())
     }
@@ -129,7 +251,13 @@ impl SpentChallenges {
                 break;
             }
             self.order.pop_front();
-            self.by_nonce.remove(&nonce);
+            if self
+                .by_nonce
+                .get(&nonce)
+                .is_some_and(|(_, e)| *e == expires)
+            {
+                self.by_nonce.remove(&nonce);
+            }
         }
     }
 }

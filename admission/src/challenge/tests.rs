@@ -150,48 +150,102 @@ fn leading_zero_bits_counts_from_the_top_bit() {
     assert_eq!(leading_zero_bits(&[0u8; 32]), 256);
 }
 
+fn by(seq: u64, solution_tag: u64) -> SpentBy {
+    SpentBy {
+        seq,
+        solution_tag,
+        ticket_id: [seq as u8; 16],
+        issued_at_s: NOW,
+        expires_at_s: NOW + 600,
+    }
+}
+
 #[test]
 fn spending_is_once_and_a_retry_gets_its_place() {
     assert_eq!(decide_spend(None, 5), SpendDecision::Fresh);
-    let by = SpentBy {
-        seq: 42,
-        solution_tag: 5,
-    };
-    assert_eq!(
-        decide_spend(Some(by), 5),
-        SpendDecision::SamePlace { seq: 42 }
-    );
-    assert_eq!(decide_spend(Some(by), 6), SpendDecision::Replayed);
+    let by42 = by(42, 5);
+    let spent = Some(SpentState::Spent(by42));
+    assert_eq!(decide_spend(spent, 5), SpendDecision::SamePlace(by42));
+    assert_eq!(decide_spend(spent, 6), SpendDecision::Replayed);
+    let pending = Some(SpentState::Pending { solution_tag: 5 });
+    assert_eq!(decide_spend(pending, 5), SpendDecision::InFlight);
+    assert_eq!(decide_spend(pending, 6), SpendDecision::Replayed);
 
     let mut spent = SpentChallenges::new(2);
     let (a, b, c) = ([1u8; 16], [2u8; 16], [3u8; 16]);
     assert_eq!(spent.lookup(&a, NOW), None);
-    spent.record(a, by, NOW + 60, NOW).unwrap();
-    assert_eq!(spent.lookup(&a, NOW + 59), Some(by));
+    spent.record(a, by42, NOW + 60, NOW).unwrap();
+    assert_eq!(spent.lookup(&a, NOW + 59), Some(SpentState::Spent(by42)));
     // A second record of the same nonce keeps the first.
-    spent
-        .record(
-            a,
-            SpentBy {
-                seq: 1,
-                solution_tag: 1,
-            },
-            NOW + 60,
-            NOW,
-        )
-        .unwrap();
-    assert_eq!(spent.lookup(&a, NOW), Some(by));
-    spent.record(b, by, NOW + 70, NOW + 10).unwrap();
+    spent.record(a, by(1, 1), NOW + 60, NOW).unwrap();
+    assert_eq!(spent.lookup(&a, NOW), Some(SpentState::Spent(by42)));
+    spent.record(b, by42, NOW + 70, NOW + 10).unwrap();
     // Full of unexpired entries: refused until the oldest expires.
     assert_eq!(
-        spent.record(c, by, NOW + 80, NOW + 20),
+        spent.record(c, by42, NOW + 80, NOW + 20),
         Err(SpentFull { retry_after_s: 40 })
     );
     // The record of a challenge is kept until it expires, no longer.
     assert_eq!(spent.lookup(&a, NOW + 60), None);
     assert_eq!(spent.len(), 1);
-    spent.record(c, by, NOW + 80, NOW + 60).unwrap();
+    spent.record(c, by42, NOW + 80, NOW + 60).unwrap();
     assert_eq!(spent.len(), 2);
+}
+
+#[test]
+fn a_reserved_challenge_is_spent_by_a_place_or_given_back() {
+    let mut spent = SpentChallenges::new(4);
+    let n = [7u8; 16];
+    assert_eq!(spent.reserve(n, 9, NOW + 60, NOW), Ok(None));
+    // While the first join is answered: the same solution waits, another
+    // one is a replay.
+    let now = Some(SpentState::Pending { solution_tag: 9 });
+    assert_eq!(spent.reserve(n, 9, NOW + 60, NOW), Ok(now));
+    // No place: the challenge is not spent, and may be used again.
+    spent.release(&n);
+    assert_eq!(spent.lookup(&n, NOW), None);
+    assert_eq!(spent.reserve(n, 8, NOW + 60, NOW), Ok(None));
+    spent.confirm(&n, by(3, 8));
+    assert_eq!(
+        spent.reserve(n, 8, NOW + 60, NOW + 1),
+        Ok(Some(SpentState::Spent(by(3, 8))))
+    );
+    // Releasing a spent one changes nothing.
+    spent.release(&n);
+    assert_eq!(spent.lookup(&n, NOW), Some(SpentState::Spent(by(3, 8))));
+    // Reserve and release many times: the expiry queue stays bounded.
+    for i in 0..100u8 {
+        let m = [i.wrapping_add(100); 16];
+        spent.reserve(m, 1, NOW + 60, NOW).unwrap();
+        spent.release(&m);
+    }
+    assert!(spent.len() <= 4);
+}
+
+#[test]
+fn the_shared_stores_text_reads_back_and_nothing_else_does() {
+    for state in [
+        SpentState::Pending { solution_tag: 0 },
+        SpentState::Pending {
+            solution_tag: u64::MAX,
+        },
+        SpentState::Spent(by(u64::MAX, 77)),
+    ] {
+        assert_eq!(SpentState::decode(&state.encode()), Some(state));
+    }
+    for bad in [
+        "",
+        "p",
+        "p x",
+        "p 1 2",
+        "q 1",
+        "s 1 2 00 3 4",
+        "s 1 2 0101010101010101010101010101010 3 4",
+        "s 1 2 01010101010101010101010101010101 3",
+        "s 1 2 01010101010101010101010101010101 3 4 5",
+    ] {
+        assert_eq!(SpentState::decode(bad), None, "{bad:?}");
+    }
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::scrape::{assemble, descs, labels, sample, Family};
 const FAMILIES: [Family; 15] = [
     Family::new(
         "sluice_queue_joins_total",
-        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed, enqueue_token_required, invalid_enqueue_token).",
+        "Joins by result (queued, queue_full, paused, sold_out, store_unavailable, rate_limited, forbidden, not_open, event_closed, enqueue_token_required, invalid_enqueue_token, challenge_required, challenge_failed).",
         MetricType::COUNTER,
     ),
     Family::new(
@@ -141,6 +141,14 @@ impl Collector for RoomCollector {
                 (
                     "invalid_enqueue_token",
                     entry.enqueue.invalid_joins.load(Ordering::Relaxed),
+                ),
+                (
+                    "challenge_required",
+                    entry.challenge.required.load(Ordering::Relaxed),
+                ),
+                (
+                    "challenge_failed",
+                    entry.challenge.failed.load(Ordering::Relaxed),
                 ),
             ] {
                 metrics[0].push(sample(

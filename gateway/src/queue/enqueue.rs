@@ -27,9 +27,6 @@ pub const ENQUEUE_COOKIE: &str = "sluice_enqueue";
 /// The account hash key of a gateway without `[cluster]
 /// account_hash_key_env`, kept in `data_dir`.
 pub const ACCOUNT_KEY_FILE: &str = "account-hash.key";
-/// Longest join body read: an enqueue token (at most 4 KiB) and a
-/// challenge with its solution, in JSON.
-pub const JOIN_BODY_BYTES_MAX: usize = 8192;
 
 /// The fields of a join body this module reads; others (a challenge's)
 /// are left to their readers.

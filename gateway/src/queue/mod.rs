@@ -20,6 +20,7 @@
 
 pub mod adaptive;
 mod backend;
+pub mod challenge;
 mod collector;
 mod embedded;
 pub mod enqueue;
@@ -44,6 +45,7 @@ use http::{HeaderMap, Method};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_admission::adaptive::Outcome;
+use sluice_admission::challenge::ChallengeKeys;
 use sluice_admission::enqueue::{AccountHash, AccountHasher};
 use sluice_admission::fleet::Presented;
 use sluice_admission::join_limiter::{ClientKey, JoinLimiter, JoinRateLimited};
@@ -88,6 +90,9 @@ pub const PASS_COOKIE: &str = "sluice_pass";
 /// Most client addresses each room's join limiter remembers.
 pub const JOIN_CLIENTS_MAX: usize = 200_000;
 
+/// Most unexpired spent challenges one room's local record holds.
+pub const SPENT_CHALLENGES_MAX: usize = 1_000_000;
+
 /// A request under `/queue/`, as the proxy read it.
 pub struct QueueRequest<'a> {
     pub method: &'a Method,
@@ -99,7 +104,7 @@ pub struct QueueRequest<'a> {
     /// The client's address ([`crate::client`]).
     pub client: Option<IpAddr>,
     /// The body of a join (empty for other requests), at most
-    /// [`enqueue::JOIN_BODY_BYTES_MAX`].
+    /// [`challenge::JOIN_BODY_BYTES_MAX`].
     pub body: &'a [u8],
 }
 
@@ -128,6 +133,8 @@ pub struct RoomEntry {
     heartbeat_s: AtomicU64,
     /// The store's enqueue tokens (`[rooms.enqueue]`).
     pub(crate) enqueue: enqueue::EnqueueGate,
+    /// The join challenge (`[rooms.challenge]`) and its spent record.
+    pub(crate) challenge: challenge::ChallengeGate,
 }
 
 /// The room's TTLs in force and its fair start: a presented ticket or pass
@@ -246,6 +253,7 @@ impl Drop for CheckoutInFlight {
 /// The rooms of a config, built and checked but not yet in force.
 pub struct RoomsPlan {
     keyring: Arc<VerifyingKeyring>,
+    challenge_keys: Arc<ChallengeKeys>,
     rooms: Vec<PlannedRoom>,
     paused: bool,
     /// When the plan was made: the adaptive controller's clock at commit.
@@ -286,6 +294,11 @@ pub struct Rooms {
     tls: bool,
     /// The account hash an enqueue token's `sub` is kept as.
     accounts: AccountHasher,
+    /// The keys join challenges are signed with: derived from `[[keys]]`
+    /// (the same on every gateway of a fleet), or from this gateway's own
+    /// signing key when the config lists none.
+    challenge_keys: ArcSwap<ChallengeKeys>,
+    own_secret: [u8; 32],
 }
 
 impl Rooms {
@@ -349,6 +362,8 @@ impl Rooms {
             }])
             .map_err(|e| e.to_string())?,
         ));
+        let own_keys =
+            ChallengeKeys::derived_from(&[&secret]).ok_or("the challenge key could not be made")?;
         let rooms = Self {
             rooms: ArcSwap::from_pointee(HashMap::new()),
             keyring: ArcSwap::new(ephemeral.clone()),
@@ -358,6 +373,8 @@ impl Rooms {
             stock,
             tls,
             accounts,
+            challenge_keys: ArcSwap::from_pointee(own_keys),
+            own_secret: secret,
         };
         rooms.apply(config, now_ms())?;
         Ok(rooms)
@@ -387,6 +404,24 @@ impl Rooms {
         Ok(Box::new(embedded::EmbeddedRoom::new(
             line, journal, adaptive,
         )))
+    }
+
+    /// Where a new room keeps its spent challenges: in Redis on a fleet,
+    /// else in this process (in its directory when durable), at most
+    /// about the places it can give within a challenge's life.
+    fn spend_record(&self, room: &Room, now_ms: u64) -> Box<dyn challenge::record::SpendRecord> {
+        if let Some(fleet) = &self.fleet {
+            return Box::new(fleet::challenge::FleetRecord::new(fleet, &room.name));
+        }
+        let capacity = (room.queue_capacity.get() as usize + room.max_active.get() as usize)
+            .saturating_add(1024)
+            .min(SPENT_CHALLENGES_MAX);
+        let dir = self.durable.as_ref().map(|d| d.rooms_dir.join(&room.name));
+        Box::new(challenge::record::LocalRecord::open(
+            capacity,
+            dir,
+            now_ms / 1000,
+        ))
     }
 
     /// An embedded room's line: restored from its journal when durable,
@@ -463,6 +498,18 @@ impl Rooms {
                 Keyring::from_config(&config.keys).map_err(|e| e.to_string())?,
             ))
         };
+        let challenge_keys = if config.keys.is_empty() {
+            ChallengeKeys::derived_from(&[&self.own_secret])
+        } else {
+            let secrets: Vec<&[u8]> = config
+                .keys
+                .iter()
+                .map(|k| k.secret.expose().as_bytes())
+                .collect();
+            ChallengeKeys::derived_from(&secrets)
+        }
+        .map(Arc::new)
+        .ok_or("the challenge keys could not be made")?;
         let old = self.rooms.load_full();
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
@@ -495,6 +542,7 @@ impl Rooms {
                     backend: self.make_backend(room, policy.clone(), now_ms)?,
                     heartbeat_s: AtomicU64::new(room.heartbeat.as_secs()),
                     enqueue: enqueue::EnqueueGate::new(room),
+                    challenge: challenge::ChallengeGate::new(room, self.spend_record(room, now_ms)),
                 }),
             };
             rooms.push(PlannedRoom {
@@ -508,6 +556,7 @@ impl Rooms {
         }
         Ok(RoomsPlan {
             keyring,
+            challenge_keys,
             rooms,
             paused: config.gateway.admissions == Admissions::Paused,
             now_ms,
@@ -537,6 +586,7 @@ impl Rooms {
             }
             entry.lifetimes.set(room.ttls);
             entry.enqueue.set(&room.config);
+            entry.challenge.set(&room.config);
             entry.event.store(Arc::new(event));
             entry
                 .heartbeat_s
@@ -545,6 +595,7 @@ impl Rooms {
         }
         self.rooms.store(Arc::new(next));
         self.keyring.store(plan.keyring);
+        self.challenge_keys.store(plan.challenge_keys);
     }
 
     /// With `[cluster] redis_url`: the fleet's gateways the store heard
@@ -760,7 +811,9 @@ impl Rooms {
         };
         let now = now_ms();
         match (method, action) {
-            (&Method::GET | &Method::HEAD, "") => respond::page(headers, query),
+            (&Method::GET | &Method::HEAD, "") => {
+                respond::page(headers, query, &entry.challenge.settings())
+            }
             (&Method::POST, "join") if cross_site(headers) => LocalResponse::error(&ApiError::new(
                 ErrorCode::Forbidden,
                 "Join the waiting room from the store's own page.",
@@ -774,12 +827,23 @@ impl Rooms {
                 self.join(name, &entry, headers, client, req_body, now)
                     .await
             }
+            (&Method::GET | &Method::HEAD, "challenge") => {
+                if denied(deny, client) {
+                    return network_denied();
+                }
+                if let Some(shut) = door(&entry, now) {
+                    return shut;
+                }
+                entry
+                    .challenge
+                    .issue(name, &self.challenge_keys.load(), now)
+            }
             (&Method::GET, "status") => self.status(name, &entry, headers, now, metrics).await,
             (&Method::GET | &Method::HEAD, "watermark") => {
                 let mark = entry.backend.watermark(now);
                 watermark::answer(name, &mark, entry.heartbeat_s.load(Ordering::Relaxed))
             }
-            (_, "" | "join" | "status" | "watermark") => {
+            (_, "" | "join" | "status" | "watermark" | "challenge") => {
                 respond::method_not_allowed(if action == "join" {
                     "POST"
                 } else {
@@ -858,22 +922,57 @@ impl Rooms {
         if let Some(refused) = limit_join(entry, client) {
             return refused;
         }
-        // The store's enqueue token: none, refused, or an account.
-        let body_token = match enqueue::token_in_body(body) {
-            Ok(token) => token,
-            Err(_) => return enqueue::bad_body(),
+        // The challenge, then the store's enqueue token (the contract's
+        // order of answers). A challenge held for this join is spent with
+        // the place it gets, given back if the join gets none.
+        let keys = self.challenge_keys.load_full();
+        let reserved = match entry.challenge.check(room, body, client, &keys, now).await {
+            challenge::Passed::Open => None,
+            challenge::Passed::Reserved(reserved) => Some(reserved),
+            // A retry of a join whose answer was lost. A place that came
+            // with an account is the account's: its own retry (a fresh
+            // solution) gets it back through the account, and the same
+            // solution sent with an account token is a replay, so a solved
+            // challenge never hands one account's place to another.
+            challenge::Passed::SamePlace(by) => {
+                return match self.entrant(room, entry, headers, body, now) {
+                    Err(refused) => refused,
+                    Ok(Some(_)) => refused_replay(entry),
+                    Ok(None) => self.same_place(room, entry, by, now).await,
+                };
+            }
+            challenge::Passed::Refused(answer) => return answer,
         };
-        let token = enqueue::token(body_token.as_deref(), headers);
-        let entrant = match entry.enqueue.check(room, token, &self.accounts, now / 1000) {
-            Ok(entrant) => entrant,
-            Err(refused) => return refused,
+        let account = match self.entrant(room, entry, headers, body, now) {
+            Ok(account) => account,
+            Err(refused) => {
+                if let Some(reserved) = reserved {
+                    entry.challenge.not_spent(reserved).await;
+                }
+                return refused;
+            }
         };
-        let account = entrant.as_ref().map(|e| e.account);
         let req = JoinRequest {
             client: client.map(ClientKey::from_ip),
             account,
         };
-        match entry.backend.join(req, now).await {
+        let entered = entry.backend.join(req, now).await;
+        if let Some(reserved) = reserved {
+            match &entered {
+                Ok(Entered::New(j)) => {
+                    let place = (j.seq, j.ticket_id, j.issued_at_s, j.expires_at_s);
+                    entry.challenge.spent_by(reserved, place).await;
+                }
+                // The account's place: the challenge is spent all the same
+                // (one solution, one join), and its retry answers that place.
+                Ok(Entered::Held(h)) => {
+                    let place = (h.seq, h.ticket_id, h.issued_at_s, h.expires_at_s);
+                    entry.challenge.spent_by(reserved, place).await;
+                }
+                Err(_) => entry.challenge.not_spent(reserved).await,
+            }
+        }
+        match entered {
             Ok(Entered::New(joined)) => {
                 let claims = joined.claims(room).for_account(account.as_ref());
                 let ticket = Presented {
@@ -901,6 +1000,25 @@ impl Rooms {
                 join_refused(e)
             }
         }
+    }
+
+    /// The store's enqueue token this join carries, checked: the account
+    /// it names (`None` in a room without `[rooms.enqueue]`, or without a
+    /// token where none is required), or the refusal to answer.
+    fn entrant(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: u64,
+    ) -> Result<Option<AccountHash>, LocalResponse> {
+        let body_token = enqueue::token_in_body(body).map_err(|_| enqueue::bad_body())?;
+        let token = enqueue::token(body_token.as_deref(), headers);
+        let entrant = entry
+            .enqueue
+            .check(room, token, &self.accounts, now / 1000)?;
+        Ok(entrant.map(|e| e.account))
     }
 
     /// The answer to a join whose account holds a live place already: that
@@ -948,6 +1066,73 @@ impl Rooms {
             Err(PollRefused::UnknownPlace) => {
                 join_refused(JoinError::StoreUnavailable { retry_after_s: 1 })
             }
+        }
+    }
+
+    /// A join whose challenge and solution already got a place (a retry
+    /// whose answer was lost): that place again, with its ticket, while it
+    /// is live; a place that is gone makes it a replay.
+    async fn same_place(
+        &self,
+        room: &str,
+        entry: &RoomEntry,
+        by: sluice_admission::challenge::SpentBy,
+        now: u64,
+    ) -> LocalResponse {
+        let Some(ticket_id) = TicketId::parse(&hex::encode(by.ticket_id)) else {
+            return refused_replay(entry);
+        };
+        let claims = Claims::new(
+            TokenType::Ticket,
+            room,
+            &ticket_id.to_string(),
+            by.seq,
+            by.issued_at_s,
+            by.expires_at_s,
+        );
+        let ticket = Presented {
+            seq: by.seq,
+            ticket_id,
+            expires_at_s: by.expires_at_s,
+        };
+        if by.expires_at_s <= now / 1000 {
+            return refused_replay(entry);
+        }
+        // The retry's client has no ticket yet: one asked sooner than its
+        // place's next poll gets the ticket with the line's public numbers
+        // (the watermark's) instead of a `429` that would leave it none.
+        let early = |retry_after_s| {
+            let mark = entry.backend.watermark(now);
+            Status::Waiting(challenge::answer::retry_wait(
+                by.seq,
+                &mark,
+                retry_after_s,
+                by.expires_at_s,
+            ))
+        };
+        let polled = match entry.backend.early_poll(&ticket, now) {
+            Some(retry_after_s) => Ok(early(retry_after_s)),
+            None => match entry.backend.poll(&ticket, now).await {
+                Err(PollRefused::TooEarly { retry_after_s }) => Ok(early(retry_after_s)),
+                other => other,
+            },
+        };
+        match polled {
+            Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {
+                refused_replay(entry)
+            }
+            Err(PollRefused::TooEarly { retry_after_s }) => too_early(retry_after_s),
+            Ok(status) => match self.keyring.load().sign(&claims) {
+                Ok(token) => {
+                    let shown = Shown {
+                        token: &token,
+                        ticket: &ticket,
+                        account: None,
+                    };
+                    self.ticket_answer(room, entry, shown, status, now, true)
+                }
+                Err(_) => not_signed("ticket"),
+            },
         }
     }
 
@@ -1086,6 +1271,36 @@ fn account_hasher(config: &Config, data_dir: Option<&Path>) -> Result<AccountHas
         }
     };
     AccountHasher::new(&key).ok_or_else(|| "the account hash key is too short".to_owned())
+}
+
+/// `403 challenge_failed` for a challenge whose place is gone.
+fn refused_replay(entry: &RoomEntry) -> LocalResponse {
+    match entry
+        .challenge
+        .fail(sluice_admission::challenge::ChallengeError::Replayed)
+    {
+        challenge::Passed::Refused(answer) => answer,
+        _ => unreachable!("a failed challenge is refused"),
+    }
+}
+
+/// The campaign's door for a challenge: none is issued before
+/// `prequeue_at` (`503 not_open`) or after `closes_at` (`410`).
+fn door(entry: &RoomEntry, now: u64) -> Option<LocalResponse> {
+    match entry.event.load().window(now) {
+        JoinWindow::Open | JoinWindow::PreQueue => None,
+        JoinWindow::NotOpen { retry_after_s } => Some(LocalResponse::error(
+            &ApiError::new(
+                ErrorCode::NotOpen,
+                "This waiting room is not open yet; it opens shortly.",
+            )
+            .retry_after(retry_after_s.min(u64::from(u32::MAX)) as u32),
+        )),
+        JoinWindow::Closed => Some(LocalResponse::error(&ApiError::new(
+            ErrorCode::EventClosed,
+            "This event has closed; no new places are given.",
+        ))),
+    }
 }
 
 /// Whether `client` is in the gateway's deny list.

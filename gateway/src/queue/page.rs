@@ -7,15 +7,75 @@
 //! (already checked by [`crate::next_path`], HTML-escaped here), or to `/`:
 //! it never reads its own address for one.
 
+//!
+//! A room with a join challenge: the proof of work is solved in a Web
+//! Worker made from the page's own inline worker source (a `blob:` URL,
+//! which the page's CSP allows as `worker-src`); a siteverify room's page
+//! loads the widget's script from `script_url` and renders its element
+//! with the room's `site_key`; the CSP names that script's origin
+//! ([`csp`]).
+
 use http::HeaderMap;
+use sluice_policies::model::{Challenge, Widget};
 
 const PAGE: &str = include_str!("../../assets/queue.html");
 
+/// The CSP of a page without a widget.
+const CSP_BASE: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; worker-src blob:";
+
 /// The page in the visitor's language, sending an admitted shopper to
-/// `next` (a checked same-site path), or to `/` without one.
-pub fn render(headers: &HeaderMap, next: Option<&str>) -> String {
+/// `next` (a checked same-site path), or to `/` without one; with the
+/// room's challenge widget when it has one.
+pub fn render(headers: &HeaderMap, next: Option<&str>, challenge: &Challenge) -> String {
+    let (attrs, script) = match challenge {
+        Challenge::SiteVerify(sv) => {
+            let class = match sv.widget {
+                Widget::Turnstile => "cf-turnstile",
+                Widget::Hcaptcha => "h-captcha",
+                Widget::Recaptcha => "g-recaptcha",
+            };
+            (
+                format!(
+                    "class=\"{class}\" data-sitekey=\"{}\" data-callback=\"sluiceWidgetDone\"",
+                    escape_html(&sv.site_key)
+                ),
+                format!(
+                    "<script src=\"{}\" async defer></script>",
+                    escape_html(&sv.script_url)
+                ),
+            )
+        }
+        _ => (String::new(), String::new()),
+    };
     PAGE.replace("{{LANG}}", language(headers))
         .replace("{{NEXT}}", &escape_html(next.unwrap_or("/")))
+        .replace("{{WIDGET_ATTRS}}", &attrs)
+        .replace("{{WIDGET_SCRIPT}}", &script)
+}
+
+/// The page's Content-Security-Policy: its own inline script and styles,
+/// calls to its own origin, the proof-of-work worker (`blob:`); for a
+/// widget, its script's origin as a script, frame and connect source.
+pub fn csp(challenge: &Challenge) -> String {
+    match challenge {
+        Challenge::SiteVerify(sv) => {
+            let origin = origin_of(&sv.script_url);
+            format!(
+                "default-src 'none'; script-src 'unsafe-inline' {origin}; style-src 'unsafe-inline'; connect-src 'self' {origin}; img-src 'self' {origin}; frame-src {origin}; worker-src blob:"
+            )
+        }
+        _ => CSP_BASE.to_owned(),
+    }
+}
+
+/// `scheme://host[:port]` of an `http(s)://` URL (checked at load: no
+/// whitespace, quotes or angle brackets).
+fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| after_scheme + i);
+    &url[..end]
 }
 
 /// `text` safe in HTML text and in a quoted attribute value.
@@ -88,8 +148,35 @@ mod tests {
     }
 
     #[test]
+    fn a_widget_room_names_its_script_in_the_page_and_its_csp() {
+        let sv = sluice_policies::model::SiteVerify {
+            widget: Widget::Hcaptcha,
+            verify_url: "https://api.hcaptcha.com/siteverify".into(),
+            secret: sluice_policies::model::Secret::new("s".into()),
+            site_key: "key-1".into(),
+            script_url: "https://js.hcaptcha.com:8443/1/api.js?x=1".into(),
+            hostnames: vec![],
+            on_verifier_error: Default::default(),
+            timeout: std::time::Duration::from_secs(1),
+            in_flight_max: std::num::NonZeroU32::new(1).unwrap(),
+        };
+        let challenge = Challenge::SiteVerify(sv);
+        let page = render(&HeaderMap::new(), None, &challenge);
+        assert!(page.contains(
+            "<script src=\"https://js.hcaptcha.com:8443/1/api.js?x=1\" async defer></script>"
+        ));
+        assert!(page.contains("class=\"h-captcha\" data-sitekey=\"key-1\""));
+        let policy = csp(&challenge);
+        assert!(policy.contains("script-src 'unsafe-inline' https://js.hcaptcha.com:8443;"));
+        assert!(policy.contains("frame-src https://js.hcaptcha.com:8443;"));
+        assert!(policy.contains("worker-src blob:"));
+        assert!(csp(&Challenge::None).contains("worker-src blob:"));
+        assert!(!csp(&Challenge::None).contains("frame-src"));
+    }
+
+    #[test]
     fn page_is_self_contained() {
-        let page = render(&HeaderMap::new(), None);
+        let page = render(&HeaderMap::new(), None, &Challenge::None);
         assert!(page.starts_with("<!doctype html>\n<html lang=\"en\">"));
         assert!(page.contains("aria-live=\"polite\""));
         for external in [
@@ -112,9 +199,16 @@ mod tests {
 
     #[test]
     fn the_checked_next_is_rendered_escaped_and_nothing_else_is_followed() {
-        let page = render(&HeaderMap::new(), Some("/orders/abc?x=1&y='2'"));
+        let page = render(
+            &HeaderMap::new(),
+            Some("/orders/abc?x=1&y='2'"),
+            &Challenge::None,
+        );
         assert_eq!(rendered_next(&page), "/orders/abc?x=1&amp;y=&#39;2&#39;");
-        assert_eq!(rendered_next(&render(&HeaderMap::new(), None)), "/");
+        assert_eq!(
+            rendered_next(&render(&HeaderMap::new(), None, &Challenge::None)),
+            "/"
+        );
         // The script reads the rendered value only: never its own address.
         assert!(page.contains("getAttribute(\"data-next\")"));
         for own_address in ["location.search", "location.href", "URLSearchParams"] {
@@ -132,7 +226,7 @@ mod tests {
         let h = HeaderMap::new();
         let rendered = |query: &str| {
             let next = crate::next_path::from_query(Some(query));
-            rendered_next(&render(&h, next.as_deref())).to_owned()
+            rendered_next(&render(&h, next.as_deref(), &Challenge::None)).to_owned()
         };
         assert_eq!(rendered("next=%2Forders%2Fabc%3Fx%3D1"), "/orders/abc?x=1");
         for dropped in [

@@ -190,23 +190,28 @@ pub fn clear_pass_cookie(secure: bool) -> (HeaderName, HeaderValue) {
 
 /// The queue page; `query` may carry the `next` it sends an admitted
 /// shopper to, kept only when [`crate::next_path`] checks it.
-pub fn page(headers: &HeaderMap, query: Option<&str>) -> LocalResponse {
+pub fn page(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    challenge: &sluice_policies::model::Challenge,
+) -> LocalResponse {
+    let csp = HeaderValue::from_str(&page::csp(challenge))
+        .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'"));
     LocalResponse {
         status: StatusCode::OK,
         headers: vec![
-            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
             (header::VARY, HeaderValue::from_static("Accept-Language")),
-            (
-                HeaderName::from_static("content-security-policy"),
-                HeaderValue::from_static(
-                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
-                ),
-            ),
+            (HeaderName::from_static("content-security-policy"), csp),
         ],
         body: Bytes::from(page::render(
             headers,
             crate::next_path::from_query(query).as_deref(),
+            challenge,
         )),
         source: "queue",
     }

@@ -30,6 +30,7 @@
 //! pingora worker: request handlers only send to them and await answers.
 
 mod backend;
+pub mod challenge;
 mod config;
 mod enqueue;
 mod poll_due;
@@ -159,6 +160,9 @@ pub fn store_health(
 pub struct Fleet {
     rt: tokio::runtime::Handle,
     store: Arc<dyn RoomStore>,
+    /// The same store, for the record of spent join challenges
+    /// ([`challenge`]).
+    redis: Arc<redis::RedisStore>,
     /// This gateway's id in the fleet (its node id).
     id: String,
     /// The fleet as the last heartbeat listed it.
@@ -182,7 +186,7 @@ impl Fleet {
     /// tasks do, and keep trying while Redis is away.
     /// `id` and `region` name this gateway in the fleet's list.
     pub fn redis(url: &str, id: String, region: String) -> Result<Arc<Self>, String> {
-        let store = redis::RedisStore::for_gateway(url, &id)?;
+        let store = Arc::new(redis::RedisStore::for_gateway(url, &id)?);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("sluice-fleet")
@@ -194,7 +198,8 @@ impl Fleet {
         let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
         let fleet = Arc::new(Self {
             rt: rt.handle().clone(),
-            store: Arc::new(store),
+            store: store.clone(),
+            redis: store,
             id: id.clone(),
             members: ArcSwap::from_pointee(Vec::new()),
             clock_offset_ms: AtomicI64::new(i64::MIN),

@@ -75,7 +75,7 @@ impl RedisStore {
     }
 
     /// The connection, made (and the Functions loaded) if there is none.
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+    pub(super) async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref() {
             return Ok(conn.clone());
