@@ -230,28 +230,34 @@ mod tests {
         // Every due written has all its fields derived from one byte: a
         // torn read would mix two of them.
         let dues = Arc::new(PollDues::new(1));
-        // Both threads start together: a writer that ran its whole loop
-        // before the reader's first look would leave nothing to check.
-        let start = Arc::new(std::sync::Barrier::new(2));
+        // The writer writes until the reader has checked enough reads, so
+        // a busy machine that runs one thread long before the other still
+        // leaves reads to check (a fixed number of writes did not: the
+        // writer sometimes finished before the reader's first look).
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
-            let (dues, start) = (dues.clone(), start.clone());
+            let (dues, stop) = (dues.clone(), stop.clone());
             std::thread::spawn(move || {
-                start.wait();
-                for n in 0..200_000u32 {
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     dues.set(&due(0, (n % 251) as u8));
+                    n = n.wrapping_add(1);
                 }
+                n
             })
         };
-        start.wait();
         let mut seen = 0u32;
-        while !writer.is_finished() {
+        while seen < 100_000 {
             if let Some(d) = dues.get(0) {
                 let n = d.poll_after_s;
                 assert_eq!(d, due(0, n));
                 seen += 1;
+            } else {
+                std::thread::yield_now();
             }
         }
-        writer.join().unwrap();
-        assert!(seen > 0);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let written = writer.join().unwrap();
+        assert!(written > 0);
     }
 }
