@@ -26,13 +26,6 @@ pub fn check_config(config: &Config) -> Result<(), String> {
             sluice_policies::validate::ALLOW_TEST_KNOBS_ENV
         ));
     }
-    if let Some(room) = config.rooms.iter().find(|r| r.pass_idle.is_some()) {
-        return Err(format!(
-            "room {:?}: idle passes (pass_idle_s) are not built for rooms on [cluster] \
-             redis_url yet (no per-pass activity is kept in Redis); leave pass_idle_s out",
-            room.name
-        ));
-    }
     if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
         return Err(format!(
             "room {:?}: a fair start (opens_at) is not built for rooms on [cluster] \

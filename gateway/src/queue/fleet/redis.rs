@@ -6,7 +6,8 @@
 //! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots`,
 //! `sluice2:{R}:released` and, for an adaptive room,
 //! `sluice2:{R}:checkouts` and `sluice2:{R}:leader`, after a loss
-//! `sluice2:{R}:spent`, and one `sluice2:{R}:jl:<client>` per client whose
+//! `sluice2:{R}:spent`, for passes that end `sluice2:{R}:active` and
+//! `sluice2:{R}:ended`, and one `sluice2:{R}:jl:<client>` per client whose
 //! join allowance is not whole again: one hash tag, so Redis Cluster keeps
 //! each room on one slot.
 //!
@@ -27,8 +28,8 @@ use sluice_admission::join_limiter::ClientKey;
 use tokio::sync::Mutex;
 
 use super::store::{
-    AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore,
-    StoreError, StoredDecision, Tick, TickArgs,
+    AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, PassesArgs, PassesReply,
+    Reseed, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
 };
 
 /// The Functions library.
@@ -197,6 +198,18 @@ pub fn client_key(room: &str, client: ClientKey) -> String {
 pub fn keys_with_spent(room: &str) -> [String; 4] {
     let [line, slots, released] = keys(room);
     [line, slots, released, format!("sluice2:{{{room}}}:spent")]
+}
+
+/// The room, its slots, its passes' last activity and its stream of passes
+/// ended before their time (`sluice_5_pass_end`, `sluice_5_passes`).
+pub fn pass_keys(room: &str) -> [String; 4] {
+    let [line, slots, _] = keys(room);
+    [
+        line,
+        slots,
+        format!("sluice2:{{{room}}}:active"),
+        format!("sluice2:{{{room}}}:ended"),
+    ]
 }
 
 /// The adaptive room's stream of checkouts and its leader's lease.
@@ -403,6 +416,55 @@ impl RoomStore for RedisStore {
             .fcall("sluice_5_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
+    }
+
+    async fn pass_end(
+        &self,
+        room: &str,
+        seq: u64,
+        ends_ms: u64,
+        pass_ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let freed: u64 = self
+            .fcall(
+                "sluice_5_pass_end",
+                &pass_keys(room),
+                &[seq, ends_ms, pass_ttl_ms],
+            )
+            .await?;
+        Ok(freed == 1)
+    }
+
+    async fn passes(&self, room: &str, a: &PassesArgs<'_>) -> Result<PassesReply, StoreError> {
+        let mut args = vec![
+            a.idle_ms.to_string(),
+            a.pass_ttl_ms.to_string(),
+            a.after.to_string(),
+            a.touched.len().to_string(),
+        ];
+        args.extend(a.touched.iter().map(u64::to_string));
+        let r: Vec<String> = self
+            .fcall_str("sluice_5_passes", &pass_keys(room), &args)
+            .await?;
+        let bad = || StoreError::Protocol(format!("sluice_5_passes gave {} items", r.len()));
+        let number = |v: &String| v.parse::<u64>().map_err(|_| bad());
+        let [now, n_idle, rest @ ..] = &r[..] else {
+            return Err(bad());
+        };
+        let n_idle = number(n_idle)? as usize;
+        if rest.len() < n_idle || !(rest.len() - n_idle).is_multiple_of(3) {
+            return Err(bad());
+        }
+        let (idle, entries) = rest.split_at(n_idle);
+        Ok(PassesReply {
+            now_ms: number(now)?,
+            idle_ended: idle.iter().map(number).collect::<Result<_, _>>()?,
+            ended: entries
+                .chunks(3)
+                .map(|e| Ok((number(&e[1])?, number(&e[2])?)))
+                .collect::<Result<_, StoreError>>()?,
+            last_id: entries.chunks(3).last().map(|e| e[0].clone()),
+        })
     }
 
     async fn set_state(

@@ -670,6 +670,116 @@ local function heartbeat(keys, args)
   return out
 end
 
+--[[ Passes that end, fleet-wide (`pass_idle_s`, `Sluice-Pass: end`): the
+same rule as sluice_admission::pass_idle for both back ends.
+
+Keys of room R (same hash tag):
+  sluice2:{R}:active  ZSET   collected passes' last activity, only while the
+                             room has pass_idle_s: "c<seq>", score = unix ms of
+                             the last request with the pass (or checkout
+                             running) that any gateway saw, pushed with its
+                             next sluice_5_passes call (every tick). At most
+                             the passes holding a slot, plus those ended
+                             within one idle window.
+  sluice2:{R}:ended   STREAM passes ended before their time (idle, or by the
+                             origin), one entry each: s = seq, e = the pass's
+                             end (unix ms). Every gateway reads it from where
+                             it last read and refuses those passes until
+                             their end. Trimmed to the last pass_ttl (an older
+                             entry's pass has expired), so it holds at most
+                             the passes ended within one pass's life.
+]]
+
+-- Appends pass `seq` (ending at `ends_ms`) to the ended stream, trimming
+-- entries older than one pass life.
+local function note_ended(ended_key, seq, ends_ms, ms, ttl)
+  if ends_ms <= ms then return end
+  local horizon = string.format('%d', math.max(0, ms - ttl))
+  redis.call('XADD', ended_key, 'MINID', '~', horizon, '*', 's', seq, 'e',
+    string.format('%d', ends_ms))
+  redis.call('PEXPIRE', ended_key, ttl + 1000)
+end
+
+-- FCALL sluice_5_pass_end 4 <room> <slots> <active> <ended> <seq> <ends_ms>
+--       <pass_ttl_ms>
+-- Ends pass `seq` before its time (the origin said so): its slot goes back
+-- at once and every gateway refuses it until <ends_ms>. -> 1 if it held a
+-- slot
+local function pass_end(keys, args)
+  local seq, ends_ms, ttl = args[1], tonumber(args[2]), tonumber(args[3])
+  local ms = now_ms()
+  local freed = 0
+  local slot = tonumber(redis.call('ZSCORE', keys[2], 'c' .. seq))
+  if slot then
+    redis.call('ZREM', keys[2], 'c' .. seq)
+    observe_hold(keys[1], math.max(0, ttl - (slot - ms)))
+    freed = 1
+  end
+  redis.call('ZREM', keys[3], 'c' .. seq)
+  note_ended(keys[4], seq, ends_ms, ms, ttl)
+  return freed
+end
+
+-- Idle passes ended by one call, at most (the next tick takes the rest).
+local IDLE_SWEEP_MAX = 256
+-- Ended passes one call reads, at most (the next reads on from the last).
+local ENDED_READ_MAX = 1000
+
+-- FCALL sluice_5_passes 4 <room> <slots> <active> <ended> <idle_ms>
+--       <pass_ttl_ms> <after> <n> <seq_1> .. <seq_n>
+-- Every tick of every gateway: the passes used on this gateway since its
+-- last call (a request carried them, or a checkout of theirs runs) are
+-- active now; with idle_ms > 0 (pass_idle_s), a pass holding a slot and
+-- not active for idle_ms (sluice_admission::pass_idle::is_idle: now - last
+-- >= idle) gives its slot back and is ended; then the ended passes after
+-- stream id <after> ("-": all) are read.
+-- -> {now_ms, n_idle, idle seq_1 .. idle seq_n_idle,
+--     id_1, seq_1, ends_ms_1, id_2, ...} (all strings)
+local function passes(keys, args)
+  local idle_ms, ttl, after, n = tonumber(args[1]), tonumber(args[2]), args[3], tonumber(args[4])
+  local ms = now_ms()
+  local idle = {}
+  if idle_ms > 0 then
+    for i = 5, 4 + n do
+      local member = 'c' .. args[i]
+      local slot = tonumber(redis.call('ZSCORE', keys[2], member))
+      if slot and slot > ms then
+        redis.call('ZADD', keys[3], 'GT', ms, member)
+      end
+    end
+    local due = redis.call('ZRANGEBYSCORE', keys[3], '-inf', string.format('%d', ms - idle_ms),
+      'LIMIT', 0, IDLE_SWEEP_MAX)
+    for _, member in ipairs(due) do
+      redis.call('ZREM', keys[3], member)
+      local slot = tonumber(redis.call('ZSCORE', keys[2], member))
+      if slot and slot > ms then
+        redis.call('ZREM', keys[2], member)
+        observe_hold(keys[1], math.max(0, ttl - (slot - ms)))
+        local seq = string.sub(member, 2)
+        note_ended(keys[4], seq, slot, ms, ttl)
+        idle[#idle + 1] = seq
+      end
+    end
+  end
+  local out = {string.format('%d', ms), tostring(#idle)}
+  for _, seq in ipairs(idle) do out[#out + 1] = seq end
+  local from = '-'
+  if after ~= '-' then from = '(' .. after end
+  local entries = redis.call('XRANGE', keys[4], from, '+', 'COUNT', ENDED_READ_MAX)
+  for _, e in ipairs(entries) do
+    local seq, ends = '', '0'
+    for i = 1, #e[2], 2 do
+      if e[2][i] == 's' then seq = e[2][i + 1] end
+      if e[2][i] == 'e' then ends = e[2][i + 1] end
+    end
+    out[#out + 1] = e[1]
+    out[#out + 1] = seq
+    out[#out + 1] = ends
+  end
+  return out
+end
+-- (end of the passes-that-end section)
+
 redis.register_function('sluice_5_heartbeat', heartbeat)
 redis.register_function('sluice_5_join', join)
 redis.register_function('sluice_5_tick', tick)
@@ -679,3 +789,5 @@ redis.register_function('sluice_5_give_back', give_back)
 redis.register_function('sluice_5_set_state', set_state)
 redis.register_function('sluice_5_adapt', adapt)
 redis.register_function('sluice_5_decide', decide)
+redis.register_function('sluice_5_pass_end', pass_end)
+redis.register_function('sluice_5_passes', passes)
