@@ -345,7 +345,10 @@ async fn on_a_fleet_an_idle_pass_lets_the_next_shopper_in_and_is_refused_everywh
     }
     // Left alone, it idles out within about 10 s.
     let next = pass_within(&client, &fleet[2], &ticket, Duration::from_secs(20)).await;
-    assert!(next.is_some(), "the idle pass's slot went to the next shopper");
+    assert!(
+        next.is_some(),
+        "the idle pass's slot went to the next shopper"
+    );
     for gw in &fleet {
         refused_within(&client, gw, &pass, Duration::from_secs(5)).await;
     }
@@ -354,8 +357,13 @@ async fn on_a_fleet_an_idle_pass_lets_the_next_shopper_in_and_is_refused_everywh
         let text = without_region(&gw.metrics_text().await);
         idle_counted += text
             .lines()
-            .find_map(|l| l.strip_prefix("sluice_passes_ended_total{reason=\"idle\",room=\"drop\"} "))
+            .find_map(|l| {
+                l.strip_prefix("sluice_passes_ended_total{reason=\"idle\",room=\"drop\"} ")
+            })
             .map_or(0, |v| v.trim().parse::<u64>().unwrap());
     }
-    assert_eq!(idle_counted, 1, "counted once, by the gateway whose tick ended it");
+    assert_eq!(
+        idle_counted, 1,
+        "counted once, by the gateway whose tick ended it"
+    );
 }

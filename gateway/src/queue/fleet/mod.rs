@@ -66,8 +66,8 @@ use pass_ends::PassEnds;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
 pub use store::{
-    ClaimArgs, FleetLimits, JoinBatch, Member, PassesArgs, Reseed, RoomStore,
-    StoreError, StoredDecision, TickArgs,
+    ClaimArgs, FleetLimits, JoinBatch, Member, PassesArgs, Reseed, RoomStore, StoreError,
+    StoredDecision, TickArgs,
 };
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -846,7 +846,10 @@ impl SharedRoom {
             if let Err(e) = store.pass_end(&name, seq, ends_ms, ttl_ms).await {
                 // The slot then ends with the pass, and only this gateway
                 // refuses it.
-                tracing::warn!(room = name, "an ended pass could not be told to the fleet: {e}");
+                tracing::warn!(
+                    room = name,
+                    "an ended pass could not be told to the fleet: {e}"
+                );
             }
         });
         true
