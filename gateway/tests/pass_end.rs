@@ -226,25 +226,12 @@ async fn an_idle_pass_lets_the_next_shopper_in() {
 
 /// On a fleet (three gateways, their own Redis): the pass the origin ends
 /// through one gateway frees its slot for the fleet, so the next shopper,
-/// polling another gateway, is let in; the ending gateway refuses it.
+/// polling another gateway, is let in; every gateway refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_fleet_the_ended_pass_frees_its_slot_for_every_gateway() {
     let redis = common::redis::Redis::start();
     let origin = origin();
-    let keys = "[[keys]]\nkid = \"end\"\nalg = \"HS256\"\nsecret = \"c2x1aWNlLXBhc3MtZW5kLXRlc3Qta2V5LTMyLWJ5dGVzLW9r\"\n";
-    let fleet: Vec<Gateway> = (0..3)
-        .map(|_| {
-            Gateway::start(GatewayOptions {
-                origin: Some(origin.clone()),
-                rest: format!(
-                    "[cluster]\nredis_url = \"{}\"\n\n{keys}\n{ROOM}joins_per_minute_per_client = 100000\n",
-                    redis.url()
-                ),
-                env: vec![("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into())],
-                ..GatewayOptions::default()
-            })
-        })
-        .collect();
+    let fleet = fleet_of_three(&redis, &origin, "");
     let client = client();
     let pass = admitted_pass(&fleet[0].url(""), &client, "drop").await;
     let joined: Value = client
@@ -268,6 +255,115 @@ async fn on_a_fleet_the_ended_pass_frees_its_slot_for_every_gateway() {
     assert!(r.headers().get("sluice-pass").is_none());
     let r = get_with(&client, &fleet[0], "/account/page", &pass).await;
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Every other gateway refuses it too, from its next tick.
+    for gw in &fleet[1..] {
+        refused_within(&client, gw, &pass, Duration::from_secs(5)).await;
+    }
     let next = pass_within(&client, &fleet[2], &ticket, Duration::from_secs(10)).await;
     assert!(next.is_some(), "the slot came back for the whole fleet");
+    let text = without_region(&fleet[0].metrics_text().await);
+    assert!(
+        text.contains("sluice_passes_ended_total{reason=\"origin\",room=\"drop\"} 1"),
+        "counted by the gateway that saw the end"
+    );
+}
+
+/// Polls `gw` with `pass` on a protected path until it is refused with
+/// `401 invalid_pass`, within `within` (panics if it is not).
+async fn refused_within(client: &reqwest::Client, gw: &Gateway, pass: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = get_with(client, gw, "/account/page", pass).await;
+        if r.status() == StatusCode::UNAUTHORIZED {
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body["error"], "invalid_pass", "{body}");
+            return;
+        }
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(
+            Instant::now() < deadline,
+            "the ended pass still opens {} after {within:?}",
+            gw.url("")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn fleet_of_three(redis: &common::redis::Redis, origin: &str, extra: &str) -> Vec<Gateway> {
+    let keys = "[[keys]]\nkid = \"end\"\nalg = \"HS256\"\nsecret = \"c2x1aWNlLXBhc3MtZW5kLXRlc3Qta2V5LTMyLWJ5dGVzLW9r\"\n";
+    (0..3)
+        .map(|_| {
+            Gateway::start(GatewayOptions {
+                origin: Some(origin.to_string()),
+                rest: format!(
+                    "[cluster]\nredis_url = \"{}\"\n\n{keys}\n{ROOM}joins_per_minute_per_client = 100000\n{extra}",
+                    redis.url()
+                ),
+                env: vec![("SLUICE_ALLOW_TEST_KNOBS".into(), "1".into())],
+                ..GatewayOptions::default()
+            })
+        })
+        .collect()
+}
+
+/// `pass_idle_s` on a fleet (three gateways, their own Redis): a pass used
+/// on one gateway after another keeps the fleet's one slot; left alone, it
+/// idles out, the next shopper (polling a third gateway) is let in, and
+/// every gateway refuses the idle pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_fleet_an_idle_pass_lets_the_next_shopper_in_and_is_refused_everywhere() {
+    let redis = common::redis::Redis::start();
+    let origin = origin();
+    let fleet = fleet_of_three(&redis, &origin, "pass_idle_s = 10\n");
+    let client = client();
+    let pass = admitted_pass(&fleet[0].url(""), &client, "drop").await;
+    let joined: Value = client
+        .post(fleet[1].url("/queue/drop/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ticket = joined["ticket"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{joined}"))
+        .to_string();
+    // In use for 14 s (past the idle window), each request on the next
+    // gateway: the activity is the fleet's, the slot stays.
+    let used_until = Instant::now() + Duration::from_secs(14);
+    let mut i = 0;
+    while Instant::now() < used_until {
+        let r = get_with(&client, &fleet[i % 2], "/account/page", &pass).await;
+        assert_eq!(r.status(), StatusCode::OK, "a pass in use keeps working");
+        assert_eq!(
+            pass_within(&client, &fleet[2], &ticket, Duration::from_secs(1)).await,
+            None,
+            "a pass in use on any gateway keeps the fleet's slot"
+        );
+        i += 1;
+    }
+    // Left alone, it idles out within about 10 s.
+    let next = pass_within(&client, &fleet[2], &ticket, Duration::from_secs(20)).await;
+    assert!(
+        next.is_some(),
+        "the idle pass's slot went to the next shopper"
+    );
+    for gw in &fleet {
+        refused_within(&client, gw, &pass, Duration::from_secs(5)).await;
+    }
+    let mut idle_counted = 0;
+    for gw in &fleet {
+        let text = without_region(&gw.metrics_text().await);
+        idle_counted += text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("sluice_passes_ended_total{reason=\"idle\",room=\"drop\"} ")
+            })
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(
+        idle_counted, 1,
+        "counted once, by the gateway whose tick ended it"
+    );
 }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use sluice_admission::adaptive::Outcome;
 use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
-use sluice_admission::fleet::{self as decide, PollDecision, Presented};
+use sluice_admission::fleet::{self as decide, ClaimReply, PollDecision, Presented};
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
 use sluice_admission::tokens::Claims;
@@ -82,6 +82,8 @@ impl RoomBackend for FleetRoom {
         // A pass already collected is shown again from memory, also while
         // the store is away: passes already issued keep working.
         if let Some(known) = shared.known_claim(ticket.seq) {
+            // The page's status calls with an admitted place are its use.
+            shared.touch_pass(ticket.seq);
             return Ok(decide::claimed(ticket, known, &shared.policy()));
         }
         match shared.decide_poll(ticket, now_ms) {
@@ -91,7 +93,13 @@ impl RoomBackend for FleetRoom {
             }
             PollDecision::Claim => {
                 let status = match shared.claim(ticket.seq).await {
-                    Ok(reply) => decide::claimed(ticket, reply, &shared.policy()),
+                    Ok(reply) => {
+                        if matches!(reply, ClaimReply::Admitted { .. }) {
+                            // Collected now: in use from here.
+                            shared.touch_pass(ticket.seq);
+                        }
+                        decide::claimed(ticket, reply, &shared.policy())
+                    }
                     Err(e) => {
                         tracing::debug!(room = shared.name(), "pass not collected: {e}");
                         held_at_front(shared, ticket)
@@ -161,11 +169,13 @@ impl RoomBackend for FleetRoom {
         self.shared.may_start(seq)
     }
 
-    fn touch_pass(&self, _seq: u64, _ticket_id: &TicketId, _now_ms: u64) {
-        // Idle passes are not built for the fleet yet (docs/scaling.md).
+    fn touch_pass(&self, seq: u64, _ticket_id: &TicketId, _now_ms: u64) {
+        self.shared.touch_pass(seq);
     }
 
-    fn pass_checkout(&self, _seq: u64, _ticket_id: &TicketId, _running: bool, _now_ms: u64) {}
+    fn pass_checkout(&self, seq: u64, _ticket_id: &TicketId, running: bool, _now_ms: u64) {
+        self.shared.pass_checkout(seq, running);
+    }
 
     fn end_pass(&self, pass: &Claims, why: PassEnd, _now_ms: u64) -> bool {
         let ended = self.shared.end_pass(pass.seq, pass.exp);

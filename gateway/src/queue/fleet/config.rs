@@ -26,13 +26,6 @@ pub fn check_config(config: &Config) -> Result<(), String> {
             sluice_policies::validate::ALLOW_TEST_KNOBS_ENV
         ));
     }
-    if let Some(room) = config.rooms.iter().find(|r| r.pass_idle.is_some()) {
-        return Err(format!(
-            "room {:?}: idle passes (pass_idle_s) are not built for rooms on [cluster] \
-             redis_url yet (no per-pass activity is kept in Redis); leave pass_idle_s out",
-            room.name
-        ));
-    }
     // One place per account on any gateway needs the same account hash on
     // every gateway: a key each made for itself would hash one account
     // differently on each.

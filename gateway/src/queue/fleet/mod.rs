@@ -21,6 +21,9 @@
 //!
 //! - [`backend`]: such a room as the gateway's `RoomBackend` (its join,
 //!   poll and pass checks); [`config`]: what a fleet's config must hold.
+//! - [`pass_ends`]: passes ended before their time (idle, or by the
+//!   origin), fleet-wide: the passes used here, pushed every tick, and the
+//!   room's ended stream read back, so a pass is checked in memory.
 //! - [`poll_due`]: when each ticket that polled this gateway may poll
 //!   next, so an early poll is refused without a record in the store.
 //! - [`serving_seen`]: the room's `serving` over the last claim windows,
@@ -33,6 +36,7 @@ mod backend;
 pub mod challenge;
 mod config;
 mod enqueue;
+mod pass_ends;
 mod poll_due;
 pub mod redis;
 mod serving_seen;
@@ -61,11 +65,12 @@ use sluice_admission::{JoinError, Policy, StockAuthority};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::now_ms;
+use pass_ends::PassEnds;
 use poll_due::PollDue;
 use serving_seen::ServingSeen;
 pub use store::{
-    ClaimArgs, FleetLimits, JoinBatch, Member, Reseed, RoomStore, StoreError, StoredDecision,
-    TickArgs,
+    ClaimArgs, FleetLimits, JoinBatch, Member, PassesArgs, Reseed, RoomStore, StoreError,
+    StoredDecision, TickArgs,
 };
 
 /// How often each gateway runs the release tick and refreshes the shared
@@ -290,9 +295,7 @@ impl Fleet {
             claims_in_flight: Arc::new(tokio::sync::Semaphore::new(CLAIMS_IN_FLIGHT_MAX)),
             version_seen: AtomicU64::new(0),
             given_back: Mutex::new(HashMap::new()),
-            ended: Mutex::new(HashMap::new()),
-            ended_idle: AtomicU64::new(0),
-            ended_origin: AtomicU64::new(0),
+            pass_ends: PassEnds::default(),
             reachable: AtomicBool::new(true),
             accounts_noted: Mutex::new(HashSet::new()),
             joins_counted: Mutex::new(JoinCounts::default()),
@@ -396,12 +399,9 @@ pub struct SharedRoom {
     /// Passes whose slot this gateway gave back (seq → pass expiry, unix
     /// s): they may start no more checkouts here.
     given_back: Mutex<HashMap<u64, u64>>,
-    /// Passes ended here before their time (seq → pass expiry, unix s):
-    /// refused here until then.
-    ended: Mutex<HashMap<u64, u64>>,
-    /// Passes ended here, idle and by the origin.
-    ended_idle: AtomicU64,
-    ended_origin: AtomicU64,
+    /// Passes ended before their time, here or anywhere in the fleet, and
+    /// the passes used here since the last tick ([`PassEnds`]).
+    pass_ends: PassEnds,
     /// The store answered the last call (for logging the changes only).
     reachable: AtomicBool,
     /// Account places whose pass end this gateway wrote to the store.
@@ -836,53 +836,104 @@ impl SharedRoom {
         self.given_back.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Ends pass `seq` (expiring at `expires_at_s`) before its time: its
-    /// slot goes back as [`Self::give_back`] does, and this gateway refuses
-    /// the pass until it expires. `false` if it ended here already.
+    /// Ends pass `seq` (expiring at `expires_at_s`) before its time: this
+    /// gateway refuses it at once, its slot goes back in the store (in the
+    /// background), and every gateway of the fleet refuses it from its next
+    /// tick (the room's ended stream). `false` if it ended here already.
     pub fn end_pass(&self, seq: u64, expires_at_s: u64) -> bool {
+        let now = now_ms();
+        if !self.pass_ends.insert(seq, expires_at_s, now) {
+            return false;
+        }
+        self.forget_claim(seq);
         {
-            let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-            if ended.insert(seq, expires_at_s).is_some() {
-                return false;
-            }
-            if ended.len() > GIVEN_BACK_MAX {
-                let now_s = now_ms() / 1000;
-                ended.retain(|_, exp| *exp > now_s);
+            let mut given = self.given_back();
+            given.insert(seq, expires_at_s);
+            if given.len() > GIVEN_BACK_MAX {
+                given.retain(|_, exp| *exp > now / 1000);
             }
         }
-        // Never shown again from memory: a status poll of its ticket asks
-        // the store, which answers the place gone.
+        let store = self.fleet.store.clone();
+        let name = self.name.clone();
+        let ttl_ms = self.policy.load().pass_ttl.as_millis() as u64;
+        self.fleet.rt.spawn(async move {
+            let ends_ms = expires_at_s.saturating_mul(1000);
+            if let Err(e) = store.pass_end(&name, seq, ends_ms, ttl_ms).await {
+                // The slot then ends with the pass, and only this gateway
+                // refuses it.
+                tracing::warn!(
+                    room = name,
+                    "an ended pass could not be told to the fleet: {e}"
+                );
+            }
+        });
+        true
+    }
+
+    /// Never shown again from memory: a status poll of its ticket asks the
+    /// store, which answers the place gone.
+    fn forget_claim(&self, seq: u64) {
         self.claims
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&seq);
-        self.give_back(seq, expires_at_s);
-        true
     }
 
-    /// Whether pass `seq` was ended before its time and has not expired.
+    /// Whether pass `seq` was ended before its time (here or on another
+    /// gateway) and has not expired.
     pub fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
-        self.ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&seq)
-            .is_some_and(|&exp| now_ms / 1000 < exp)
+        self.pass_ends.is_ended(seq, now_ms)
+    }
+
+    /// A request with pass `seq` (verified) reached this gateway: it is in
+    /// use (told to the store with the next tick, where `pass_idle_s` is on).
+    pub fn touch_pass(&self, seq: u64) {
+        if !self.config.load().pass_idle.is_zero() {
+            self.pass_ends.touch(seq);
+        }
+    }
+
+    /// A checkout of pass `seq` started (`running`) or ended here.
+    pub fn pass_checkout(&self, seq: u64, running: bool) {
+        self.pass_ends.checkout(seq, running);
     }
 
     /// Counts a pass ended here, by why.
     pub fn count_ended(&self, why: sluice_admission::PassEnd) {
-        let counter = match why {
-            sluice_admission::PassEnd::Idle => &self.ended_idle,
-            sluice_admission::PassEnd::Origin => &self.ended_origin,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.pass_ends.count(why);
     }
 
     /// Passes ended here, by why.
     pub fn ended_total(&self, why: sluice_admission::PassEnd) -> u64 {
-        match why {
-            sluice_admission::PassEnd::Idle => self.ended_idle.load(Ordering::Relaxed),
-            sluice_admission::PassEnd::Origin => self.ended_origin.load(Ordering::Relaxed),
+        self.pass_ends.total(why)
+    }
+
+    /// Every tick: tells the store the passes used here, lets it end the
+    /// idle ones, and reads the passes ended fleet-wide since the last call.
+    async fn passes_once(&self) {
+        let policy = self.config.load_full();
+        let in_use = self.pass_ends.take_in_use();
+        let after = self.pass_ends.after();
+        let args = PassesArgs {
+            idle_ms: policy.pass_idle.as_millis() as u64,
+            pass_ttl_ms: policy.pass_ttl.as_millis() as u64,
+            after: &after,
+            touched: &in_use,
+        };
+        match self.fleet.store.passes(&self.name, &args).await {
+            Ok(reply) => {
+                for seq in self.pass_ends.note(&reply, now_ms()) {
+                    self.forget_claim(seq);
+                }
+                if !reply.idle_ended.is_empty() {
+                    tracing::info!(
+                        room = self.name,
+                        passes = reply.idle_ended.len(),
+                        "idle passes gave their slots back"
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(room = self.name, "passes not synced: {e}"),
         }
     }
 
@@ -1175,6 +1226,7 @@ async fn tick_loop(room: Weak<SharedRoom>) {
         every.tick().await;
         let Some(room) = room.upgrade() else { return };
         room.tick_once().await;
+        room.passes_once().await;
     }
 }
 

@@ -6,7 +6,8 @@
 //! Keys of room `R`: `sluice2:{R}`, `sluice2:{R}:slots`,
 //! `sluice2:{R}:released` and, for an adaptive room,
 //! `sluice2:{R}:checkouts` and `sluice2:{R}:leader`, after a loss
-//! `sluice2:{R}:spent`, and one `sluice2:{R}:jl:<client>` per client whose
+//! `sluice2:{R}:spent`, for passes that end `sluice2:{R}:active` and
+//! `sluice2:{R}:ended`, and one `sluice2:{R}:jl:<client>` per client whose
 //! join allowance is not whole again: one hash tag, so Redis Cluster keeps
 //! each room on one slot.
 //!
@@ -29,8 +30,8 @@ use tokio::sync::Mutex;
 
 use super::enqueue::{AccountJoinArgs, AccountReply};
 use super::store::{
-    AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, Reseed, RoomStore,
-    StoreError, StoredDecision, Tick, TickArgs,
+    AdaptReply, ClaimArgs, FleetLimits, Heartbeat, JoinBatch, Member, PassesArgs, PassesReply,
+    Reseed, RoomStore, StoreError, StoredDecision, Tick, TickArgs,
 };
 
 /// The Functions library.
@@ -42,7 +43,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// One call including reconnecting and reloading the Functions, at most.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Passes re-counted in one `sluice_5_reseed` call, at most.
+/// Passes re-counted in one `sluice_6_reseed` call, at most.
 pub const RESEED_BATCH_MAX: usize = 512;
 
 pub struct RedisStore {
@@ -201,6 +202,18 @@ pub fn keys_with_spent(room: &str) -> [String; 4] {
     [line, slots, released, format!("sluice2:{{{room}}}:spent")]
 }
 
+/// The room, its slots, its passes' last activity and its stream of passes
+/// ended before their time (`sluice_6_pass_end`, `sluice_6_passes`).
+pub fn pass_keys(room: &str) -> [String; 4] {
+    let [line, slots, _] = keys(room);
+    [
+        line,
+        slots,
+        format!("sluice2:{{{room}}}:active"),
+        format!("sluice2:{{{room}}}:ended"),
+    ]
+}
+
 /// The adaptive room's stream of checkouts and its leader's lease.
 pub fn adaptive_keys(room: &str) -> [String; 2] {
     [
@@ -251,8 +264,8 @@ impl RoomStore for RedisStore {
             a.ticket_ttl_ms.to_string(),
             a.keep_ms.to_string(),
         ];
-        let r: Vec<String> = self.fcall_str("sluice_5_enqueue", &keys, &args).await?;
-        let bad = || StoreError::Protocol(format!("sluice_5_enqueue gave {r:?}"));
+        let r: Vec<String> = self.fcall_str("sluice_6_enqueue", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_6_enqueue gave {r:?}"));
         let n = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(bad);
         match r.first().map(String::as_str) {
             Some("1") => Ok(AccountReply::Held {
@@ -282,7 +295,7 @@ impl RoomStore for RedisStore {
     ) -> Result<bool, StoreError> {
         let written: u64 = self
             .fcall(
-                "sluice_5_enqueue_pass",
+                "sluice_6_enqueue_pass",
                 &[account_key(room, account)],
                 &[seq, pass_expires_ms],
             )
@@ -314,13 +327,13 @@ impl RoomStore for RedisStore {
             });
             args.push(k.to_string());
         }
-        let r: Vec<u64> = self.fcall_str("sluice_5_join", &keys, &args).await?;
+        let r: Vec<u64> = self.fcall_str("sluice_6_join", &keys, &args).await?;
         let (&[first, granted, serving, paused, sold_out, warming], limited) = r
             .split_first_chunk::<6>()
-            .ok_or_else(|| StoreError::Protocol(format!("sluice_5_join gave {r:?}")))?;
+            .ok_or_else(|| StoreError::Protocol(format!("sluice_6_join gave {r:?}")))?;
         if limited.len() != n {
             return Err(StoreError::Protocol(format!(
-                "sluice_5_join answered {} joins of {n}",
+                "sluice_6_join answered {} joins of {n}",
                 limited.len()
             )));
         }
@@ -358,8 +371,8 @@ impl RoomStore for RedisStore {
         let mut args: Vec<String> = numbers.iter().map(u64::to_string).collect();
         args.push(self.id.clone());
         args.push(a.queue_capacity.to_string());
-        let r: Vec<String> = self.fcall_str("sluice_5_tick", &keys, &args).await?;
-        let bad = || StoreError::Protocol(format!("sluice_5_tick gave {r:?}"));
+        let r: Vec<String> = self.fcall_str("sluice_6_tick", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_6_tick gave {r:?}"));
         if r.len() != 25 {
             return Err(bad());
         }
@@ -434,7 +447,7 @@ impl RoomStore for RedisStore {
                     .flat_map(|c| c.iter().map(u64::to_string)),
             );
             let n: u64 = self
-                .fcall_str("sluice_5_reseed", &keys_with_spent(room), &args)
+                .fcall_str("sluice_6_reseed", &keys_with_spent(room), &args)
                 .await?;
             changed += n;
         }
@@ -444,7 +457,7 @@ impl RoomStore for RedisStore {
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_5_claim",
+                "sluice_6_claim",
                 &keys_with_spent(room),
                 &[
                     seq,
@@ -459,16 +472,65 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_5_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_6_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_5_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_6_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
+    }
+
+    async fn pass_end(
+        &self,
+        room: &str,
+        seq: u64,
+        ends_ms: u64,
+        pass_ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let freed: u64 = self
+            .fcall(
+                "sluice_6_pass_end",
+                &pass_keys(room),
+                &[seq, ends_ms, pass_ttl_ms],
+            )
+            .await?;
+        Ok(freed == 1)
+    }
+
+    async fn passes(&self, room: &str, a: &PassesArgs<'_>) -> Result<PassesReply, StoreError> {
+        let mut args = vec![
+            a.idle_ms.to_string(),
+            a.pass_ttl_ms.to_string(),
+            a.after.to_string(),
+            a.touched.len().to_string(),
+        ];
+        args.extend(a.touched.iter().map(u64::to_string));
+        let r: Vec<String> = self
+            .fcall_str("sluice_6_passes", &pass_keys(room), &args)
+            .await?;
+        let bad = || StoreError::Protocol(format!("sluice_6_passes gave {} items", r.len()));
+        let number = |v: &String| v.parse::<u64>().map_err(|_| bad());
+        let [now, n_idle, rest @ ..] = &r[..] else {
+            return Err(bad());
+        };
+        let n_idle = number(n_idle)? as usize;
+        if rest.len() < n_idle || !(rest.len() - n_idle).is_multiple_of(3) {
+            return Err(bad());
+        }
+        let (idle, entries) = rest.split_at(n_idle);
+        Ok(PassesReply {
+            now_ms: number(now)?,
+            idle_ended: idle.iter().map(number).collect::<Result<_, _>>()?,
+            ended: entries
+                .chunks(3)
+                .map(|e| Ok((number(&e[1])?, number(&e[2])?)))
+                .collect::<Result<_, StoreError>>()?,
+            last_id: entries.chunks(3).last().map(|e| e[0].clone()),
+        })
     }
 
     async fn set_state(
@@ -480,7 +542,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_5_set_state",
+            "sluice_6_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -499,7 +561,7 @@ impl RoomStore for RedisStore {
         let [checkouts, leader] = adaptive_keys(room);
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_5_adapt",
+                "sluice_6_adapt",
                 &[line, checkouts, leader],
                 &[
                     id.to_string(),
@@ -509,7 +571,7 @@ impl RoomStore for RedisStore {
                 ],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_5_adapt gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_6_adapt gave {} items", r.len()));
         if r.len() < 8 || !r.len().is_multiple_of(2) {
             return Err(bad());
         }
@@ -537,7 +599,7 @@ impl RoomStore for RedisStore {
         let [rate, reason, at, state] = fleet_rate::encode_decision(next);
         let written: u64 = self
             .fcall_str(
-                "sluice_5_decide",
+                "sluice_6_decide",
                 &[line, leader],
                 &[
                     id.to_string(),
@@ -555,12 +617,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_5_heartbeat",
+                "sluice_6_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_5_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_6_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

@@ -1,9 +1,9 @@
-#!lua name=sluice_5
+#!lua name=sluice_6
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_5`): a change of a
+The library and every function carry a version (`sluice_6`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,10 +12,11 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's; sluice_3, sluice_4 and sluice_5 only added
-keys, fields and arguments (the fleet's adaptive rate; the re-seeding of
-slots and the lost_* fields after Redis lost a room; the fleet's per-client
-join limit and its published limits), which the older versions ignore, so
+share keys with sluice_1's; sluice_3, sluice_4, sluice_5 and sluice_6 only
+added keys, fields and arguments (the fleet's adaptive rate; the re-seeding
+of slots and the lost_* fields after Redis lost a room; the fleet's
+per-client join limit and its published limits; one place per account and
+passes that end fleet-wide), which the older versions ignore, so
 all share the "sluice2" keys and a rolling upgrade keeps the line):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
@@ -199,7 +200,7 @@ local function client_join(tat_us, now, period_us, burst)
   return next_tat, 0
 end
 
--- FCALL sluice_5_join 1+k <room> <client keys 1..k>
+-- FCALL sluice_6_join 1+k <room> <client keys 1..k>
 --       <n> <capacity> <hw_next> <period_us> <burst> <client index 1..n>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity,
 -- the smallest the live gateways' configs give: lim_capacity) to the joins
@@ -294,7 +295,7 @@ local function stored_decision(key)
   return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or ''}
 end
 
--- FCALL sluice_5_tick 4 <room> <slots> <released> <limits> <rate> <burst>
+-- FCALL sluice_6_tick 4 <room> <slots> <released> <limits> <rate> <burst>
 --       <max_active> <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen>
 --       <share_milli> <pass_ttl_ms> <adaptive 0/1> <min_per_second>
 --       <max_per_second> <hw_tat_us> <members_live> <id> <capacity>
@@ -413,7 +414,7 @@ local HORIZON_MS = 30000
 -- Batches one read returns at most (the reader asks again from the last).
 local READ_MAX = 1000
 
--- FCALL sluice_5_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
+-- FCALL sluice_6_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
 --       <batch>
 -- Once a second from every gateway of an adaptive room: appends <batch>
 -- (its checkouts since its last call, "" none; dated by the entry's id,
@@ -453,7 +454,7 @@ local function adapt(keys, args)
   return out
 end
 
--- FCALL sluice_5_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
+-- FCALL sluice_6_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
 --       <state> <previous_at_ms>
 -- The leader's step: written only while <id> holds the lease and the
 -- decision stored is still the one it stepped from (its ad_at_ms, "" for
@@ -468,7 +469,7 @@ local function decide(keys, args)
   return 1
 end
 
--- FCALL sluice_5_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
+-- FCALL sluice_6_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free (of the smallest max_active the live gateways' configs give:
@@ -533,7 +534,7 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_5_reseed 4 <room> <slots> <released> <spent> <pending_seen>
+-- FCALL sluice_6_reseed 4 <room> <slots> <released> <spent> <pending_seen>
 --       <lost_from> <id> <last 0/1> <read_ms> <n> <seq1> <ends_ms1> ...
 --       <seq_n> <ends_ms_n> <spent_seq1> <spent_seq2> ...
 -- After Redis lost the room, a gateway counts again the slots of the n
@@ -610,7 +611,7 @@ local function reseed(keys, args)
   return changed
 end
 
--- FCALL sluice_5_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_6_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -622,7 +623,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_5_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_6_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -648,7 +649,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_5_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_6_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -704,7 +705,7 @@ local function account_place(keys, rec, ms)
   return (due ~= nil and due > ms), seq, id, texp
 end
 
--- FCALL sluice_5_enqueue 4|5 <room> <slots> <released> <account> [<client>]
+-- FCALL sluice_6_enqueue 4|5 <room> <slots> <released> <account> [<client>]
 --       <capacity> <hw_next> <period_us> <burst> <ticket id> <ticket_ttl_ms>
 --       <keep_ms>
 -- A join with an account: its live place if it holds one, else one new
@@ -737,7 +738,7 @@ local function enqueue(keys, args)
   return {0, out[1], out[2], out[3], out[4], out[5], out[6], out[7]}
 end
 
--- FCALL sluice_5_enqueue_pass 1 <account> <seq> <pass exp ms>
+-- FCALL sluice_6_enqueue_pass 1 <account> <seq> <pass exp ms>
 -- The pass of the account's place <seq> was collected: it holds the account
 -- until its expiry, given back or not. -> 1 if recorded
 local function enqueue_pass(keys, args)
@@ -751,14 +752,127 @@ local function enqueue_pass(keys, args)
   return 1
 end
 
-redis.register_function('sluice_5_heartbeat', heartbeat)
-redis.register_function('sluice_5_join', join)
-redis.register_function('sluice_5_tick', tick)
-redis.register_function('sluice_5_claim', claim)
-redis.register_function('sluice_5_reseed', reseed)
-redis.register_function('sluice_5_give_back', give_back)
-redis.register_function('sluice_5_set_state', set_state)
-redis.register_function('sluice_5_adapt', adapt)
-redis.register_function('sluice_5_decide', decide)
-redis.register_function('sluice_5_enqueue', enqueue)
-redis.register_function('sluice_5_enqueue_pass', enqueue_pass)
+--[[ Passes that end, fleet-wide (`pass_idle_s`, `Sluice-Pass: end`): the
+same rule as sluice_admission::pass_idle for both back ends.
+
+Keys of room R (same hash tag):
+  sluice2:{R}:active  ZSET   collected passes' last activity, only while the
+                             room has pass_idle_s: "c<seq>", score = unix ms of
+                             the last request with the pass (or checkout
+                             running) that any gateway saw, pushed with its
+                             next sluice_6_passes call (every tick). At most
+                             the passes holding a slot, plus those ended
+                             within one idle window.
+  sluice2:{R}:ended   STREAM passes ended before their time (idle, or by the
+                             origin), one entry each: s = seq, e = the pass's
+                             end (unix ms). Every gateway reads it from where
+                             it last read and refuses those passes until
+                             their end. Trimmed to the last pass_ttl (an older
+                             entry's pass has expired), so it holds at most
+                             the passes ended within one pass's life.
+]]
+
+-- Appends pass `seq` (ending at `ends_ms`) to the ended stream, trimming
+-- entries older than one pass life.
+local function note_ended(ended_key, seq, ends_ms, ms, ttl)
+  if ends_ms <= ms then return end
+  local horizon = string.format('%d', math.max(0, ms - ttl))
+  redis.call('XADD', ended_key, 'MINID', '~', horizon, '*', 's', seq, 'e',
+    string.format('%d', ends_ms))
+  redis.call('PEXPIRE', ended_key, ttl + 1000)
+end
+
+-- FCALL sluice_6_pass_end 4 <room> <slots> <active> <ended> <seq> <ends_ms>
+--       <pass_ttl_ms>
+-- Ends pass `seq` before its time (the origin said so): its slot goes back
+-- at once and every gateway refuses it until <ends_ms>. -> 1 if it held a
+-- slot
+local function pass_end(keys, args)
+  local seq, ends_ms, ttl = args[1], tonumber(args[2]), tonumber(args[3])
+  local ms = now_ms()
+  local freed = 0
+  local slot = tonumber(redis.call('ZSCORE', keys[2], 'c' .. seq))
+  if slot then
+    redis.call('ZREM', keys[2], 'c' .. seq)
+    observe_hold(keys[1], math.max(0, ttl - (slot - ms)))
+    freed = 1
+  end
+  redis.call('ZREM', keys[3], 'c' .. seq)
+  note_ended(keys[4], seq, ends_ms, ms, ttl)
+  return freed
+end
+
+-- Idle passes ended by one call, at most (the next tick takes the rest).
+local IDLE_SWEEP_MAX = 256
+-- Ended passes one call reads, at most (the next reads on from the last).
+local ENDED_READ_MAX = 1000
+
+-- FCALL sluice_6_passes 4 <room> <slots> <active> <ended> <idle_ms>
+--       <pass_ttl_ms> <after> <n> <seq_1> .. <seq_n>
+-- Every tick of every gateway: the passes used on this gateway since its
+-- last call (a request carried them, or a checkout of theirs runs) are
+-- active now; with idle_ms > 0 (pass_idle_s), a pass holding a slot and
+-- not active for idle_ms (sluice_admission::pass_idle::is_idle: now - last
+-- >= idle) gives its slot back and is ended; then the ended passes after
+-- stream id <after> ("-": all) are read.
+-- -> {now_ms, n_idle, idle seq_1 .. idle seq_n_idle,
+--     id_1, seq_1, ends_ms_1, id_2, ...} (all strings)
+local function passes(keys, args)
+  local idle_ms, ttl, after, n = tonumber(args[1]), tonumber(args[2]), args[3], tonumber(args[4])
+  local ms = now_ms()
+  local idle = {}
+  if idle_ms > 0 then
+    for i = 5, 4 + n do
+      local member = 'c' .. args[i]
+      local slot = tonumber(redis.call('ZSCORE', keys[2], member))
+      if slot and slot > ms then
+        redis.call('ZADD', keys[3], 'GT', ms, member)
+      end
+    end
+    local due = redis.call('ZRANGEBYSCORE', keys[3], '-inf', string.format('%d', ms - idle_ms),
+      'LIMIT', 0, IDLE_SWEEP_MAX)
+    for _, member in ipairs(due) do
+      redis.call('ZREM', keys[3], member)
+      local slot = tonumber(redis.call('ZSCORE', keys[2], member))
+      if slot and slot > ms then
+        redis.call('ZREM', keys[2], member)
+        observe_hold(keys[1], math.max(0, ttl - (slot - ms)))
+        local seq = string.sub(member, 2)
+        note_ended(keys[4], seq, slot, ms, ttl)
+        idle[#idle + 1] = seq
+      end
+    end
+  end
+  local out = {string.format('%d', ms), tostring(#idle)}
+  for _, seq in ipairs(idle) do out[#out + 1] = seq end
+  local from = '-'
+  if after ~= '-' then from = '(' .. after end
+  local entries = redis.call('XRANGE', keys[4], from, '+', 'COUNT', ENDED_READ_MAX)
+  for _, e in ipairs(entries) do
+    local seq, ends = '', '0'
+    for i = 1, #e[2], 2 do
+      if e[2][i] == 's' then seq = e[2][i + 1] end
+      if e[2][i] == 'e' then ends = e[2][i + 1] end
+    end
+    out[#out + 1] = e[1]
+    out[#out + 1] = seq
+    out[#out + 1] = ends
+  end
+  return out
+end
+-- (end of the passes-that-end section)
+
+redis.register_function('sluice_6_heartbeat', heartbeat)
+redis.register_function('sluice_6_join', join)
+redis.register_function('sluice_6_tick', tick)
+redis.register_function('sluice_6_claim', claim)
+redis.register_function('sluice_6_reseed', reseed)
+redis.register_function('sluice_6_give_back', give_back)
+redis.register_function('sluice_6_set_state', set_state)
+redis.register_function('sluice_6_adapt', adapt)
+redis.register_function('sluice_6_decide', decide)
+redis.register_function('sluice_6_enqueue', enqueue)
+redis.register_function('sluice_6_enqueue_pass', enqueue_pass)
+
+redis.register_function('sluice_6_pass_end', pass_end)
+redis.register_function('sluice_6_passes', passes)

@@ -184,6 +184,32 @@ pub struct JoinBatch<'a> {
     pub burst: u32,
 }
 
+/// What one [`RoomStore::passes`] call sends.
+#[derive(Debug, Clone, Copy)]
+pub struct PassesArgs<'a> {
+    /// `pass_idle_s` in ms (0: off, no activity is kept).
+    pub idle_ms: u64,
+    pub pass_ttl_ms: u64,
+    /// The last ended-stream id read (`"-"`: none yet).
+    pub after: &'a str,
+    /// Passes used on this gateway since its last call.
+    pub touched: &'a [u64],
+}
+
+/// What one [`RoomStore::passes`] call gave back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PassesReply {
+    /// The store's clock (unix ms).
+    pub now_ms: u64,
+    /// Passes this call ended for being idle (this gateway counts them).
+    pub idle_ended: Vec<u64>,
+    /// Passes ended before their time, fleet-wide, after the id asked for:
+    /// `(seq, ends at unix ms)`, oldest first.
+    pub ended: Vec<(u64, u64)>,
+    /// The last stream id read (the `after` of the next call).
+    pub last_id: Option<String>,
+}
+
 /// One room's shared state, changed only in whole transitions.
 #[async_trait]
 pub trait RoomStore: Send + Sync + 'static {
@@ -219,6 +245,23 @@ pub trait RoomStore: Send + Sync + 'static {
     /// Frees the slot of pass `seq` (of a room whose passes live
     /// `pass_ttl_ms`); `true` if it held one.
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError>;
+
+    /// Ends pass `seq` (ending at `ends_ms`) before its time, for the
+    /// fleet: its slot goes back and every gateway reads that it ended
+    /// ([`Self::passes`]). `true` if it held a slot.
+    async fn pass_end(
+        &self,
+        room: &str,
+        seq: u64,
+        ends_ms: u64,
+        pass_ttl_ms: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Every tick: the passes used here since the last call are active
+    /// now; passes idle for `idle_ms` are ended (by the one rule,
+    /// `sluice_admission::pass_idle::is_idle`); the passes ended
+    /// fleet-wide since `after` are read.
+    async fn passes(&self, room: &str, args: &PassesArgs<'_>) -> Result<PassesReply, StoreError>;
 
     /// The kill switch and sold out; returns the state's new version.
     /// With `only_if_new`, changes nothing when the store already holds
