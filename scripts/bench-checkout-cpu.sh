@@ -7,7 +7,7 @@
 # backend, ended ones included) — divided by the checkouts answered
 # `confirmed` in it. `sluice-load capacity --cpu` does the measuring and
 # checks the books after each run (stock conserved, every order final,
-# committed units = confirmed checkouts, `sluice audit` for SQLite); a run
+# confirmed ≤ committed units ≤ confirmed + unanswered, `sluice audit` for SQLite); a run
 # whose books do not balance stops the script.
 #
 # Setups: one gateway on SQLite; one gateway on PostgreSQL; three gateways
