@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use sluice_loadtest::load::books::Check;
 use sluice_loadtest::load::capacity::{self, CapacityOptions};
 use sluice_loadtest::load::{self, Remote, RunOptions, Scenario};
 
@@ -107,6 +108,11 @@ enum Command {
         /// Passes used in turn (each allows 1,000 checkouts).
         #[arg(long, default_value_t = 64)]
         passes: usize,
+        /// Print the gateways' (and PostgreSQL's) CPU time per confirmed
+        /// checkout of each step, over exactly its span; check the books
+        /// at the end (exit 1 if they do not balance); no half step.
+        #[arg(long)]
+        cpu: bool,
     },
 }
 
@@ -238,6 +244,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             partitions,
             passes,
             paysim_latency_ms,
+            cpu,
         } => {
             let o = CapacityOptions {
                 sluice,
@@ -254,10 +261,15 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 partitions,
                 passes,
                 paysim_latency_ms,
+                cpu,
                 ..CapacityOptions::default()
             };
             let c = capacity::run(&o).await?;
             print!("{}", c.table());
+            if c.books.iter().any(Check::failed) {
+                eprintln!("sluice-load: the books do not balance");
+                return Ok(ExitCode::from(1));
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -103,7 +103,7 @@ pub fn order_counts(state: &Value) -> BTreeMap<String, i64> {
         .unwrap_or_default()
 }
 
-fn not_final(counts: &BTreeMap<String, i64>) -> Vec<String> {
+pub fn not_final(counts: &BTreeMap<String, i64>) -> Vec<String> {
     counts
         .iter()
         .filter(|(s, n)| **n > 0 && !FINAL_STATES.contains(&s.as_str()))
@@ -499,7 +499,7 @@ async fn reread_orders(
 }
 
 /// `sluice audit --data-dir DIR`: exit 0 clean, 1 with a line per violation.
-async fn audit(target: &Target) -> Check {
+pub async fn audit(target: &Target) -> Check {
     const NAME: &str = AUDIT;
     let (Some(sluice), Some(dir)) = (&target.sluice, &target.data_dir) else {
         return Check::skipped(NAME, "needs --data-dir and the sluice binary");

@@ -11,6 +11,12 @@
 //! and PostgreSQL (the stock), started as a `[fleet]` scenario's are, and
 //! the checkouts spread over them in turn. A checkout counts as done when
 //! its answer says `confirmed`.
+//!
+//! With `--cpu` each step also charges the gateways' and PostgreSQL's CPU
+//! time over exactly its span (first request to last answer, [`cpu`]) to
+//! the checkouts confirmed in it, no half-capacity step is run, and the
+//! books are checked at the end: stock conserved, every order final, units
+//! committed = checkouts confirmed, and `sluice audit` for a lone gateway.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +25,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::json;
 
+use super::books::{self, Check};
+use super::cpu::{Meter, Reading};
 use super::fleet::Fleet;
 use super::gateway::{find_sluice, sibling};
 use super::http::{send, send_at};
@@ -67,6 +75,9 @@ pub struct CapacityOptions {
     /// provider timeout instead (a scenario phase's provider:
     /// `phase_capacity`); wins over `paysim_latency_ms`.
     pub paysim: Option<PaysimKnobs>,
+    /// Charge each step's CPU time to its confirmed checkouts; check the
+    /// books at the end; no half-capacity step.
+    pub cpu: bool,
 }
 
 /// paysim as a phase of a scenario sets it.
@@ -95,6 +106,7 @@ impl Default for CapacityOptions {
             partitions: 1,
             paysim_latency_ms: None,
             paysim: None,
+            cpu: false,
         }
     }
 }
@@ -107,6 +119,29 @@ pub struct Step {
     pub p99_ms: f64,
     pub error_rate: f64,
     pub ok: bool,
+    /// Checkouts answered `confirmed`.
+    pub confirmed: u64,
+    /// Checkouts not answered `confirmed` (or not sent).
+    pub failed: u64,
+    /// With `--cpu`: CPU seconds over the step's span.
+    pub cpu: Option<StepCpu>,
+}
+
+/// CPU spent over one step, first request to last answer.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepCpu {
+    pub span_s: f64,
+    pub gateways_s: f64,
+    pub postgres_s: f64,
+}
+
+impl Step {
+    /// Gateway and PostgreSQL CPU microseconds per confirmed checkout.
+    pub fn cpu_per_confirmed_us(&self) -> Option<(f64, f64)> {
+        let c = self.cpu?;
+        let n = self.confirmed.max(1) as f64;
+        Some((c.gateways_s * 1e6 / n, c.postgres_s * 1e6 / n))
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -119,6 +154,8 @@ pub struct Capacity {
     pub stopped_because: String,
     /// A step offered at half `capacity_per_s` (none when no step was good).
     pub half: Option<Step>,
+    /// With `--cpu`: the books at the end.
+    pub books: Vec<Check>,
 }
 
 impl Capacity {
@@ -140,6 +177,20 @@ impl Capacity {
             "stopped: {}\ncapacity: {:.1} checkouts/s → set release_per_second = {}\n",
             self.stopped_because, self.capacity_per_s, self.release_per_second
         ));
+        for s in &self.steps {
+            if let (Some(c), Some((g, p))) = (s.cpu, s.cpu_per_confirmed_us()) {
+                t.push_str(&format!(
+                    "cpu: offered {:.1}/s, {} confirmed in {:.2} s; gateways {:.3} s, postgres {:.3} s; per confirmed checkout: gateways {g:.0} us, postgres {p:.0} us\n",
+                    s.offered_per_s, s.confirmed, c.span_s, c.gateways_s, c.postgres_s
+                ));
+            }
+        }
+        for b in &self.books {
+            t.push_str(&format!("books: {}: {} ({})\n", b.name, b.result, b.detail));
+            for v in &b.violations {
+                t.push_str(&format!("  {v}\n"));
+            }
+        }
         if let Some(h) = &self.half {
             t.push_str(&format!(
                 "at half capacity ({:.1}/s offered): achieved {:.1}/s, p50 {:.1} ms, p99 {:.1} ms, errors {:.2} %\n",
@@ -214,11 +265,27 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
         passes.push(pass(&http, &rec, &publics[i % publics.len()]).await?);
     }
     let passes = Arc::new(passes);
+    let meter = o.cpu.then(|| fleet.meter());
+    let before = if o.cpu {
+        Some(fleet.first().admin_state().await?)
+    } else {
+        None
+    };
     let mut steps: Vec<Step> = Vec::new();
     let mut rate = o.start_per_s;
     let mut stopped = format!("{} steps, none failed", o.steps_max);
     for n in 0..o.steps_max {
-        let step = step(&http, &rec, &publics, &passes, rate, o.step, n).await;
+        let step = step(
+            &http,
+            &rec,
+            &publics,
+            &passes,
+            rate,
+            o.step,
+            n,
+            meter.as_ref(),
+        )
+        .await?;
         let ok = step.p99_ms <= o.p99_ms_max
             && step.error_rate <= o.error_rate_max
             && step.achieved_per_s >= 0.9 * rate;
@@ -252,7 +319,7 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
         .filter(|s| s.ok)
         .map(|s| s.achieved_per_s)
         .fold(0.0, f64::max);
-    let half = if capacity_per_s > 0.0 {
+    let half = if capacity_per_s > 0.0 && !o.cpu {
         let n = steps.len() as u32;
         let h = step(
             &http,
@@ -262,8 +329,9 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
             capacity_per_s / 2.0,
             2 * o.step,
             n,
+            None,
         )
-        .await;
+        .await?;
         eprintln!(
             "half capacity: offered {:.1}/s achieved {:.1}/s p99 {:.0} ms errors {:.2} %",
             h.offered_per_s,
@@ -275,8 +343,13 @@ pub async fn run(o: &CapacityOptions) -> Result<Capacity> {
     } else {
         None
     };
+    let books = match &before {
+        Some(before) => cpu_books(&fleet, before, &steps).await,
+        None => Vec::new(),
+    };
     drop(fleet);
     Ok(Capacity {
+        books,
         release_per_second: ((capacity_per_s * o.headroom).floor() as u32).max(1),
         capacity_per_s,
         steps,
@@ -317,7 +390,83 @@ async fn pass(http: &reqwest::Client, rec: &Recorder, public: &str) -> Result<St
     bail!("no pass after {PASS_POLLS_MAX} polls")
 }
 
-/// Offers `rate` checkouts per second for `length`, open loop.
+/// Orders still open after the steps are given this long to end.
+pub const SETTLE_MAX: Duration = Duration::from_secs(60);
+
+/// The books after a `--cpu` run: stock conserved, every order final,
+/// units committed during the run between the checkouts answered
+/// `confirmed` and those plus the ones not answered (one unit each; an
+/// unanswered one is not replayed here, as `run`'s books do), and
+/// `sluice audit` of a lone gateway's data dir.
+async fn cpu_books(fleet: &Fleet, before: &serde_json::Value, steps: &[Step]) -> Vec<Check> {
+    let target = fleet.first();
+    let deadline = Instant::now() + SETTLE_MAX;
+    let mut state = target.admin_state().await.ok();
+    while Instant::now() < deadline
+        && !state
+            .as_ref()
+            .is_some_and(|s| books::not_final(&books::order_counts(s)).is_empty())
+    {
+        tokio::time::sleep(books::SETTLE_POLL_EVERY).await;
+        state = target.admin_state().await.ok();
+    }
+    let Some(state) = state else {
+        return vec![Check::new(
+            "admin state readable",
+            vec!["GET /admin/state failed at the end of the run".into()],
+            String::new(),
+        )];
+    };
+    let after = books::levels(&state);
+    let start = books::levels(before);
+    let confirmed: u64 = steps.iter().map(|s| s.confirmed).sum();
+    let failed: u64 = steps.iter().map(|s| s.failed).sum();
+    let committed = |l: &std::collections::BTreeMap<String, books::Level>| {
+        l.get(SKU).map_or(0, |x| x.committed)
+    };
+    let units = committed(&after) - committed(&start);
+    let mut checks = vec![
+        Check::new(
+            "stock conserved, no oversell",
+            books::stock_violations(&after),
+            "available + reserved + committed = total".into(),
+        ),
+        Check::new(
+            "no order stuck",
+            books::not_final(&books::order_counts(&state)),
+            format!("every order final within {SETTLE_MAX:?} of the end"),
+        ),
+        Check::new(
+            "confirmed units = committed units",
+            // A checkout whose answer was lost (the client's timeout) may
+            // still have been confirmed: it may add a unit, never take one.
+            if (confirmed as i64..=(confirmed + failed) as i64).contains(&units) {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "{units} units committed during the run, {confirmed} checkouts answered confirmed and {failed} unanswered or refused"
+                )]
+            },
+            format!(
+                "{confirmed} confirmed, {failed} unanswered or refused, {units} units committed"
+            ),
+        ),
+    ];
+    checks.push(if fleet.shared() {
+        Check::skipped(books::AUDIT, "a fleet's orders live in PostgreSQL")
+    } else {
+        books::audit(target).await
+    });
+    checks
+}
+
+/// The SKU every capacity checkout buys.
+const SKU: &str = "capacity-sku";
+
+/// Offers `rate` checkouts per second for `length`, open loop; with a
+/// meter, the CPU its processes spent from just before the first request
+/// to just after the last answer.
+#[allow(clippy::too_many_arguments)]
 async fn step(
     http: &reqwest::Client,
     rec: &Arc<Recorder>,
@@ -326,13 +475,18 @@ async fn step(
     rate: f64,
     length: Duration,
     n: u32,
-) -> Step {
+    meter: Option<&Meter>,
+) -> Result<Step> {
     let total = (rate * length.as_secs_f64()).round().max(1.0) as u64;
     let start = Instant::now();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
     let mut tasks = tokio::task::JoinSet::new();
     let mut refused = 0u64;
-    let body = json!({"sku": "capacity-sku", "quantity": 1, "payment_method": "pm_ok"}).to_string();
+    let cpu_start = match meter {
+        Some(m) => Some((Instant::now(), m.read()?)),
+        None => None,
+    };
+    let body = json!({"sku": SKU, "quantity": 1, "payment_method": "pm_ok"}).to_string();
     for i in 0..total {
         let due = start + Duration::from_secs_f64(i as f64 / rate);
         tokio::time::sleep_until(due.into()).await;
@@ -361,9 +515,13 @@ async fn step(
     }
     let mut latencies = Vec::new();
     let mut failed = refused;
+    let mut confirmed = 0;
     while let Some(r) = tasks.join_next().await {
         match r {
-            Ok((true, ms)) => latencies.push(ms),
+            Ok((true, ms)) => {
+                confirmed += 1;
+                latencies.push(ms);
+            }
             Ok((false, ms)) => {
                 failed += 1;
                 latencies.push(ms);
@@ -371,14 +529,28 @@ async fn step(
             Err(_) => failed += 1,
         }
     }
+    let cpu = match (meter, cpu_start) {
+        (Some(m), Some((at, r0))) => {
+            let r1: Reading = m.read()?;
+            Some(StepCpu {
+                span_s: at.elapsed().as_secs_f64(),
+                gateways_s: r1.gateways_s - r0.gateways_s,
+                postgres_s: r1.postgres_s - r0.postgres_s,
+            })
+        }
+        _ => None,
+    };
     let elapsed = start.elapsed().as_secs_f64().max(length.as_secs_f64());
     latencies.sort_by(f64::total_cmp);
-    Step {
+    Ok(Step {
+        confirmed,
+        failed,
+        cpu,
         offered_per_s: rate,
         achieved_per_s: (total - failed) as f64 / elapsed,
         p50_ms: quantile(&latencies, 0.5).unwrap_or(0.0),
         p99_ms: quantile(&latencies, 0.99).unwrap_or(0.0),
         error_rate: failed as f64 / total as f64,
         ok: true,
-    }
+    })
 }

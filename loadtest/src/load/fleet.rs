@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use super::cpu::Meter;
 use super::gateway::{new_key, Membership, Target};
 use super::scenario::{Cut, Scenario, Store};
 use crate::relay::{Link, Relay};
@@ -120,6 +121,15 @@ impl Fleet {
     /// Is this a fleet of several gateways on shared stores?
     pub fn shared(&self) -> bool {
         self.redis.is_some() || self.postgres.is_some()
+    }
+
+    /// The processes to charge a step's CPU time to: every gateway the
+    /// harness started, and the PostgreSQL server.
+    pub fn meter(&self) -> Meter {
+        Meter {
+            gateways: self.gateways.iter().filter_map(|g| g.pid()).collect(),
+            postgres: self.postgres.as_ref().and_then(|pg| pg.pid()),
+        }
     }
 
     /// Every gateway's public URL, in order.

@@ -432,6 +432,11 @@ impl Target {
         std::fs::read_to_string(&lock(p).log_path).ok()
     }
 
+    /// The gateway's process id, when the harness started it.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| lock(p).child.id())
+    }
+
     /// The gateway's config text, when the harness started it.
     pub fn config_text(&self) -> Option<String> {
         std::fs::read_to_string(self.config_path.as_ref()?).ok()

@@ -38,11 +38,13 @@
 //! | `faults.rs` | the kill switch, SIGKILL and restart, paysim's knobs, stores restarted, cut-offs, at their second |
 //! | `run.rs` | a whole run |
 //! | `capacity.rs` | step the offered checkout rate up to the limit |
+//! | `cpu.rs` | CPU seconds of the gateways and PostgreSQL, from `/proc` |
 
 pub mod arrivals;
 pub mod balancer;
 pub mod books;
 pub mod capacity;
+pub mod cpu;
 pub mod datetime;
 pub mod event_day;
 pub mod faults;

@@ -111,6 +111,12 @@ impl ThrowawayPostgres {
         Ok(self.url_of(&name))
     }
 
+    /// The postmaster's process id (the first line of `postmaster.pid`).
+    pub fn pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

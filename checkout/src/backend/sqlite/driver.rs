@@ -13,14 +13,17 @@
 //! event stored (`settle::adopt_follow_up`), so the checkout still ends
 //! `confirmed` in the same call.
 //!
-//! The drive is async ([`Driver::drive_on`]): each store step goes to the
-//! caller's [`Blocking`], the provider calls and the pauses between tries
-//! are awaited; [`Driver::drive`] runs it whole on the calling thread.
+//! The drive is async ([`Driver::drive_on`]): each write goes straight to
+//! the store's writer and is awaited, a read (when the drive was not handed
+//! its attempt) goes to the caller's [`Blocking`], the provider calls and
+//! the pauses between tries are awaited; [`Driver::drive`] runs it whole on
+//! the calling thread.
 
 use std::sync::Arc;
 
 use crate::backend::sqlite::attempt::{self, Attempt, AttemptOutcome, Operation, Transport};
 use crate::backend::sqlite::idempotency::ClaimedKey;
+use crate::backend::sqlite::order::{self, Order};
 use crate::backend::sqlite::settle::{self, FollowUp};
 use crate::backend::sqlite::store::Store;
 use crate::blocking::{step, Blocking, Inline};
@@ -72,6 +75,37 @@ pub(crate) enum Learned {
     },
 }
 
+/// Where a drive starts.
+pub(crate) enum First {
+    /// The attempt with this key, read from the store.
+    Key(String),
+    /// This attempt, as the write that stored it read it back.
+    Loaded(Attempt),
+}
+
+/// How a drive ended.
+pub(crate) struct Driven {
+    /// The claimed key was completed by the drive's last write.
+    pub(crate) finished: bool,
+    /// The order asked for (`show`), as that last write left it.
+    pub(crate) order: Option<Order>,
+}
+
+impl Driven {
+    const UNFINISHED: Driven = Driven {
+        finished: false,
+        order: None,
+    };
+}
+
+/// `order_id`'s order read inside a transaction, when one is asked for.
+fn shown(tx: &rusqlite::Connection, order_id: Option<&str>) -> Result<Option<Order>, StoreError> {
+    match order_id {
+        Some(id) => order::load_existing(tx, id).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The payment side of the checkout service: provider, retries, time.
 pub(crate) struct Driver {
     pub(crate) store: Arc<Store>,
@@ -98,51 +132,67 @@ impl Driver {
         }
     }
 
-    /// Drives `key` and its follow-ups, at most [`PAYMENT_STEPS_MAX`]
+    /// Drives `first` and its follow-ups, at most [`PAYMENT_STEPS_MAX`]
     /// steps. `now_ms` is the caller's time; pauses move it forward.
     /// `fresh`: the attempt was stored by this call and not yet sent;
     /// otherwise it may have been sent (a crash, a lost answer) and is
     /// looked up first.
     ///
     /// Each answer is recorded with everything it decides in one durable
-    /// write. `finish`: the checkout's claimed key, marked complete inside
-    /// the write that ends the drive (the last answer, or the lost one the
-    /// reconciler takes over), so the end costs no write of its own.
-    /// Returns whether it did; when not (nothing was left to drive), the
-    /// caller completes the key itself.
+    /// write, which also reads back the follow-up it stored (so the next
+    /// step starts without a read of its own). `finish`: the checkout's
+    /// claimed key, marked complete inside the write that ends the drive
+    /// (the last answer, or the lost one the reconciler takes over), so the
+    /// end costs no write of its own; `show`: an order read inside that
+    /// same write, as it stands after it. [`Driven::finished`] says whether
+    /// the key was completed; when not (nothing was left to drive), the
+    /// caller completes it itself.
     ///
-    /// Each store step runs on `steps`; the provider calls and the pauses
-    /// between tries are awaited, holding no thread.
+    /// Each write goes straight to the store's writer and is awaited
+    /// ([`Store::write_on`]); a read (only for a [`First::Key`]) runs on
+    /// `steps`; the provider calls and the pauses between tries are
+    /// awaited, holding no thread.
     pub(crate) async fn drive_on(
         &self,
         steps: &dyn Blocking,
-        key: String,
+        first: First,
         now_ms: UnixMs,
         fresh: bool,
         finish: Option<&ClaimedKey>,
-    ) -> Result<bool, StoreError> {
+        show: Option<&str>,
+    ) -> Result<Driven, StoreError> {
         let started = self.clock.now_ms();
-        let mut key = key;
+        let (mut key, mut loaded) = match first {
+            First::Key(key) => (key, None),
+            First::Loaded(attempt) => (attempt.idempotency_key.clone(), Some(attempt)),
+        };
         let mut fresh = fresh;
         for _ in 0..PAYMENT_STEPS_MAX {
-            let (store, k) = (Arc::clone(&self.store), key.clone());
-            let loaded = step(steps, move || store.read(|conn| attempt::load(conn, &k))).await??;
-            let Some(attempt) = loaded else {
-                return Ok(false);
+            let attempt = match loaded.take() {
+                Some(attempt) => attempt,
+                None => {
+                    let (store, k) = (Arc::clone(&self.store), key.clone());
+                    let read = step(steps, move || store.read(|conn| attempt::load(conn, &k)));
+                    match read.await?? {
+                        Some(attempt) => attempt,
+                        None => return Ok(Driven::UNFINISHED),
+                    }
+                }
             };
             if attempt.outcome != AttemptOutcome::Unknown {
-                return Ok(false);
+                return Ok(Driven::UNFINISHED);
             }
             let (learned, tries) = self.learn(&attempt, fresh).await;
             // Follow-ups are stored by the settle below, never sent yet.
             fresh = true;
             let at_ms = now_ms.saturating_add(self.clock.now_ms().saturating_sub(started).max(0));
             let ends_key = finish.cloned();
-            let next = match learned {
+            let show = show.map(str::to_owned);
+            let k = key.clone();
+            let (next, order) = match learned {
                 Learned::Definite(outcome) => {
-                    let (store, k) = (Arc::clone(&self.store), key.clone());
-                    step(steps, move || {
-                        store.write(move |tx, metrics| {
+                    self.store
+                        .write_on(steps, move |tx, metrics| {
                             let follow = FollowUp::Driven;
                             let settled_first = attempt::load(tx, &k)?
                                 .is_some_and(|a| a.outcome != AttemptOutcome::Unknown);
@@ -153,43 +203,55 @@ impl Driver {
                             } else {
                                 settle::settle(tx, metrics, &k, &outcome, tries, at_ms, follow)?
                             };
-                            if let (None, Some(claimed)) = (&next, &ends_key) {
-                                claimed.complete(tx, at_ms)?;
+                            match &next {
+                                Some(next_key) => {
+                                    Ok::<_, StoreError>((attempt::load(tx, next_key)?, None))
+                                }
+                                None => {
+                                    if let Some(claimed) = &ends_key {
+                                        claimed.complete(tx, at_ms)?;
+                                    }
+                                    Ok((None, shown(tx, show.as_deref())?))
+                                }
                             }
-                            Ok::<_, StoreError>(next)
                         })
-                    })
-                    .await??
+                        .await?
                 }
                 Learned::Unresolved { error } => {
                     let pause = self.jitter.pause_ms(&self.retry, attempt.tries + tries);
                     let next_at = at_ms.saturating_add(i64::try_from(pause).unwrap_or(i64::MAX));
-                    let (store, k) = (Arc::clone(&self.store), key.clone());
-                    step(steps, move || {
-                        store.write(move |tx, metrics| {
+                    self.store
+                        .write_on(steps, move |tx, metrics| {
                             attempt::record_unresolved(
                                 tx, metrics, &k, tries, &error, next_at, at_ms,
                             )?;
-                            match &ends_key {
-                                Some(claimed) => claimed.complete(tx, at_ms),
-                                None => Ok(()),
+                            if let Some(claimed) = &ends_key {
+                                claimed.complete(tx, at_ms)?;
                             }
+                            Ok::<_, StoreError>((None, shown(tx, show.as_deref())?))
                         })
-                    })
-                    .await??;
-                    None
+                        .await?
                 }
             };
             match next {
-                Some(next_key) => key = next_key,
-                None => return Ok(finish.is_some()),
+                Some(next) => {
+                    key = next.idempotency_key.clone();
+                    loaded = Some(next);
+                }
+                None => {
+                    return Ok(Driven {
+                        finished: finish.is_some(),
+                        order,
+                    })
+                }
             }
         }
-        Ok(false)
+        Ok(Driven::UNFINISHED)
     }
 
     /// [`Driver::drive_on`] with every step on the calling thread, for the
-    /// synchronous callers (the reconciler, cancel, `pay`).
+    /// synchronous callers (the reconciler, cancel, `pay`); whether it
+    /// completed `finish`.
     pub(crate) fn drive(
         &self,
         key: String,
@@ -197,7 +259,8 @@ impl Driver {
         fresh: bool,
         finish: Option<&ClaimedKey>,
     ) -> Result<bool, StoreError> {
-        wait(self.drive_on(&Inline, key, now_ms, fresh, finish))
+        let driven = wait(self.drive_on(&Inline, First::Key(key), now_ms, fresh, finish, None))?;
+        Ok(driven.finished)
     }
 
     /// Tries to learn the attempt's outcome: one send for a fresh attempt,

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::sqlite::partition;
 use crate::backend::sqlite::stock::{self, ReserveOutcome};
+use crate::blocking::{step, Blocking};
 use crate::books::BooksCell;
 use crate::clock::UnixMs;
 use crate::error::StoreError;
@@ -177,6 +178,29 @@ impl Writer {
         self.queue()?
             .send(Job::Run(job))
             .map_err(|_| WriterError::Stopped)
+    }
+
+    /// Queues a service transaction from an async caller: at once when the
+    /// queue has room (no thread is involved), else the wait for room runs
+    /// on `steps`.
+    pub(crate) async fn run_job_on(
+        &self,
+        steps: &dyn Blocking,
+        job: RunJob,
+    ) -> Result<(), WriterError> {
+        let queue = self.queue()?;
+        match queue.try_send(Job::Run(job)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Disconnected(_)) => Err(WriterError::Stopped),
+            Err(TrySendError::Full(job)) => {
+                let queue = queue.clone();
+                step(steps, move || {
+                    queue.send(job).map_err(|_| WriterError::Stopped)
+                })
+                .await
+                .map_err(|_| WriterError::Stopped)?
+            }
+        }
     }
 }
 
@@ -373,10 +397,11 @@ fn run_in_savepoint(
     metrics: &Metrics,
     job: RunJob,
 ) -> Result<Deliver, StoreError> {
-    tx.execute_batch("SAVEPOINT job")?;
+    // Prepared once per connection, like every statement on the hot path.
+    tx.prepare_cached("SAVEPOINT job")?.execute([])?;
     match catch_unwind(AssertUnwindSafe(|| job(tx, metrics))) {
         Ok(Ok(deliver)) => {
-            tx.execute_batch("RELEASE job")?;
+            tx.prepare_cached("RELEASE job")?.execute([])?;
             Ok(deliver)
         }
         Ok(Err(e)) => Err(e),

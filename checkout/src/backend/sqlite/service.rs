@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::backend::sqlite::attempt::{self, NewAttempt, Operation};
-use crate::backend::sqlite::driver::{Driver, PaymentsConfig};
+use crate::backend::sqlite::attempt::{self, Attempt, NewAttempt, Operation};
+use crate::backend::sqlite::driver::{Driven, Driver, First, PaymentsConfig};
 use crate::backend::sqlite::idempotency::ClaimedKey;
 use crate::backend::sqlite::order::{self, Order};
 use crate::backend::sqlite::stock::{self, ReserveOutcome};
@@ -55,11 +55,11 @@ enum CancelNext {
 enum Begun {
     /// The key already named an order: it, as it is now.
     Replay(Order),
-    /// This request created `order`; `attempt_key` is its authorize
-    /// attempt when the payment was started in the same transaction.
+    /// This request created `order`; `attempt` is its authorize attempt
+    /// when the payment was started in the same transaction.
     Created {
         order: Order,
-        attempt_key: Option<String>,
+        attempt: Option<Attempt>,
     },
 }
 
@@ -136,17 +136,13 @@ impl CheckoutService {
         limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
-        let this = self.clone();
-        let (s, k, r) = (subject.to_owned(), key.clone(), request.clone());
-        let begun = step(steps, move || {
-            this.claim_and_create(&s, &k, &r, limits, true, now_ms)
-        })
-        .await??;
-        let (order, attempt_key) = match begun {
+        let job = claim_and_create(subject, key, request, limits, true, now_ms)?;
+        let begun = self.store.write_on(steps, job).await?;
+        let (order, attempt) = match begun {
             Begun::Replay(order) => return Ok((order, Created::Replay)),
-            Begun::Created { order, attempt_key } => (order, attempt_key),
+            Begun::Created { order, attempt } => (order, attempt),
         };
-        let Some(attempt_key) = attempt_key else {
+        let Some(attempt) = attempt else {
             // Rejected: the key was completed in the same write.
             return Ok((order, Created::Created));
         };
@@ -154,21 +150,28 @@ impl CheckoutService {
             subject: subject.to_owned(),
             key: key.clone(),
         };
-        let finished = self
+        let first = First::Loaded(attempt);
+        let id = order.order_id;
+        let driven = self
             .driver
-            .drive_on(steps, attempt_key, now_ms, true, Some(&claimed))
+            .drive_on(steps, first, now_ms, true, Some(&claimed), Some(&id))
             .await?;
-        let this = self.clone();
-        let order = step(steps, move || {
-            if !finished {
+        let order = match driven {
+            Driven {
+                finished: true,
+                order: Some(order),
+            } => order,
+            _ => {
                 // Someone else settled the attempt first (a webhook): the
                 // key still has to be completed.
-                this.store
-                    .write(move |tx, _| claimed.complete(tx, now_ms))?;
+                self.store
+                    .write_on(steps, move |tx, _| {
+                        claimed.complete(tx, now_ms)?;
+                        order::load_existing(tx, &id)
+                    })
+                    .await?
             }
-            this.load(&order.order_id)
-        })
-        .await??;
+        };
         Ok((order, Created::Created))
     }
 
@@ -197,63 +200,10 @@ impl CheckoutService {
         limits: OrderLimits,
         now_ms: UnixMs,
     ) -> Result<(Order, Created), CheckoutError> {
-        match self.claim_and_create(subject, key, request, limits, false, now_ms)? {
+        let job = claim_and_create(subject, key, request, limits, false, now_ms)?;
+        match self.store.write(job)? {
             Begun::Replay(order) => Ok((order, Created::Replay)),
             Begun::Created { order, .. } => Ok((order, Created::Created)),
-        }
-    }
-
-    /// Step 1: one transaction. With `start_payment`, a `reserved` order
-    /// moves on to `authorizing` with its authorize attempt stored, and a
-    /// `rejected` one completes the key, in the same transaction.
-    fn claim_and_create(
-        &self,
-        subject: &str,
-        key: &IdempotencyKey,
-        request: &CheckoutRequest,
-        limits: OrderLimits,
-        start_payment: bool,
-        now_ms: UnixMs,
-    ) -> Result<Begun, CheckoutError> {
-        validate_subject(subject)?;
-        request.validate()?;
-        // An unknown SKU is refused before the key is claimed, so the key
-        // is not burnt by a request that could never succeed.
-        self.store
-            .read(|conn| Store::product_terms(conn, &request.sku))?;
-        let claimed = ClaimedKey {
-            subject: subject.to_owned(),
-            key: key.clone(),
-        };
-        let request = request.clone();
-        let begun = self.store.write(move |tx, metrics| {
-            let (subject, key) = (&claimed.subject, &claimed.key);
-            let hash = request.hash();
-            if let Claim::Replay(order_id) = claim_key(tx, subject, key, &hash, now_ms)? {
-                return Ok::<_, CheckoutError>(Err(order_id));
-            }
-            let started = subject_orders(tx, subject)?.started;
-            if started >= limits.orders_per_subject_max {
-                return Err(CheckoutError::PurchaseLimit);
-            }
-            let order = create_order(tx, metrics, subject, &request, now_ms)?;
-            tx.prepare_cached(
-                "UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2",
-            )?
-            .execute(params![subject, key.as_str(), order.order_id])?;
-            if !start_payment {
-                return Ok(Ok((order, None)));
-            }
-            if order.state != OrderState::Reserved {
-                claimed.complete(tx, now_ms)?;
-                return Ok(Ok((order, None)));
-            }
-            let (order, attempt_key) = start_authorize(tx, metrics, &order.order_id, now_ms)?;
-            Ok(Ok((order, Some(attempt_key))))
-        })?;
-        match begun {
-            Ok((order, attempt_key)) => Ok(Begun::Created { order, attempt_key }),
-            Err(order_id) => Ok(Begun::Replay(self.load(&order_id)?)),
         }
     }
 
@@ -278,7 +228,7 @@ impl CheckoutService {
             if current.state != OrderState::Reserved {
                 return Ok::<_, StoreError>(None);
             }
-            start_authorize(tx, metrics, &id, now_ms).map(|(_, key)| Some(key))
+            start_authorize(tx, metrics, &id, now_ms).map(|(_, a)| Some(a.idempotency_key))
         })?;
         if let Some(key) = started {
             self.driver.drive(key, now_ms, true, None)?;
@@ -432,7 +382,10 @@ impl CheckoutService {
         })
         .await??;
         if let Some(key) = key {
-            self.driver.drive_on(steps, key, now_ms, true, None).await?;
+            let first = First::Key(key);
+            self.driver
+                .drive_on(steps, first, now_ms, true, None, None)
+                .await?;
         }
         let (this, id) = (self.clone(), order_id.to_owned());
         step(steps, move || this.load(&id)).await?
@@ -443,6 +396,68 @@ impl CheckoutService {
             .store
             .read(|conn| order::load_existing(conn, order_id))?)
     }
+}
+
+/// Step 1 as one writer job. With `start_payment`, a `reserved` order
+/// moves on to `authorizing` with its authorize attempt stored, and a
+/// `rejected` one completes the key, in the same transaction. The SKU is
+/// looked up first inside it: an unknown one is refused before the key is
+/// claimed (the job's savepoint keeps nothing), so the key is not burnt by
+/// a request that could never succeed. A replay reads its order inside it
+/// too, and a started payment's attempt comes back as stored, so the
+/// checkout needs no read of its own.
+#[allow(clippy::type_complexity)]
+fn claim_and_create(
+    subject: &str,
+    key: &IdempotencyKey,
+    request: &CheckoutRequest,
+    limits: OrderLimits,
+    start_payment: bool,
+    now_ms: UnixMs,
+) -> Result<
+    impl FnOnce(&Transaction<'_>, &Metrics) -> Result<Begun, CheckoutError> + Send + 'static,
+    CheckoutError,
+> {
+    validate_subject(subject)?;
+    request.validate()?;
+    let claimed = ClaimedKey {
+        subject: subject.to_owned(),
+        key: key.clone(),
+    };
+    let request = request.clone();
+    Ok(move |tx: &Transaction<'_>, metrics: &Metrics| {
+        Store::product_terms(tx, &request.sku)?;
+        let (subject, key) = (&claimed.subject, &claimed.key);
+        let hash = request.hash();
+        if let Claim::Replay(order_id) = claim_key(tx, subject, key, &hash, now_ms)? {
+            return Ok(Begun::Replay(order::load_existing(tx, &order_id)?));
+        }
+        let started = subject_orders(tx, subject)?.started;
+        if started >= limits.orders_per_subject_max {
+            return Err(CheckoutError::PurchaseLimit);
+        }
+        let order = create_order(tx, metrics, subject, &request, now_ms)?;
+        tx.prepare_cached("UPDATE idempotency SET order_id = ?3 WHERE subject = ?1 AND key = ?2")?
+            .execute(params![subject, key.as_str(), order.order_id])?;
+        if !start_payment {
+            return Ok(Begun::Created {
+                order,
+                attempt: None,
+            });
+        }
+        if order.state != OrderState::Reserved {
+            claimed.complete(tx, now_ms)?;
+            return Ok(Begun::Created {
+                order,
+                attempt: None,
+            });
+        }
+        let (order, attempt) = start_authorize(tx, metrics, &order.order_id, now_ms)?;
+        Ok(Begun::Created {
+            order,
+            attempt: Some(attempt),
+        })
+    })
 }
 
 /// The orders of `subject` (index `orders_by_subject`).
@@ -516,13 +531,13 @@ fn claim_key(
 
 /// `reserved → authorizing` (payment `pending`) together with the
 /// authorize attempt, before anything is sent. Returns the order and the
-/// attempt's key.
+/// attempt.
 fn start_authorize(
     tx: &Transaction<'_>,
     metrics: &Metrics,
     order_id: &str,
     now_ms: UnixMs,
-) -> Result<(Order, String), StoreError> {
+) -> Result<(Order, Attempt), StoreError> {
     order::set_payment(tx, order_id, PaymentState::Pending, None, now_ms)?;
     let (from, to) = (OrderState::Reserved, OrderState::Authorizing);
     let order = order::transition(tx, metrics, order_id, from, to, now_ms)?;
@@ -534,7 +549,7 @@ fn start_authorize(
         payment_id: None,
     };
     let attempt = attempt::insert(tx, &new, now_ms)?;
-    Ok((order, attempt.idempotency_key))
+    Ok((order, attempt))
 }
 
 /// Step 1's order row, its hold (if stock allows) and its birth event.

@@ -20,6 +20,7 @@ use crate::backend::sqlite::group_commit::{
 };
 use crate::backend::sqlite::partition::{self, Partition};
 use crate::backend::sqlite::stock::{self, ReserveOutcome, StockLevel};
+use crate::blocking::Blocking;
 use crate::books::BooksCell;
 use crate::clock::{Clock, UnixMs};
 use crate::core::state::OrderState;
@@ -80,6 +81,29 @@ pub(crate) fn open_read_only(db_path: &Path) -> Result<Connection, StoreError> {
     )?;
     conn.busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))?;
     Ok(conn)
+}
+
+/// `f` as a writer job: an `Err` undoes its writes (back to its savepoint);
+/// `answer` gets its result once the batch's fate is known.
+fn run_job<T, E, F>(f: F, answer: impl FnOnce(Result<T, E>) + Send + 'static) -> RunJob
+where
+    F: FnOnce(&Transaction<'_>, &Metrics) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    Box::new(move |tx, metrics| {
+        let result = f(tx, metrics);
+        if result.is_err() {
+            tx.prepare_cached("ROLLBACK TO job")?.execute([])?;
+        }
+        let deliver: Deliver = Box::new(move |fate| {
+            answer(match fate {
+                Ok(()) => result,
+                Err(message) => Err(E::from(StoreError::BatchFailed(message))),
+            })
+        });
+        Ok(deliver)
+    })
 }
 
 impl Store {
@@ -146,24 +170,37 @@ impl Store {
     {
         Metrics::inc(&self.metrics.durable_writes);
         let (reply, answer) = mpsc::sync_channel::<Result<T, E>>(1);
-        let job: RunJob = Box::new(move |tx, metrics| {
-            let result = f(tx, metrics);
-            if result.is_err() {
-                tx.execute_batch("ROLLBACK TO job")?;
-            }
-            let deliver: Deliver = Box::new(move |fate| {
-                let _ = reply.send(match fate {
-                    Ok(()) => result,
-                    Err(message) => Err(E::from(StoreError::BatchFailed(message))),
-                });
-            });
-            Ok(deliver)
+        let job = run_job(f, move |result| {
+            let _ = reply.send(result);
         });
         self.writer
             .run_job(job)
             .map_err(|_| E::from(StoreError::WriterStopped))?;
         answer
             .recv()
+            .unwrap_or_else(|_| Err(E::from(StoreError::WriterStopped)))
+    }
+
+    /// [`Store::write`] for an async caller: the transaction goes straight
+    /// to the writer thread and its answer is awaited, no thread held on
+    /// the way (only a full writer queue is waited for on `steps`).
+    pub(crate) async fn write_on<T, E, F>(&self, steps: &dyn Blocking, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&Transaction<'_>, &Metrics) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        Metrics::inc(&self.metrics.durable_writes);
+        let (reply, answer) = tokio::sync::oneshot::channel::<Result<T, E>>();
+        let job = run_job(f, move |result| {
+            let _ = reply.send(result);
+        });
+        self.writer
+            .run_job_on(steps, job)
+            .await
+            .map_err(|_| E::from(StoreError::WriterStopped))?;
+        answer
+            .await
             .unwrap_or_else(|_| Err(E::from(StoreError::WriterStopped)))
     }
 
