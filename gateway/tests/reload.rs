@@ -40,17 +40,17 @@ fn kill_switch_by_sighup() {
     let gw = Gateway::start(GatewayOptions::default());
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
     gw.signal(Signal::SIGHUP);
-    assert!(eventually(Duration::from_secs(1), || admissions(&gw) == "paused").is_some());
+    assert!(eventually(Duration::from_secs(5), || admissions(&gw) == "paused").is_some());
     gw.edit_config(|t| t.replace("admissions = \"paused\"", "admissions = \"open\""));
     gw.signal(Signal::SIGHUP);
-    assert!(eventually(Duration::from_secs(1), || admissions(&gw) == "open").is_some());
+    assert!(eventually(Duration::from_secs(5), || admissions(&gw) == "open").is_some());
 }
 
 #[test]
 fn a_bad_reload_is_refused_with_its_location_and_the_last_good_config_runs_on() {
     let gw = Gateway::start(GatewayOptions::default());
     gw.edit_config(|t| t.replace("[gateway]\n", "[gateway]\nadmissions = \"paused\"\n"));
-    assert!(eventually(Duration::from_secs(1), || admissions(&gw) == "paused").is_some());
+    assert!(eventually(Duration::from_secs(5), || admissions(&gw) == "paused").is_some());
 
     gw.edit_config(|t| t.replace("admissions = \"paused\"", "admissions = \"opne\""));
     let failed = eventually(Duration::from_secs(2), || {
