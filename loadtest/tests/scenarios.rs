@@ -822,6 +822,7 @@ fn every_shipped_scenario_file_is_valid() {
         [
             "backend-degrades",
             "backlog",
+            "event-day",
             "flash-crowd",
             "fleet-gateway-dies",
             "fleet-postgres-restarts",
