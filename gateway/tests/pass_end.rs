@@ -60,30 +60,6 @@ async fn get_with(
         .unwrap()
 }
 
-/// Joins and polls until `deadline`; the pass, or `None` if still waiting.
-async fn pass_within(
-    client: &reqwest::Client,
-    gw: &Gateway,
-    ticket: &str,
-    within: Duration,
-) -> Option<String> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        let r = client
-            .get(gw.url("/queue/drop/status"))
-            .bearer_auth(ticket)
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        if body["state"] == "admitted" {
-            return body["pass"].as_str().map(str::to_string);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    None
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_origin_ends_a_pass_and_the_next_shopper_gets_its_slot() {
     let gw = Gateway::start(GatewayOptions {

@@ -13,32 +13,6 @@ use serde_json::Value;
 
 const ROOM: &str = "[[rooms]]\nname = \"drop\"\nprotect = [\"/account/*\"]\nrelease_per_second = 50\nmax_active = 1\nqueue_capacity = 100\npass_ttl_s = 600\npoll_min_s = 1\npoll_max_s = 1\npass_idle_s = 10\n";
 
-/// Polls `ticket` for up to `within`; the pass once admitted.
-async fn pass_within(
-    client: &reqwest::Client,
-    gw: &Gateway,
-    ticket: &str,
-    within: Duration,
-) -> Option<String> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        let body: Value = client
-            .get(gw.url("/queue/drop/status"))
-            .bearer_auth(ticket)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if body["state"] == "admitted" {
-            return body["pass"].as_str().map(str::to_string);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    None
-}
-
 async fn ticket(client: &reqwest::Client, gw: &Gateway) -> String {
     let joined: Value = client
         .post(gw.url("/queue/drop/join"))

@@ -778,3 +778,30 @@ impl RecordingOrigin {
         self.targets.lock().unwrap().clone()
     }
 }
+
+/// Polls `ticket`'s status in room `drop` every 500 ms for up to `within`;
+/// the pass once admitted, `None` if still waiting then.
+pub async fn pass_within(
+    client: &::reqwest::Client,
+    gw: &Gateway,
+    ticket: &str,
+    within: Duration,
+) -> Option<String> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let body: serde_json::Value = client
+            .get(gw.url("/queue/drop/status"))
+            .bearer_auth(ticket)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if body["state"] == "admitted" {
+            return body["pass"].as_str().map(str::to_string);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
+}
