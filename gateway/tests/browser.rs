@@ -113,11 +113,59 @@ impl Browser {
         panic!("page state is {last:?}, expected {want:?}");
     }
 
-    async fn close(mut self) {
+    async fn close(self) {
         let _ = self.client.clone().close().await;
+        // Drop kills chromedriver and whatever Chromium left behind.
+    }
+}
+
+/// A test that panics never reaches `close`: without this, chromedriver's
+/// Chromium (browser, zygotes, renderers) outlived the test run.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let root = self.driver.id();
+        // Chromium's processes are chromedriver's descendants; some of them
+        // re-parent to init once the browser dies, so gather them first.
+        let doomed = descendants(root);
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        for pid in doomed {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
+}
+
+/// Every process below `root` (children, their children, ...), read from
+/// `/proc/*/stat`'s parent field.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if let Some(ppid) = after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 fn gateway(extra: &str) -> Gateway {
