@@ -1115,7 +1115,7 @@ impl Validator<'_> {
         let secs = days * 86_400
             + i64::from(time.hour) * 3600
             + i64::from(time.minute) * 60
-            + i64::from(time.second)
+            + i64::from(time.second.unwrap_or(0))
             - offset_min * 60;
         if secs < 0 {
             self.problem(&value, format!("`{key}` is before 1970"));

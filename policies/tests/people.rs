@@ -103,6 +103,21 @@ fn every_new_key_defaults_to_todays_behaviour() {
     assert!(c.cluster.account_hash_key.is_none());
 }
 
+/// `[[rooms.enqueue.keys]]` with no `[rooms.enqueue]` header above it
+/// makes that table implicitly, as TOML says: a key, not a parse error.
+/// (toml 0.8 refused it with serde's "invalid type: string \"keys\"".)
+#[test]
+fn enqueue_keys_without_their_tables_header_are_read() {
+    let src = room(&format!(
+        "[[rooms.enqueue.keys]]\nkid = \"store1\"\nalg = \"HS256\"\nsecret = \"{SECRET}\"\n"
+    ));
+    let c = parse(&src).unwrap_or_else(|d| panic!("{d}"));
+    let r = &c.rooms[0];
+    assert!(!r.enqueue.required);
+    assert_eq!(r.enqueue.keys.len(), 1);
+    assert_eq!(r.enqueue.keys[0].kid, "store1");
+}
+
 #[test]
 fn the_contracts_example_converts_with_units() {
     let src = room(
