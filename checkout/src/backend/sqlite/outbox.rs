@@ -54,11 +54,11 @@ pub fn relay_once(
     let last_seq = batch[batch.len() - 1].seq;
     let first_seq = batch[0].seq;
     store.write(move |tx, _| -> Result<(), StoreError> {
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE outbox SET published_at_ms = ?3
              WHERE seq BETWEEN ?1 AND ?2 AND published_at_ms IS NULL",
-            params![first_seq, last_seq, now_ms],
-        )?;
+        )?
+        .execute(params![first_seq, last_seq, now_ms])?;
         Ok(())
     })?;
     store

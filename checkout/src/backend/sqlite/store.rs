@@ -50,6 +50,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Prepared statements a connection keeps: above the number of distinct
+/// statements the crate runs on one connection, so none is parsed twice.
+pub(crate) const STATEMENT_CACHE_CAPACITY: usize = 256;
+
 /// Opens a read-write connection with the durability settings every writer
 /// must share.
 pub(crate) fn open_connection(db_path: &Path) -> Result<Connection, StoreError> {
@@ -63,7 +67,21 @@ pub(crate) fn open_connection(db_path: &Path) -> Result<Connection, StoreError> 
             db_path.display()
         )));
     }
-    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    // temp_store=MEMORY: the group commit runs each job in a SAVEPOINT,
+    // and SQLite keeps a savepoint's sub-journal (the first image of each
+    // page it changes) in a temp file otherwise — a file created, written
+    // page by page and deleted for every batch: ~90 pwrite calls per
+    // confirmed checkout in /var/tmp, measured. Nothing in it is durable
+    // (a crash rolls the open transaction back from the WAL, not from it);
+    // its size is bounded by the pages one batch touches.
+    conn.execute_batch(
+        "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;",
+    )?;
+    // rusqlite's statement cache holds 16 by default and the writer runs
+    // more distinct statements than that (a checkout, its settle, the
+    // passes): with 16, `prepare_cached` evicted and parsed again on the hot
+    // path — 17 % of the writer's CPU in `sqlite3_prepare_v3`, measured.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     Ok(conn)
 }
 
@@ -447,12 +465,9 @@ impl Store {
 
     /// The price and reservation TTL configured for `sku`.
     pub(crate) fn product_terms(conn: &Connection, sku: &str) -> Result<(i64, i64), StoreError> {
-        conn.query_row(
-            "SELECT price_cents, reservation_ttl_ms FROM stock WHERE sku = ?1",
-            [sku],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .optional()?
+        conn.prepare_cached("SELECT price_cents, reservation_ttl_ms FROM stock WHERE sku = ?1")?
+            .query_row([sku], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?
         .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))
     }
 }
@@ -479,5 +494,9 @@ mod tests {
             .pragma_query_value(None, "foreign_keys", |r| r.get(0))
             .unwrap();
         assert_eq!(foreign_keys, 1);
+        let temp_store: i64 = conn
+            .pragma_query_value(None, "temp_store", |r| r.get(0))
+            .unwrap();
+        assert_eq!(temp_store, 2, "2 is MEMORY: savepoint sub-journals off disk");
     }
 }
