@@ -574,7 +574,10 @@ pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreE
 }
 
 /// Steps 2 and 3: the authorization, then the capture (or what their
-/// answers decide instead), each answer settled in one transaction.
+/// answers decide instead), each answer settled in one transaction. The
+/// authorize attempt is the one step 1 stored with the order (not read
+/// back), and the order returned is the one the last answer's
+/// transaction left (read in it), unless an answer stayed ambiguous.
 async fn pay(
     backend: &PgBackend,
     steps: &dyn Blocking,
@@ -582,13 +585,37 @@ async fn pay(
     now_ms: UnixMs,
 ) -> Result<Order, CheckoutError> {
     let id = order.order_id.clone();
-    let auth_key = attempt_key(&id, Operation::Authorize);
-    if !settle::drive_on(backend, steps, auth_key, false, now_ms).await? {
+    let drove = settle::drive_from(
+        backend,
+        steps,
+        settle::Start::Known(authorize_attempt(&order)),
+        false,
+        now_ms,
+    )
+    .await?;
+    if !drove.answered {
         tracing::debug!(order = %id, "payment answer ambiguous; left to the payments reconciler");
+    }
+    if let Some(order) = drove.order {
+        return Ok(order);
     }
     let b = backend.clone();
     Ok(step(steps, move || {
         b.read_answer(|client| order::load_existing(client, &id))
     })
     .await??)
+}
+
+/// The authorize attempt [`create_all`] stored for `order` (a full
+/// checkout's, moved to `authorizing`), as the drive sends it.
+fn authorize_attempt(order: &Order) -> settle::StoredAttempt {
+    settle::StoredAttempt {
+        key: attempt_key(&order.order_id, Operation::Authorize),
+        order_id: order.order_id.clone(),
+        operation: Operation::Authorize,
+        amount_cents: order.amount_cents,
+        payment_method: Some(order.payment_method.clone()),
+        payment_id: None,
+        pending: true,
+    }
 }

@@ -81,6 +81,27 @@ pub(super) fn load_for_update(
     .transpose()
 }
 
+/// The order the payment attempt `key` is for, its row locked until the
+/// transaction ends, in one statement (an attempt's order never changes;
+/// the lock's wait re-reads the order row as its last holder left it).
+/// `None` when there is no such attempt or no such order.
+pub(super) fn load_for_update_by_attempt(
+    tx: &mut Tx<'_>,
+    key: &str,
+) -> Result<Option<Order>, StoreError> {
+    tx.query_opt(
+        "SELECT o.order_id, o.subject, o.sku, o.quantity, o.payment_method, o.amount_cents,
+                o.state, o.payment_state, o.payment_id, o.created_at_ms, o.updated_at_ms,
+                o.reservation_expires_at_ms
+           FROM payment_attempts a JOIN orders o ON o.order_id = a.order_id
+          WHERE a.idempotency_key = $1 FOR UPDATE OF o",
+        &[&key],
+    )
+    .map_err(pg_err)?
+    .map(|row| from_row(&row))
+    .transpose()
+}
+
 pub(super) fn load_existing(client: &mut impl Db, order_id: &str) -> Result<Order, StoreError> {
     load(client, order_id)?.ok_or_else(|| StoreError::UnknownOrder(order_id.to_owned()))
 }

@@ -201,18 +201,26 @@ pub(super) fn settle(
     // The order is locked before its attempt, as webhooks, cancels and
     // the expiry pass lock it before anything of it: opposite orders
     // would deadlock (each victim retried only after `deadlock_timeout`).
-    // An attempt's order never changes, so it is read without a lock.
-    let Some(order_id) = tx
-        .query_opt(
-            "SELECT order_id FROM payment_attempts WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .map_err(pg_err)?
-        .map(|row| row.get::<_, String>(0))
-    else {
-        return Ok(Settled::Before);
+    // An attempt's order never changes, so it is read without a lock:
+    // with the order's row locked in one statement, or, when that finds
+    // none (no such attempt, or its order is gone), apart.
+    let (order_id, order) = match order::load_for_update_by_attempt(tx, key)? {
+        Some(order) => (order.order_id.clone(), Some(order)),
+        None => {
+            let Some(order_id) = tx
+                .query_opt(
+                    "SELECT order_id FROM payment_attempts WHERE idempotency_key = $1",
+                    &[&key],
+                )
+                .map_err(pg_err)?
+                .map(|row| row.get::<_, String>(0))
+            else {
+                return Ok(Settled::Before);
+            };
+            let order: Option<Order> = order::load_for_update(tx, &order_id)?;
+            (order_id, order)
+        }
     };
-    let order: Option<Order> = order::load_for_update(tx, &order_id)?;
     // `was`: the row before this statement (its lease, see below).
     let Some(row) = tx
         .query_opt(
@@ -393,18 +401,66 @@ pub(super) async fn drive_on(
     lookup_first: bool,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
-    let mut key = key;
+    let drove = drive_from(backend, steps, Start::Stored(key), lookup_first, now_ms).await?;
+    Ok(drove.answered)
+}
+
+/// Where a drive starts.
+pub(super) enum Start {
+    /// The attempt stored under this key, read first.
+    Stored(String),
+    /// An attempt the caller's own transaction stored moments ago and
+    /// knows (step 1's authorize attempt), sent without reading it back:
+    /// nobody else sends an attempt before its in-flight bound ran out,
+    /// and were one settled meanwhile, the provider answers the same key
+    /// with the same answer and [`settle`] changes nothing twice.
+    Known(StoredAttempt),
+}
+
+/// What a drive did.
+pub(super) struct Drove {
+    /// Whether every step got an answer.
+    pub answered: bool,
+    /// The order as the drive's last transaction left it, when that
+    /// transaction settled the last step (read in it: no connection of
+    /// its own for the caller's read after).
+    pub order: Option<Order>,
+}
+
+/// [`drive_on`] from `start`. Each answer's transaction also reads what
+/// the drive needs next (the follow-up attempt it stored, or the order
+/// once nothing follows), so no step reads on a connection of its own
+/// between two sends.
+pub(super) async fn drive_from(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    start: Start,
+    lookup_first: bool,
+    now_ms: UnixMs,
+) -> Result<Drove, StoreError> {
+    let mut next = start;
     let mut lookup_first = lookup_first;
-    for _ in 0..=PAYMENT_STEPS_MAX {
-        let (b, k) = (backend.clone(), key.clone());
-        let loaded = step(steps, move || {
-            b.read_answer(|client| load_attempt(client, &k))
+    let answered = |order| {
+        Ok(Drove {
+            answered: true,
+            order,
         })
-        .await??;
-        let Some(attempt) = loaded else {
-            return Ok(true);
+    };
+    for _ in 0..=PAYMENT_STEPS_MAX {
+        let loaded = match next {
+            Start::Known(attempt) => Some(attempt),
+            Start::Stored(key) => {
+                let b = backend.clone();
+                step(steps, move || {
+                    b.read_answer(|client| load_attempt(client, &key))
+                })
+                .await??
+            }
         };
-        let settled = if attempt.pending {
+        let Some(attempt) = loaded else {
+            return answered(None);
+        };
+        let (settled, followed, order) = if attempt.pending {
             let Some(answer) = send(
                 backend.provider(),
                 backend.metrics(),
@@ -413,31 +469,46 @@ pub(super) async fn drive_on(
             )
             .await
             else {
-                return Ok(false);
+                return Ok(Drove {
+                    answered: false,
+                    order: None,
+                });
             };
             // Batched with this gateway's other answers: the hot stock
             // row a capture moves is locked once per batch.
-            let (b, job_key) = (backend.clone(), key.clone());
-            let (settled, tally) = step(steps, move || {
+            let (b, job_key, order_id) = (
+                backend.clone(),
+                attempt.key.clone(),
+                attempt.order_id.clone(),
+            );
+            let (settled, tally, followed, order) = step(steps, move || {
                 b.write_answer_batched(move |tx| {
                     let mut tally = Tally::default();
                     let settled =
                         settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
-                    Ok((settled, tally))
+                    let (followed, order) = match &settled {
+                        Settled::Next(next) => (load_attempt(tx, next)?, None),
+                        Settled::Done => (None, order::load(tx, &order_id)?),
+                        Settled::Before => (None, None),
+                    };
+                    Ok((settled, tally, followed, order))
                 })
             })
             .await??;
             tally.apply(backend.metrics());
-            settled
+            (settled, followed, order)
         } else {
-            Settled::Before
+            (Settled::Before, None, None)
         };
-        key = match settled {
-            Settled::Next(next) => {
+        next = match settled {
+            Settled::Next(key) => {
                 lookup_first = false;
-                next
+                match followed {
+                    Some(attempt) => Start::Known(attempt),
+                    None => Start::Stored(key),
+                }
             }
-            Settled::Done => return Ok(true),
+            Settled::Done => return answered(order),
             Settled::Before => {
                 // Someone else's follow-up may be waiting: adopt it (it may
                 // have been sent already, so ask the provider first).
@@ -449,12 +520,12 @@ pub(super) async fn drive_on(
                 match pending {
                     Some(next) if next != attempt.key => {
                         lookup_first = true;
-                        next
+                        Start::Stored(next)
                     }
-                    _ => return Ok(true),
+                    _ => return answered(None),
                 }
             }
         };
     }
-    Ok(true)
+    answered(None)
 }
