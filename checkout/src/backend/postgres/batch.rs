@@ -18,7 +18,8 @@
 //! 3. when no partition has the sum (or it went since the read), that is
 //!    rolled back and each checkout takes its own units in arrival order
 //!    (`stock::take`), so exactly the units left are sold, then the
-//!    orders and holds are written.
+//!    orders and holds are written (one statement: `create_all` with
+//!    `taken`).
 //!
 //! A batch holds one checkout per subject (a second waits for the next
 //! batch), so the claims' purchase-limit counts are exact.
@@ -540,11 +541,11 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     if let [(i, terms)] = ready.as_slice() {
         // One checkout to create: its units taken first (`stock::take`,
         // which waits for a busy partition or spreads over free ones),
-        // then its order and hold, as `checkout::claim_and_create` does.
-        // Nothing to undo when the take finds no units (the order is
-        // created `rejected`), so no savepoint: two round trips fewer
-        // than the summed take's, for one more statement (the order's)
-        // with the partition's row locked.
+        // then its order, events, attempt and hold in one statement, as
+        // `checkout::claim_and_create` does. Nothing to undo when the
+        // take finds no units (the order is created `rejected`), so no
+        // savepoint: three round trips fewer than the summed take's, for
+        // the order's statement run with the partition's row locked.
         let claim = claim_of(*i);
         let part = stock::take(
             tx,
@@ -553,8 +554,7 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
             &terms.order_id,
             claim.now_ms,
         )?;
-        let (begun, holds) = checkout::create_all(tx, vec![(claim, terms.clone(), part)])?;
-        checkout::insert_holds(tx, &holds)?;
+        let (begun, _) = checkout::create_all(tx, vec![(claim, terms.clone(), part)], true)?;
         let begun = begun.into_iter().next().expect("one order per claim");
         answers[*i] = Some(Answer::Checkout(Ok(begun)));
         return Ok(finish(answers, Summed::default()));
@@ -578,7 +578,7 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
             .iter()
             .map(|(i, terms)| (claim_of(*i), terms.clone(), Some(0)))
             .collect();
-        let (begun, mut holds) = checkout::create_all(&mut sp, jobs)?;
+        let (begun, mut holds) = checkout::create_all(&mut sp, jobs, false)?;
         let mut taken = true;
         let mut summed = Summed::default();
         for ((&(sku, sum), of_sku), seen) in demand.iter().zip(by_sku.values()).zip(&seen) {
@@ -627,8 +627,7 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
         .zip(parts)
         .map(|((i, terms), part)| (claim_of(*i), terms.clone(), part))
         .collect();
-    let (begun, holds) = checkout::create_all(tx, jobs)?;
-    checkout::insert_holds(tx, &holds)?;
+    let (begun, _) = checkout::create_all(tx, jobs, true)?;
     for ((i, _), b) in ready.iter().zip(begun) {
         answers[*i] = Some(Answer::Checkout(Ok(b)));
     }

@@ -148,8 +148,7 @@ pub(super) fn claim_and_create(tx: &mut Tx<'_>, c: &Claim) -> Result<Begun, Chec
     };
     let units = i64::from(c.request.quantity);
     let part = stock::take(tx, &c.request.sku, units, &terms.order_id, c.now_ms)?;
-    let (begun, holds) = create_all(tx, vec![(c, terms, part)])?;
-    insert_holds(tx, &holds)?;
+    let (begun, _) = create_all(tx, vec![(c, terms, part)], true)?;
     Ok(begun.into_iter().next().expect("one order per claim"))
 }
 
@@ -399,11 +398,14 @@ fn creation(c: &Claim, terms: Terms, part: Option<i32>) -> Result<Creation, Stor
 /// the authorize attempts (and, sold out on a full checkout, the key's
 /// completion, one statement each). Answers in `jobs`' order,
 /// with the holds to write ([`insert_holds`], once their units are
-/// taken). An `Err` is the batch's: the batch then runs one job per
-/// transaction.
+/// taken), or, with `taken` (the units were taken before: each job's
+/// partition is where they came from), with the holds written in the
+/// same statement and none left to write. An `Err` is the batch's: the
+/// batch then runs one job per transaction.
 pub(super) fn create_all(
     tx: &mut Tx<'_>,
     jobs: Vec<(&Claim, Terms, Option<i32>)>,
+    taken: bool,
 ) -> Result<(Vec<Begun>, Vec<Hold>), StoreError> {
     let mut made = Vec::with_capacity(jobs.len());
     for (c, terms, part) in &jobs {
@@ -447,8 +449,29 @@ pub(super) fn create_all(
         .map(|m| m.order.payment_method.as_str())
         .collect();
     let attempt_at: Vec<i64> = paying.iter().map(|m| m.order.updated_at_ms).collect();
-    // Orders, events and authorize attempts in ONE statement (one round
-    // trip): none of the three tables refers to another (the outbox names
+    let holds: Vec<Hold> = made
+        .iter()
+        .zip(&jobs)
+        .filter_map(|(m, (c, ..))| {
+            m.part.map(|part| Hold {
+                order_id: m.order.order_id.clone(),
+                sku: m.order.sku.clone(),
+                part,
+                units: i64::from(m.order.quantity),
+                created_at_ms: c.now_ms,
+                expires_at_ms: m.expires_at_ms,
+            })
+        })
+        .collect();
+    let now: &[Hold] = if taken { &holds } else { &[] };
+    let hold_ids: Vec<&str> = now.iter().map(|h| h.order_id.as_str()).collect();
+    let hold_skus: Vec<&str> = now.iter().map(|h| h.sku.as_str()).collect();
+    let hold_parts: Vec<i32> = now.iter().map(|h| h.part).collect();
+    let hold_units: Vec<i64> = now.iter().map(|h| h.units).collect();
+    let hold_created: Vec<i64> = now.iter().map(|h| h.created_at_ms).collect();
+    let hold_expires: Vec<i64> = now.iter().map(|h| h.expires_at_ms).collect();
+    // Orders, events, authorize attempts (and the holds, when `taken`) in
+    // ONE statement (one round trip): none of the three tables refers to another (the outbox names
     // its order by id only; attempts lost their foreign key in migration
     // 3), so the order the data-modifying parts run in does not matter.
     tx.execute(
@@ -461,7 +484,12 @@ pub(super) fn create_all(
              new_events AS (INSERT INTO outbox (event_id, order_id, event_type, payload,
                  created_at_ms)
                SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[],
-                 $17::bigint[]))
+                 $17::bigint[])),
+             new_holds AS (INSERT INTO reservations (order_id, sku, part, quantity, state,
+                 created_at_ms, expires_at_ms)
+               SELECT o, s, p, q, 'held', c, e
+                 FROM unnest($23::text[], $24::text[], $25::int[], $26::bigint[], $27::bigint[],
+                   $28::bigint[]) AS u(o, s, p, q, c, e))
              INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
                  payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
              SELECT k, o, 'authorize', a, m, NULL, 'pending', t, t
@@ -492,23 +520,16 @@ pub(super) fn create_all(
             &attempt_amounts,
             &attempt_methods,
             &attempt_at,
+            &hold_ids,
+            &hold_skus,
+            &hold_parts,
+            &hold_units,
+            &hold_created,
+            &hold_expires,
         ],
     )
     .map_err(pg_err)?;
-    let holds: Vec<Hold> = made
-        .iter()
-        .zip(&jobs)
-        .filter_map(|(m, (c, ..))| {
-            m.part.map(|part| Hold {
-                order_id: m.order.order_id.clone(),
-                sku: m.order.sku.clone(),
-                part,
-                units: i64::from(m.order.quantity),
-                created_at_ms: c.now_ms,
-                expires_at_ms: m.expires_at_ms,
-            })
-        })
-        .collect();
+    let holds = if taken { Vec::new() } else { holds };
     // The keys already name their orders (`claim_all`); a full checkout
     // sold out completes its key (rare: one statement each).
     for (m, (c, ..)) in made.iter().zip(&jobs) {

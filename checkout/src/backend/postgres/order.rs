@@ -142,17 +142,41 @@ pub(super) fn transition(
     to: OrderState,
     now_ms: UnixMs,
 ) -> Result<Order, StoreError> {
+    transition_paying(tx, order_id, from, to, None, now_ms)
+}
+
+/// [`transition`], setting the payment's state (and its provider id,
+/// once known) in the same UPDATE, as [`set_payment`] would before it.
+pub(super) fn transition_paying(
+    tx: &mut Tx<'_>,
+    order_id: &str,
+    from: OrderState,
+    to: OrderState,
+    payment: Option<(PaymentState, Option<&str>)>,
+    now_ms: UnixMs,
+) -> Result<Order, StoreError> {
     if !transition_allowed(from, to) {
         return Err(StoreError::IllegalTransition { from, to });
     }
+    let payment_state = payment.map(|(state, _)| state.as_str());
+    let payment_id = payment.and_then(|(_, id)| id);
     let row = tx
         .query_opt(
             concat!(
-                "UPDATE orders SET state = $3, updated_at_ms = $4
+                "UPDATE orders SET state = $3, updated_at_ms = $4,
+                        payment_state = COALESCE($5, payment_state),
+                        payment_id = COALESCE($6, payment_id)
                  WHERE order_id = $1 AND state = $2 RETURNING ",
                 columns!()
             ),
-            &[&order_id, &from.as_str(), &to.as_str(), &now_ms],
+            &[
+                &order_id,
+                &from.as_str(),
+                &to.as_str(),
+                &now_ms,
+                &payment_state,
+                &payment_id,
+            ],
         )
         .map_err(pg_err)?;
     let Some(row) = row else {

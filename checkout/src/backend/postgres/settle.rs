@@ -40,25 +40,44 @@ pub(super) fn insert_attempt(
     payment_id: Option<&str>,
     now_ms: UnixMs,
 ) -> Result<String, StoreError> {
-    let key = attempt_key(order_id, operation);
-    let amount = i64::try_from(amount_cents).unwrap_or(i64::MAX);
-    tx.execute(
+    let attempt = StoredAttempt {
+        key: attempt_key(order_id, operation),
+        order_id: order_id.to_owned(),
+        operation,
+        amount_cents,
+        payment_method: payment_method.map(str::to_owned),
+        payment_id: payment_id.map(str::to_owned),
+        pending: true,
+    };
+    store_attempt(tx, attempt, now_ms).map(|(key, _)| key)
+}
+
+/// [`insert_attempt`] of `attempt` (pending): its key, and the attempt
+/// as stored when this call stored it (`None`: one was already stored
+/// under the key, maybe settled since).
+fn store_attempt(
+    tx: &mut Tx<'_>,
+    attempt: StoredAttempt,
+    now_ms: UnixMs,
+) -> Result<(String, Option<StoredAttempt>), StoreError> {
+    let amount = i64::try_from(attempt.amount_cents).unwrap_or(i64::MAX);
+    let stored = tx.execute(
         "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
              payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
          VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
          ON CONFLICT (idempotency_key) DO NOTHING",
         &[
-            &key,
-            &order_id,
-            &operation.as_str(),
+            &attempt.key,
+            &attempt.order_id,
+            &attempt.operation.as_str(),
             &amount,
-            &payment_method,
-            &payment_id,
+            &attempt.payment_method,
+            &attempt.payment_id,
             &now_ms,
         ],
     )
     .map_err(pg_err)?;
-    Ok(key)
+    Ok((attempt.key.clone(), (stored == 1).then_some(attempt)))
 }
 
 /// Makes a stored, still pending attempt due for the payments
@@ -83,7 +102,7 @@ fn lease_from(tx: &mut Tx<'_>, key: &str, leased_at_ms: UnixMs) -> Result<(), St
 }
 
 /// One stored attempt, as [`drive`] sends it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct StoredAttempt {
     pub key: String,
     pub order_id: String,
@@ -151,34 +170,29 @@ fn cancel_requested(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError>
         .is_some())
 }
 
-fn hold_is_held(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
-    Ok(tx
-        .query_opt(
-            "SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'",
+/// Whether the order's hold is still `held`, and whether a cancel was
+/// asked for it, in one statement (read after the order's row lock, so
+/// it sees what every earlier holder of the lock committed).
+fn authorizing_flags(tx: &mut Tx<'_>, order_id: &str) -> Result<(bool, bool), StoreError> {
+    let row = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'),
+                    EXISTS (SELECT 1 FROM cancel_requests WHERE order_id = $1)",
             &[&order_id],
         )
-        .map_err(pg_err)?
-        .is_some())
-}
-
-/// An order's move, when it is still where this settlement expects it.
-fn advance(
-    tx: &mut Tx<'_>,
-    order_id: &str,
-    from: OrderState,
-    to: OrderState,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
-    order::transition(tx, order_id, from, to, now_ms).map(|_| ())
+        .map_err(pg_err)?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// What settling an attempt left to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Settled {
-    /// Nothing more to send.
-    Done,
-    /// This follow-up attempt, stored, is to be sent.
-    Next(String),
+    /// Nothing more to send; the order as its last move left it, when
+    /// this settlement moved it.
+    Done(Option<Order>),
+    /// This follow-up attempt, stored, is to be sent (with the attempt,
+    /// when this settlement stored it; `None`: it was stored before).
+    Next(String, Option<StoredAttempt>),
     /// The attempt had been settled before: nothing changed.
     Before,
 }
@@ -249,7 +263,16 @@ pub(super) fn settle(
     let leased_at_ms: Option<i64> =
         Some(row.get::<_, i64>(3)).filter(|_| row.get::<_, i64>(4) < now_ms);
     let follow = |tx: &mut Tx<'_>, op: Operation| {
-        let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
+        let attempt = StoredAttempt {
+            key: attempt_key(&order_id, op),
+            order_id: order_id.clone(),
+            operation: op,
+            amount_cents: amount,
+            payment_method: None,
+            payment_id: Some(payment_id.clone()),
+            pending: true,
+        };
+        let (next, stored) = store_attempt(tx, attempt, now_ms)?;
         if follow_up == FollowUp::Due {
             // A provider event settled it: nobody stored the follow-up to
             // send it, but a call that stored this attempt before may be
@@ -264,16 +287,23 @@ pub(super) fn settle(
                 None => make_due(tx, &next, now_ms)?,
             }
         }
-        Ok(Settled::Next(next))
+        Ok(Settled::Next(next, stored))
     };
-    let facts = match &order {
-        Some(o) => Some(OrderFacts {
-            state: o.state,
-            payment_state: o.payment_state,
-            hold_held: o.state == OrderState::Authorizing && hold_is_held(tx, &order_id)?,
-        }),
-        None => None,
+    // An order still `authorizing` has both flags read in one statement
+    // (the hold's and the cancel's); otherwise the cancel flag, when the
+    // decision needs it, apart.
+    let (hold_held, cancel_flag) = match &order {
+        Some(o) if o.state == OrderState::Authorizing => {
+            let (held, cancel) = authorizing_flags(tx, &order_id)?;
+            (held, Some(cancel))
+        }
+        _ => (false, None),
     };
+    let facts = order.as_ref().map(|o| OrderFacts {
+        state: o.state,
+        payment_state: o.payment_state,
+        hold_held,
+    });
     let attempted = Attempted {
         operation,
         outcome: if outcome == "succeeded" {
@@ -284,7 +314,11 @@ pub(super) fn settle(
             AttemptOutcome::Failed
         },
     };
-    let cancel = needs_cancel_flag(attempted, facts.as_ref()) && cancel_requested(tx, &order_id)?;
+    let cancel = needs_cancel_flag(attempted, facts.as_ref())
+        && match cancel_flag {
+            Some(cancel) => cancel,
+            None => cancel_requested(tx, &order_id)?,
+        };
     let settlement = decide(attempted, facts.as_ref(), cancel);
     // Applied in the settlement's order: the counters, the payment, the
     // hold, the order's moves (the key completed once it leaves
@@ -298,16 +332,32 @@ pub(super) fn settle(
         Some(Compensation::Refused(op)) => tally.compensation_refused(&order_id, op.as_str()),
         None => {}
     }
-    if let Some(state) = settlement.payment_to {
+    // The payment's change rides on the order's first move when it has
+    // one (one UPDATE of the row, not two; the hold's move in between
+    // touches other tables), alone otherwise.
+    let mut payment = settlement.payment_to.map(|state| {
         let id = matches!(state, PaymentState::Authorized | PaymentState::Captured)
             .then_some(payment_id.as_str());
-        order::set_payment(tx, &order_id, state, id, now_ms)?;
+        (state, id)
+    });
+    if settlement.order_to.is_empty() {
+        if let Some((state, id)) = payment.take() {
+            order::set_payment(tx, &order_id, state, id, now_ms)?;
+        }
     }
     if let Some(step) = settlement.hold {
         stock::move_hold(tx, &order_id, step, now_ms)?;
     }
+    let mut moved = None;
     for &(from, to) in &settlement.order_to {
-        advance(tx, &order_id, from, to, now_ms)?;
+        moved = Some(order::transition_paying(
+            tx,
+            &order_id,
+            from,
+            to,
+            payment.take(),
+            now_ms,
+        )?);
     }
     if settlement.completes_key() {
         complete_key_of(tx, &order_id, now_ms)?;
@@ -319,7 +369,7 @@ pub(super) fn settle(
             }
             follow(tx, op)
         }
-        None => Ok(Settled::Done),
+        None => Ok(Settled::Done(moved)),
     }
 }
 
@@ -487,8 +537,10 @@ pub(super) async fn drive_from(
                     let settled =
                         settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
                     let (followed, order) = match &settled {
-                        Settled::Next(next) => (load_attempt(tx, next)?, None),
-                        Settled::Done => (None, order::load(tx, &order_id)?),
+                        Settled::Next(_, Some(stored)) => (Some(stored.clone()), None),
+                        Settled::Next(next, None) => (load_attempt(tx, next)?, None),
+                        Settled::Done(Some(order)) => (None, Some(order.clone())),
+                        Settled::Done(None) => (None, order::load(tx, &order_id)?),
                         Settled::Before => (None, None),
                     };
                     Ok((settled, tally, followed, order))
@@ -501,14 +553,14 @@ pub(super) async fn drive_from(
             (Settled::Before, None, None)
         };
         next = match settled {
-            Settled::Next(key) => {
+            Settled::Next(key, _) => {
                 lookup_first = false;
                 match followed {
                     Some(attempt) => Start::Known(attempt),
                     None => Start::Stored(key),
                 }
             }
-            Settled::Done => return answered(order),
+            Settled::Done(_) => return answered(order),
             Settled::Before => {
                 // Someone else's follow-up may be waiting: adopt it (it may
                 // have been sent already, so ask the provider first).
