@@ -61,22 +61,23 @@ fn store_attempt(
     now_ms: UnixMs,
 ) -> Result<(String, Option<StoredAttempt>), StoreError> {
     let amount = i64::try_from(attempt.amount_cents).unwrap_or(i64::MAX);
-    let stored = tx.execute(
-        "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
+    let stored = tx
+        .execute(
+            "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
              payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
          VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
          ON CONFLICT (idempotency_key) DO NOTHING",
-        &[
-            &attempt.key,
-            &attempt.order_id,
-            &attempt.operation.as_str(),
-            &amount,
-            &attempt.payment_method,
-            &attempt.payment_id,
-            &now_ms,
-        ],
-    )
-    .map_err(pg_err)?;
+            &[
+                &attempt.key,
+                &attempt.order_id,
+                &attempt.operation.as_str(),
+                &amount,
+                &attempt.payment_method,
+                &attempt.payment_id,
+                &now_ms,
+            ],
+        )
+        .map_err(pg_err)?;
     Ok((attempt.key.clone(), (stored == 1).then_some(attempt)))
 }
 
