@@ -544,8 +544,9 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
         // then its order, events, attempt and hold in one statement, as
         // `checkout::claim_and_create` does. Nothing to undo when the
         // take finds no units (the order is created `rejected`), so no
-        // savepoint: three round trips fewer than the summed take's, for
-        // the order's statement run with the partition's row locked.
+        // savepoint: three round trips fewer than the summed take's, and
+        // the partition's row locked for two (that statement, `COMMIT`),
+        // not three (the holds, `RELEASE`, `COMMIT`).
         let claim = claim_of(*i);
         let part = stock::take(
             tx,

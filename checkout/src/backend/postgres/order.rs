@@ -142,17 +142,21 @@ pub(super) fn transition(
     to: OrderState,
     now_ms: UnixMs,
 ) -> Result<Order, StoreError> {
-    transition_paying(tx, order_id, from, to, None, now_ms)
+    transition_paying(tx, order_id, from, to, None, false, now_ms)
 }
 
 /// [`transition`], setting the payment's state (and its provider id,
-/// once known) in the same UPDATE, as [`set_payment`] would before it.
+/// once known) in the same UPDATE, as [`set_payment`] would before it,
+/// and with `complete_key`, completing the checkout's key once the order
+/// moved, in the same statement (as `settle::complete_key_of` would
+/// after it).
 pub(super) fn transition_paying(
     tx: &mut Tx<'_>,
     order_id: &str,
     from: OrderState,
     to: OrderState,
     payment: Option<(PaymentState, Option<&str>)>,
+    complete_key: bool,
     now_ms: UnixMs,
 ) -> Result<Order, StoreError> {
     if !transition_allowed(from, to) {
@@ -163,11 +167,15 @@ pub(super) fn transition_paying(
     let row = tx
         .query_opt(
             concat!(
-                "UPDATE orders SET state = $3, updated_at_ms = $4,
+                "WITH moved AS (UPDATE orders SET state = $3, updated_at_ms = $4,
                         payment_state = COALESCE($5, payment_state),
                         payment_id = COALESCE($6, payment_id)
-                 WHERE order_id = $1 AND state = $2 RETURNING ",
-                columns!()
+                  WHERE order_id = $1 AND state = $2 RETURNING ",
+                columns!(),
+                "), completed AS (UPDATE idempotency SET completed_at_ms = $4
+                  WHERE $7 AND order_id = $1 AND completed_at_ms IS NULL
+                    AND EXISTS (SELECT 1 FROM moved))
+                 SELECT * FROM moved"
             ),
             &[
                 &order_id,
@@ -176,6 +184,7 @@ pub(super) fn transition_paying(
                 &now_ms,
                 &payment_state,
                 &payment_id,
+                &complete_key,
             ],
         )
         .map_err(pg_err)?;

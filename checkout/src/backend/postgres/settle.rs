@@ -161,30 +161,6 @@ pub(super) fn complete_key_of(
     Ok(())
 }
 
-fn cancel_requested(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
-    Ok(tx
-        .query_opt(
-            "SELECT 1 FROM cancel_requests WHERE order_id = $1",
-            &[&order_id],
-        )
-        .map_err(pg_err)?
-        .is_some())
-}
-
-/// Whether the order's hold is still `held`, and whether a cancel was
-/// asked for it, in one statement (read after the order's row lock, so
-/// it sees what every earlier holder of the lock committed).
-fn authorizing_flags(tx: &mut Tx<'_>, order_id: &str) -> Result<(bool, bool), StoreError> {
-    let row = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'),
-                    EXISTS (SELECT 1 FROM cancel_requests WHERE order_id = $1)",
-            &[&order_id],
-        )
-        .map_err(pg_err)?;
-    Ok((row.get(0), row.get(1)))
-}
-
 /// What settling an attempt left to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Settled {
@@ -236,7 +212,10 @@ pub(super) fn settle(
             (order_id, order)
         }
     };
-    // `was`: the row before this statement (its lease, see below).
+    // `was`: the row before this statement (its lease, see below). The
+    // order's hold and cancel flags come with it: read by a statement
+    // after the order's row lock, they see what every earlier holder of
+    // the lock committed.
     let Some(row) = tx
         .query_opt(
             "UPDATE payment_attempts a SET outcome = $2,
@@ -245,7 +224,10 @@ pub(super) fn settle(
              WHERE a.idempotency_key = $1 AND a.outcome = 'pending'
                AND was.idempotency_key = a.idempotency_key
              RETURNING a.operation, a.payment_id, a.amount_cents, was.updated_at_ms,
-                       a.created_at_ms",
+                       a.created_at_ms,
+                       EXISTS (SELECT 1 FROM reservations r
+                                WHERE r.order_id = a.order_id AND r.state = 'held'),
+                       EXISTS (SELECT 1 FROM cancel_requests c WHERE c.order_id = a.order_id)",
             &[&key, &outcome, &answered_id, &now_ms],
         )
         .map_err(pg_err)?
@@ -290,16 +272,8 @@ pub(super) fn settle(
         }
         Ok(Settled::Next(next, stored))
     };
-    // An order still `authorizing` has both flags read in one statement
-    // (the hold's and the cancel's); otherwise the cancel flag, when the
-    // decision needs it, apart.
-    let (hold_held, cancel_flag) = match &order {
-        Some(o) if o.state == OrderState::Authorizing => {
-            let (held, cancel) = authorizing_flags(tx, &order_id)?;
-            (held, Some(cancel))
-        }
-        _ => (false, None),
-    };
+    let (held, cancel_asked): (bool, bool) = (row.get(5), row.get(6));
+    let hold_held = held && order.as_ref().map(|o| o.state) == Some(OrderState::Authorizing);
     let facts = order.as_ref().map(|o| OrderFacts {
         state: o.state,
         payment_state: o.payment_state,
@@ -315,11 +289,7 @@ pub(super) fn settle(
             AttemptOutcome::Failed
         },
     };
-    let cancel = needs_cancel_flag(attempted, facts.as_ref())
-        && match cancel_flag {
-            Some(cancel) => cancel,
-            None => cancel_requested(tx, &order_id)?,
-        };
+    let cancel = needs_cancel_flag(attempted, facts.as_ref()) && cancel_asked;
     let settlement = decide(attempted, facts.as_ref(), cancel);
     // Applied in the settlement's order: the counters, the payment, the
     // hold, the order's moves (the key completed once it leaves
@@ -349,18 +319,23 @@ pub(super) fn settle(
     if let Some(step) = settlement.hold {
         stock::move_hold(tx, &order_id, step, now_ms)?;
     }
+    // The key is completed by the order's last move's statement, or
+    // apart when the order does not move.
     let mut moved = None;
-    for &(from, to) in &settlement.order_to {
+    let moves = settlement.order_to.len();
+    for (n, &(from, to)) in settlement.order_to.iter().enumerate() {
+        let complete_key = settlement.completes_key() && n + 1 == moves;
         moved = Some(order::transition_paying(
             tx,
             &order_id,
             from,
             to,
             payment.take(),
+            complete_key,
             now_ms,
         )?);
     }
-    if settlement.completes_key() {
+    if settlement.completes_key() && moves == 0 {
         complete_key_of(tx, &order_id, now_ms)?;
     }
     match settlement.follow_up {
