@@ -233,7 +233,7 @@ fn each_connection_prepares_a_statement_once_and_then_only_binds_it() {
 
 /// Round trips per confirmed checkout, one at a time on one partition,
 /// warm connections (docs/orders.md).
-const ROUND_TRIPS_MAX: usize = 26;
+const ROUND_TRIPS_MAX: usize = 25;
 
 /// A migration that changes what cached statements return (here a column
 /// of `orders` from `text` to `varchar`) makes the server refuse their old

@@ -153,9 +153,10 @@ pub(super) fn claim_and_create(tx: &mut Tx<'_>, c: &Claim) -> Result<Begun, Chec
 }
 
 /// Step 1's claims for a whole batch, a few statements for all of them:
-/// the products' terms (once per SKU); every key with the id of the order
-/// it is for (one `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING
-/// RETURNING`: the rows returned are the keys this batch claimed; the key
+/// the products' terms (once per SKU) and every key of a known SKU with
+/// the id of the order it is for, in one statement (an `INSERT … SELECT
+/// FROM unnest … ON CONFLICT DO NOTHING RETURNING` beside the terms'
+/// `SELECT`: the keys returned are the ones this batch claimed; the key
 /// row's foreign key to its order is checked at the commit, by which
 /// time the order exists); the per-subject advisory locks of every
 /// subject still in play (one statement, subjects in ascending order, so
@@ -181,30 +182,13 @@ pub(super) fn claim_all(
 ) -> Result<Vec<Result<Claimed, CheckoutError>>, StoreError> {
     let mut answers: Vec<Option<Result<Claimed, CheckoutError>>> =
         claims.iter().map(|_| None).collect();
-    // The products' terms, once per SKU.
+    // The claims in subject order: the order the key rows and the
+    // subjects' locks are taken in.
+    let mut live: Vec<usize> = (0..claims.len()).collect();
+    live.sort_by(|&a, &b| claims[a].subject.cmp(&claims[b].subject));
     let mut skus: Vec<&str> = claims.iter().map(|c| c.request.sku.as_str()).collect();
     skus.sort_unstable();
     skus.dedup();
-    let terms: HashMap<String, (i64, i64)> = tx
-        .query(
-            "SELECT sku, price_cents, reservation_ttl_ms FROM products WHERE sku = ANY($1)",
-            &[&skus],
-        )
-        .map_err(pg_err)?
-        .iter()
-        .map(|row| (row.get(0), (row.get(1), row.get(2))))
-        .collect();
-    // The claims of known SKUs, in subject order: the order the key rows
-    // and the subjects' locks are taken in.
-    let mut live: Vec<usize> = Vec::with_capacity(claims.len());
-    for (i, c) in claims.iter().enumerate() {
-        if terms.contains_key(&c.request.sku) {
-            live.push(i);
-        } else {
-            answers[i] = Some(Err(StoreError::UnknownSku(c.request.sku.clone()).into()));
-        }
-    }
-    live.sort_by(|&a, &b| claims[a].subject.cmp(&claims[b].subject));
     let hashes: Vec<String> = claims.iter().map(|c| c.request.hash()).collect();
     let order_ids: Vec<String> = claims
         .iter()
@@ -215,21 +199,61 @@ pub(super) fn claim_all(
     let live_hashes: Vec<&str> = live.iter().map(|&i| hashes[i].as_str()).collect();
     let live_ids: Vec<&str> = live.iter().map(|&i| order_ids[i].as_str()).collect();
     let times: Vec<i64> = live.iter().map(|&i| claims[i].now_ms).collect();
-    let claimed: HashSet<(String, String)> = tx
-        .query(
-            "INSERT INTO idempotency (subject, key, request_hash, order_id, created_at_ms,
-                 locked_at_ms)
-             SELECT s, k, h, o, t, t
-               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-                 AS u(s, k, h, o, t)
-             ON CONFLICT (subject, key) DO NOTHING
-             RETURNING subject, key",
-            &[&subjects, &keys, &live_hashes, &live_ids, &times],
-        )
-        .map_err(pg_err)?
+    let live_skus: Vec<&str> = live
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|&i| claims[i].request.sku.as_str())
         .collect();
+    // The products' terms (once per SKU) and every key of a known SKU
+    // with the id of the order it is for, in ONE statement: the rows
+    // tagged `true` are the terms, the others the keys this batch claimed.
+    // The known SKUs are an array computed once (an init plan), so the
+    // keys are inserted in the arrays' order, `ORDER BY n` says so.
+    let mut terms: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut claimed: HashSet<(String, String)> = HashSet::new();
+    let rows = tx
+        .query(
+            "WITH terms AS MATERIALIZED (
+                 SELECT sku, price_cents, reservation_ttl_ms FROM products WHERE sku = ANY($1)),
+             claimed AS (
+                 INSERT INTO idempotency (subject, key, request_hash, order_id, created_at_ms,
+                     locked_at_ms)
+                 SELECT s, k, h, o, t, t
+                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                          $7::text[]) WITH ORDINALITY AS u(s, k, h, o, t, sku, n)
+                  WHERE u.sku = ANY (ARRAY(SELECT sku FROM terms))
+                  ORDER BY n
+                 ON CONFLICT (subject, key) DO NOTHING
+                 RETURNING subject, key)
+             SELECT true, sku, NULL::text, price_cents, reservation_ttl_ms FROM terms
+             UNION ALL
+             SELECT false, subject, key, NULL::bigint, NULL::bigint FROM claimed",
+            &[
+                &skus,
+                &subjects,
+                &keys,
+                &live_hashes,
+                &live_ids,
+                &times,
+                &live_skus,
+            ],
+        )
+        .map_err(pg_err)?;
+    for row in &rows {
+        if row.get::<_, bool>(0) {
+            terms.insert(row.get(1), (row.get(3), row.get(4)));
+        } else {
+            claimed.insert((row.get(1), row.get(2)));
+        }
+    }
+    // A claim of an unknown SKU is refused; nothing of it was written.
+    live.retain(|&i| {
+        let c = claims[i];
+        let known = terms.contains_key(&c.request.sku);
+        if !known {
+            answers[i] = Some(Err(StoreError::UnknownSku(c.request.sku.clone()).into()));
+        }
+        known
+    });
     let is_claimed = |i: usize| {
         let c = claims[i];
         claimed.contains(&(c.subject.clone(), c.key.as_str().to_owned()))
