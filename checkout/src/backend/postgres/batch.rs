@@ -18,12 +18,17 @@
 //! 3. when no partition has the sum (or it went since the read), that is
 //!    rolled back and each checkout takes its own units in arrival order
 //!    (`stock::take`), so exactly the units left are sold, then the
-//!    orders and holds are written.
+//!    orders and holds are written (one statement: `create_all` with
+//!    `taken`).
 //!
 //! A batch holds one checkout per subject (a second waits for the next
 //! batch), so the claims' purchase-limit counts are exact.
 //! Other writes (`Run`: a provider's answer settled) each run in a
-//! SAVEPOINT of their own, one that fails rolled back alone. A batch the
+//! SAVEPOINT of their own, one that fails rolled back alone; a job alone
+//! in its batch runs in the transaction itself, rolled back when it
+//! fails. A batch with one checkout ready to create takes its units
+//! first and creates after (as `checkout::claim_and_create`: nothing to
+//! undo when none are left, so no savepoint). A batch the
 //! server aborts as a deadlock victim, or one that met a stale cached
 //! statement, is run again from the start (counted apart:
 //! [`BatchStats::deadlock_reruns`], [`BatchStats::stale_reruns`]; what a
@@ -214,8 +219,9 @@ impl Batcher {
         answer.recv().unwrap_or_else(|_| Err(stopped().into()))
     }
 
-    /// `f` in the next batch, in a SAVEPOINT of its own; blocks until its
-    /// batch committed. `f` may run more than once (a batch run again).
+    /// `f` in the next batch, in a SAVEPOINT of its own (alone in its
+    /// batch: in the transaction itself); blocks until its batch
+    /// committed (or, `f` failing alone, rolled back). `f` may run more than once (a batch run again).
     pub(super) fn run<T: Send + 'static>(
         &self,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -385,11 +391,26 @@ fn execute(batch: Vec<Job>, shared: &Shared) {
         let attempt = (|| {
             let mut tx = client.transaction().map_err(pg_err)?;
             let ran = in_batch(&mut tx, &mut batch)?;
-            tx.commit().map_err(pg_err)?;
+            if ran.roll_back {
+                tx.rollback().map_err(pg_err)?;
+            } else {
+                tx.commit().map_err(pg_err)?;
+            }
             Ok::<_, StoreError>(ran)
         })();
         match attempt {
-            Ok(Ran { answers, summed }) => {
+            Ok(Ran {
+                answers,
+                roll_back: true,
+                ..
+            }) => {
+                // A lone job that failed: nothing was written.
+                drop(client);
+                return deliver(batch, answers);
+            }
+            Ok(Ran {
+                answers, summed, ..
+            }) => {
                 shared.durable_writes.fetch_add(1, Ordering::Relaxed);
                 Metrics::inc(&shared.metrics.batches_committed);
                 // Counted once committed: a batch run again counts once.
@@ -437,6 +458,9 @@ struct Summed {
 struct Ran {
     answers: Vec<Answer>,
     summed: Summed,
+    /// The batch's one job, run without a savepoint, failed: the
+    /// transaction is rolled back, not committed.
+    roll_back: bool,
 }
 
 /// Runs the batch's jobs in `tx`: the `Run` jobs, then the checkouts'
@@ -449,7 +473,16 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
     tx.defer_hold_moves();
     let ran = run_jobs(tx, batch, &mut answers);
     let moves = tx.take_deferred();
-    ran?;
+    if ran? == Jobs::Failed {
+        return Ok(Ran {
+            answers: answers
+                .into_iter()
+                .map(|a| a.expect("the lone job answered"))
+                .collect(),
+            summed: Summed::default(),
+            roll_back: true,
+        });
+    }
     stock::apply_put_off(tx, moves)?;
     // Phase 1: every claim at once (`checkout::claim_all`: a few
     // statements for the batch, keys and subject locks taken in subject
@@ -500,8 +533,31 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
             .map(|a| a.expect("every job answered"))
             .collect(),
         summed,
+        roll_back: false,
     };
     if ready.is_empty() {
+        return Ok(finish(answers, Summed::default()));
+    }
+    if let [(i, terms)] = ready.as_slice() {
+        // One checkout to create: its units taken first (`stock::take`,
+        // which waits for a busy partition or spreads over free ones),
+        // then its order, events, attempt and hold in one statement, as
+        // `checkout::claim_and_create` does. Nothing to undo when the
+        // take finds no units (the order is created `rejected`), so no
+        // savepoint: three round trips fewer than the summed take's, and
+        // the partition's row locked for two (that statement, `COMMIT`),
+        // not three (the holds, `RELEASE`, `COMMIT`).
+        let claim = claim_of(*i);
+        let part = stock::take(
+            tx,
+            &claim.request.sku,
+            units(0),
+            &terms.order_id,
+            claim.now_ms,
+        )?;
+        let (begun, _) = checkout::create_all(tx, vec![(claim, terms.clone(), part)], true)?;
+        let begun = begun.into_iter().next().expect("one order per claim");
+        answers[*i] = Some(Answer::Checkout(Ok(begun)));
         return Ok(finish(answers, Summed::default()));
     }
     // Phases 2 and 3, the usual way round: the orders, events, keys and
@@ -523,7 +579,7 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
             .iter()
             .map(|(i, terms)| (claim_of(*i), terms.clone(), Some(0)))
             .collect();
-        let (begun, mut holds) = checkout::create_all(&mut sp, jobs)?;
+        let (begun, mut holds) = checkout::create_all(&mut sp, jobs, false)?;
         let mut taken = true;
         let mut summed = Summed::default();
         for ((&(sku, sum), of_sku), seen) in demand.iter().zip(by_sku.values()).zip(&seen) {
@@ -572,21 +628,46 @@ fn in_batch(tx: &mut Tx<'_>, batch: &mut [Job]) -> Result<Ran, StoreError> {
         .zip(parts)
         .map(|((i, terms), part)| (claim_of(*i), terms.clone(), part))
         .collect();
-    let (begun, holds) = checkout::create_all(tx, jobs)?;
-    checkout::insert_holds(tx, &holds)?;
+    let (begun, _) = checkout::create_all(tx, jobs, true)?;
     for ((i, _), b) in ready.iter().zip(begun) {
         answers[*i] = Some(Answer::Checkout(Ok(b)));
     }
     Ok(finish(answers, Summed::default()))
 }
 
+/// How a batch's `Run` jobs went.
+#[derive(Debug, PartialEq, Eq)]
+enum Jobs {
+    /// Each answered; what succeeded is to be committed.
+    Ran,
+    /// The batch's one job failed, run without a savepoint: the
+    /// transaction is to be rolled back.
+    Failed,
+}
+
 /// The batch's `Run` jobs, each in a SAVEPOINT of its own (its put-off
-/// hold moves forgotten with it when it is rolled back).
+/// hold moves forgotten with it when it is rolled back), unless it is the
+/// batch's only job: then in the transaction itself (two round trips
+/// fewer), whose rollback undoes it when it fails ([`Jobs::Failed`]).
 fn run_jobs(
     tx: &mut Tx<'_>,
     batch: &mut [Job],
     answers: &mut [Option<Answer>],
-) -> Result<(), StoreError> {
+) -> Result<Jobs, StoreError> {
+    if let [Job::Run { f, .. }] = batch {
+        return Ok(match f(tx) {
+            Ok(value) => {
+                answers[0] = Some(Answer::Run(Ok(value)));
+                Jobs::Ran
+            }
+            // The batch's, run again as a deadlock victim (see below).
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                answers[0] = Some(Answer::Run(Err(e)));
+                Jobs::Failed
+            }
+        });
+    }
     for (i, job) in batch.iter_mut().enumerate() {
         let Job::Run { f, .. } = job else {
             continue;
@@ -610,7 +691,7 @@ fn run_jobs(
             }
         }));
     }
-    Ok(())
+    Ok(Jobs::Ran)
 }
 
 fn deliver(batch: Vec<Job>, answers: Vec<Answer>) {

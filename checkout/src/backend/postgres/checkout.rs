@@ -148,15 +148,15 @@ pub(super) fn claim_and_create(tx: &mut Tx<'_>, c: &Claim) -> Result<Begun, Chec
     };
     let units = i64::from(c.request.quantity);
     let part = stock::take(tx, &c.request.sku, units, &terms.order_id, c.now_ms)?;
-    let (begun, holds) = create_all(tx, vec![(c, terms, part)])?;
-    insert_holds(tx, &holds)?;
+    let (begun, _) = create_all(tx, vec![(c, terms, part)], true)?;
     Ok(begun.into_iter().next().expect("one order per claim"))
 }
 
 /// Step 1's claims for a whole batch, a few statements for all of them:
-/// the products' terms (once per SKU); every key with the id of the order
-/// it is for (one `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING
-/// RETURNING`: the rows returned are the keys this batch claimed; the key
+/// the products' terms (once per SKU) and every key of a known SKU with
+/// the id of the order it is for, in one statement (an `INSERT … SELECT
+/// FROM unnest … ON CONFLICT DO NOTHING RETURNING` beside the terms'
+/// `SELECT`: the keys returned are the ones this batch claimed; the key
 /// row's foreign key to its order is checked at the commit, by which
 /// time the order exists); the per-subject advisory locks of every
 /// subject still in play (one statement, subjects in ascending order, so
@@ -182,30 +182,13 @@ pub(super) fn claim_all(
 ) -> Result<Vec<Result<Claimed, CheckoutError>>, StoreError> {
     let mut answers: Vec<Option<Result<Claimed, CheckoutError>>> =
         claims.iter().map(|_| None).collect();
-    // The products' terms, once per SKU.
+    // The claims in subject order: the order the key rows and the
+    // subjects' locks are taken in.
+    let mut live: Vec<usize> = (0..claims.len()).collect();
+    live.sort_by(|&a, &b| claims[a].subject.cmp(&claims[b].subject));
     let mut skus: Vec<&str> = claims.iter().map(|c| c.request.sku.as_str()).collect();
     skus.sort_unstable();
     skus.dedup();
-    let terms: HashMap<String, (i64, i64)> = tx
-        .query(
-            "SELECT sku, price_cents, reservation_ttl_ms FROM products WHERE sku = ANY($1)",
-            &[&skus],
-        )
-        .map_err(pg_err)?
-        .iter()
-        .map(|row| (row.get(0), (row.get(1), row.get(2))))
-        .collect();
-    // The claims of known SKUs, in subject order: the order the key rows
-    // and the subjects' locks are taken in.
-    let mut live: Vec<usize> = Vec::with_capacity(claims.len());
-    for (i, c) in claims.iter().enumerate() {
-        if terms.contains_key(&c.request.sku) {
-            live.push(i);
-        } else {
-            answers[i] = Some(Err(StoreError::UnknownSku(c.request.sku.clone()).into()));
-        }
-    }
-    live.sort_by(|&a, &b| claims[a].subject.cmp(&claims[b].subject));
     let hashes: Vec<String> = claims.iter().map(|c| c.request.hash()).collect();
     let order_ids: Vec<String> = claims
         .iter()
@@ -216,21 +199,61 @@ pub(super) fn claim_all(
     let live_hashes: Vec<&str> = live.iter().map(|&i| hashes[i].as_str()).collect();
     let live_ids: Vec<&str> = live.iter().map(|&i| order_ids[i].as_str()).collect();
     let times: Vec<i64> = live.iter().map(|&i| claims[i].now_ms).collect();
-    let claimed: HashSet<(String, String)> = tx
-        .query(
-            "INSERT INTO idempotency (subject, key, request_hash, order_id, created_at_ms,
-                 locked_at_ms)
-             SELECT s, k, h, o, t, t
-               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-                 AS u(s, k, h, o, t)
-             ON CONFLICT (subject, key) DO NOTHING
-             RETURNING subject, key",
-            &[&subjects, &keys, &live_hashes, &live_ids, &times],
-        )
-        .map_err(pg_err)?
+    let live_skus: Vec<&str> = live
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|&i| claims[i].request.sku.as_str())
         .collect();
+    // The products' terms (once per SKU) and every key of a known SKU
+    // with the id of the order it is for, in ONE statement: the rows
+    // tagged `true` are the terms, the others the keys this batch claimed.
+    // The known SKUs are an array computed once (an init plan), so the
+    // keys are inserted in the arrays' order, `ORDER BY n` says so.
+    let mut terms: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut claimed: HashSet<(String, String)> = HashSet::new();
+    let rows = tx
+        .query(
+            "WITH terms AS MATERIALIZED (
+                 SELECT sku, price_cents, reservation_ttl_ms FROM products WHERE sku = ANY($1)),
+             claimed AS (
+                 INSERT INTO idempotency (subject, key, request_hash, order_id, created_at_ms,
+                     locked_at_ms)
+                 SELECT s, k, h, o, t, t
+                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                          $7::text[]) WITH ORDINALITY AS u(s, k, h, o, t, sku, n)
+                  WHERE u.sku = ANY (ARRAY(SELECT sku FROM terms))
+                  ORDER BY n
+                 ON CONFLICT (subject, key) DO NOTHING
+                 RETURNING subject, key)
+             SELECT true, sku, NULL::text, price_cents, reservation_ttl_ms FROM terms
+             UNION ALL
+             SELECT false, subject, key, NULL::bigint, NULL::bigint FROM claimed",
+            &[
+                &skus,
+                &subjects,
+                &keys,
+                &live_hashes,
+                &live_ids,
+                &times,
+                &live_skus,
+            ],
+        )
+        .map_err(pg_err)?;
+    for row in &rows {
+        if row.get::<_, bool>(0) {
+            terms.insert(row.get(1), (row.get(3), row.get(4)));
+        } else {
+            claimed.insert((row.get(1), row.get(2)));
+        }
+    }
+    // A claim of an unknown SKU is refused; nothing of it was written.
+    live.retain(|&i| {
+        let c = claims[i];
+        let known = terms.contains_key(&c.request.sku);
+        if !known {
+            answers[i] = Some(Err(StoreError::UnknownSku(c.request.sku.clone()).into()));
+        }
+        known
+    });
     let is_claimed = |i: usize| {
         let c = claims[i];
         claimed.contains(&(c.subject.clone(), c.key.as_str().to_owned()))
@@ -399,11 +422,14 @@ fn creation(c: &Claim, terms: Terms, part: Option<i32>) -> Result<Creation, Stor
 /// the authorize attempts (and, sold out on a full checkout, the key's
 /// completion, one statement each). Answers in `jobs`' order,
 /// with the holds to write ([`insert_holds`], once their units are
-/// taken). An `Err` is the batch's: the batch then runs one job per
-/// transaction.
+/// taken), or, with `taken` (the units were taken before: each job's
+/// partition is where they came from), with the holds written in the
+/// same statement and none left to write. An `Err` is the batch's: the
+/// batch then runs one job per transaction.
 pub(super) fn create_all(
     tx: &mut Tx<'_>,
     jobs: Vec<(&Claim, Terms, Option<i32>)>,
+    taken: bool,
 ) -> Result<(Vec<Begun>, Vec<Hold>), StoreError> {
     let mut made = Vec::with_capacity(jobs.len());
     for (c, terms, part) in &jobs {
@@ -447,8 +473,29 @@ pub(super) fn create_all(
         .map(|m| m.order.payment_method.as_str())
         .collect();
     let attempt_at: Vec<i64> = paying.iter().map(|m| m.order.updated_at_ms).collect();
-    // Orders, events and authorize attempts in ONE statement (one round
-    // trip): none of the three tables refers to another (the outbox names
+    let holds: Vec<Hold> = made
+        .iter()
+        .zip(&jobs)
+        .filter_map(|(m, (c, ..))| {
+            m.part.map(|part| Hold {
+                order_id: m.order.order_id.clone(),
+                sku: m.order.sku.clone(),
+                part,
+                units: i64::from(m.order.quantity),
+                created_at_ms: c.now_ms,
+                expires_at_ms: m.expires_at_ms,
+            })
+        })
+        .collect();
+    let now: &[Hold] = if taken { &holds } else { &[] };
+    let hold_ids: Vec<&str> = now.iter().map(|h| h.order_id.as_str()).collect();
+    let hold_skus: Vec<&str> = now.iter().map(|h| h.sku.as_str()).collect();
+    let hold_parts: Vec<i32> = now.iter().map(|h| h.part).collect();
+    let hold_units: Vec<i64> = now.iter().map(|h| h.units).collect();
+    let hold_created: Vec<i64> = now.iter().map(|h| h.created_at_ms).collect();
+    let hold_expires: Vec<i64> = now.iter().map(|h| h.expires_at_ms).collect();
+    // Orders, events, authorize attempts (and the holds, when `taken`) in
+    // ONE statement (one round trip): none of the three tables refers to another (the outbox names
     // its order by id only; attempts lost their foreign key in migration
     // 3), so the order the data-modifying parts run in does not matter.
     tx.execute(
@@ -461,7 +508,12 @@ pub(super) fn create_all(
              new_events AS (INSERT INTO outbox (event_id, order_id, event_type, payload,
                  created_at_ms)
                SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[],
-                 $17::bigint[]))
+                 $17::bigint[])),
+             new_holds AS (INSERT INTO reservations (order_id, sku, part, quantity, state,
+                 created_at_ms, expires_at_ms)
+               SELECT o, s, p, q, 'held', c, e
+                 FROM unnest($23::text[], $24::text[], $25::int[], $26::bigint[], $27::bigint[],
+                   $28::bigint[]) AS u(o, s, p, q, c, e))
              INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
                  payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
              SELECT k, o, 'authorize', a, m, NULL, 'pending', t, t
@@ -492,23 +544,16 @@ pub(super) fn create_all(
             &attempt_amounts,
             &attempt_methods,
             &attempt_at,
+            &hold_ids,
+            &hold_skus,
+            &hold_parts,
+            &hold_units,
+            &hold_created,
+            &hold_expires,
         ],
     )
     .map_err(pg_err)?;
-    let holds: Vec<Hold> = made
-        .iter()
-        .zip(&jobs)
-        .filter_map(|(m, (c, ..))| {
-            m.part.map(|part| Hold {
-                order_id: m.order.order_id.clone(),
-                sku: m.order.sku.clone(),
-                part,
-                units: i64::from(m.order.quantity),
-                created_at_ms: c.now_ms,
-                expires_at_ms: m.expires_at_ms,
-            })
-        })
-        .collect();
+    let holds = if taken { Vec::new() } else { holds };
     // The keys already name their orders (`claim_all`); a full checkout
     // sold out completes its key (rare: one statement each).
     for (m, (c, ..)) in made.iter().zip(&jobs) {
@@ -574,7 +619,10 @@ pub(super) fn insert_holds(tx: &mut Tx<'_>, holds: &[Hold]) -> Result<(), StoreE
 }
 
 /// Steps 2 and 3: the authorization, then the capture (or what their
-/// answers decide instead), each answer settled in one transaction.
+/// answers decide instead), each answer settled in one transaction. The
+/// authorize attempt is the one step 1 stored with the order (not read
+/// back), and the order returned is the one the last answer's
+/// transaction left (read in it), unless an answer stayed ambiguous.
 async fn pay(
     backend: &PgBackend,
     steps: &dyn Blocking,
@@ -582,13 +630,37 @@ async fn pay(
     now_ms: UnixMs,
 ) -> Result<Order, CheckoutError> {
     let id = order.order_id.clone();
-    let auth_key = attempt_key(&id, Operation::Authorize);
-    if !settle::drive_on(backend, steps, auth_key, false, now_ms).await? {
+    let drove = settle::drive_from(
+        backend,
+        steps,
+        settle::Start::Known(authorize_attempt(&order)),
+        false,
+        now_ms,
+    )
+    .await?;
+    if !drove.answered {
         tracing::debug!(order = %id, "payment answer ambiguous; left to the payments reconciler");
+    }
+    if let Some(order) = drove.order {
+        return Ok(order);
     }
     let b = backend.clone();
     Ok(step(steps, move || {
         b.read_answer(|client| order::load_existing(client, &id))
     })
     .await??)
+}
+
+/// The authorize attempt [`create_all`] stored for `order` (a full
+/// checkout's, moved to `authorizing`), as the drive sends it.
+fn authorize_attempt(order: &Order) -> settle::StoredAttempt {
+    settle::StoredAttempt {
+        key: attempt_key(&order.order_id, Operation::Authorize),
+        order_id: order.order_id.clone(),
+        operation: Operation::Authorize,
+        amount_cents: order.amount_cents,
+        payment_method: Some(order.payment_method.clone()),
+        payment_id: None,
+        pending: true,
+    }
 }

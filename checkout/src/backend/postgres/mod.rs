@@ -45,14 +45,22 @@
 //!   passes split the work instead of repeating it, and the leased
 //!   rebalance of partitions whose free units sit badly.
 //!
-//! The store steps are sync on purpose: the gateway runs them on its
-//! bounded blocking pool. The provider seam is async (`PaymentProvider`):
+//! The store steps are sync: the gateway runs them on its bounded
+//! blocking pool (step 1 and the provider answers through the batch
+//! threads, `batch`). The provider seam is async (`PaymentProvider`):
 //! a checkout or a cancel ([`OrderBackend::checkout_on`],
 //! [`OrderBackend::cancel_on`]) hands its store steps to the caller's
 //! blocking threads one by one and awaits its provider calls in between,
-//! with no transaction open across them. The `postgres` crate is the sync
-//! face of `tokio-postgres`, pooled by `r2d2` (whose pooled connection
-//! carries its statement cache, `conn`).
+//! with no transaction open across them. A confirmed checkout takes
+//! three pooled connections (step 1's batch, each answer's batch) and
+//! reads nothing on one of its own between them: each transaction reads
+//! what the next step needs (`settle::drive_from`). The `postgres` crate
+//! is the sync face of `tokio-postgres`, pooled by `r2d2` (whose pooled
+//! connection carries its statement cache, `conn`). Not built yet (issue
+//! 29 point 3): the checkout's hot path on the async driver
+//! (`tokio-postgres`, pipelining, a pool such as `deadpool-postgres`);
+//! the hot path and the background passes (reconcilers, outbox relay,
+//! retention, books) all run on the sync pools.
 
 mod audit;
 mod batch;

@@ -81,6 +81,27 @@ pub(super) fn load_for_update(
     .transpose()
 }
 
+/// The order the payment attempt `key` is for, its row locked until the
+/// transaction ends, in one statement (an attempt's order never changes;
+/// the lock's wait re-reads the order row as its last holder left it).
+/// `None` when there is no such attempt or no such order.
+pub(super) fn load_for_update_by_attempt(
+    tx: &mut Tx<'_>,
+    key: &str,
+) -> Result<Option<Order>, StoreError> {
+    tx.query_opt(
+        "SELECT o.order_id, o.subject, o.sku, o.quantity, o.payment_method, o.amount_cents,
+                o.state, o.payment_state, o.payment_id, o.created_at_ms, o.updated_at_ms,
+                o.reservation_expires_at_ms
+           FROM payment_attempts a JOIN orders o ON o.order_id = a.order_id
+          WHERE a.idempotency_key = $1 FOR UPDATE OF o",
+        &[&key],
+    )
+    .map_err(pg_err)?
+    .map(|row| from_row(&row))
+    .transpose()
+}
+
 pub(super) fn load_existing(client: &mut impl Db, order_id: &str) -> Result<Order, StoreError> {
     load(client, order_id)?.ok_or_else(|| StoreError::UnknownOrder(order_id.to_owned()))
 }
@@ -121,17 +142,50 @@ pub(super) fn transition(
     to: OrderState,
     now_ms: UnixMs,
 ) -> Result<Order, StoreError> {
+    transition_paying(tx, order_id, from, to, None, false, now_ms)
+}
+
+/// [`transition`], setting the payment's state (and its provider id,
+/// once known) in the same UPDATE, as [`set_payment`] would before it,
+/// and with `complete_key`, completing the checkout's key once the order
+/// moved, in the same statement (as `settle::complete_key_of` would
+/// after it).
+pub(super) fn transition_paying(
+    tx: &mut Tx<'_>,
+    order_id: &str,
+    from: OrderState,
+    to: OrderState,
+    payment: Option<(PaymentState, Option<&str>)>,
+    complete_key: bool,
+    now_ms: UnixMs,
+) -> Result<Order, StoreError> {
     if !transition_allowed(from, to) {
         return Err(StoreError::IllegalTransition { from, to });
     }
+    let payment_state = payment.map(|(state, _)| state.as_str());
+    let payment_id = payment.and_then(|(_, id)| id);
     let row = tx
         .query_opt(
             concat!(
-                "UPDATE orders SET state = $3, updated_at_ms = $4
-                 WHERE order_id = $1 AND state = $2 RETURNING ",
-                columns!()
+                "WITH moved AS (UPDATE orders SET state = $3, updated_at_ms = $4,
+                        payment_state = COALESCE($5, payment_state),
+                        payment_id = COALESCE($6, payment_id)
+                  WHERE order_id = $1 AND state = $2 RETURNING ",
+                columns!(),
+                "), completed AS (UPDATE idempotency SET completed_at_ms = $4
+                  WHERE $7 AND order_id = $1 AND completed_at_ms IS NULL
+                    AND EXISTS (SELECT 1 FROM moved))
+                 SELECT * FROM moved"
             ),
-            &[&order_id, &from.as_str(), &to.as_str(), &now_ms],
+            &[
+                &order_id,
+                &from.as_str(),
+                &to.as_str(),
+                &now_ms,
+                &payment_state,
+                &payment_id,
+                &complete_key,
+            ],
         )
         .map_err(pg_err)?;
     let Some(row) = row else {

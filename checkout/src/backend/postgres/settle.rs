@@ -40,25 +40,45 @@ pub(super) fn insert_attempt(
     payment_id: Option<&str>,
     now_ms: UnixMs,
 ) -> Result<String, StoreError> {
-    let key = attempt_key(order_id, operation);
-    let amount = i64::try_from(amount_cents).unwrap_or(i64::MAX);
-    tx.execute(
-        "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
+    let attempt = StoredAttempt {
+        key: attempt_key(order_id, operation),
+        order_id: order_id.to_owned(),
+        operation,
+        amount_cents,
+        payment_method: payment_method.map(str::to_owned),
+        payment_id: payment_id.map(str::to_owned),
+        pending: true,
+    };
+    store_attempt(tx, attempt, now_ms).map(|(key, _)| key)
+}
+
+/// [`insert_attempt`] of `attempt` (pending): its key, and the attempt
+/// as stored when this call stored it (`None`: one was already stored
+/// under the key, maybe settled since).
+fn store_attempt(
+    tx: &mut Tx<'_>,
+    attempt: StoredAttempt,
+    now_ms: UnixMs,
+) -> Result<(String, Option<StoredAttempt>), StoreError> {
+    let amount = i64::try_from(attempt.amount_cents).unwrap_or(i64::MAX);
+    let stored = tx
+        .execute(
+            "INSERT INTO payment_attempts (idempotency_key, order_id, operation, amount_cents,
              payment_method, payment_id, outcome, created_at_ms, updated_at_ms)
          VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
          ON CONFLICT (idempotency_key) DO NOTHING",
-        &[
-            &key,
-            &order_id,
-            &operation.as_str(),
-            &amount,
-            &payment_method,
-            &payment_id,
-            &now_ms,
-        ],
-    )
-    .map_err(pg_err)?;
-    Ok(key)
+            &[
+                &attempt.key,
+                &attempt.order_id,
+                &attempt.operation.as_str(),
+                &amount,
+                &attempt.payment_method,
+                &attempt.payment_id,
+                &now_ms,
+            ],
+        )
+        .map_err(pg_err)?;
+    Ok((attempt.key.clone(), (stored == 1).then_some(attempt)))
 }
 
 /// Makes a stored, still pending attempt due for the payments
@@ -83,7 +103,7 @@ fn lease_from(tx: &mut Tx<'_>, key: &str, leased_at_ms: UnixMs) -> Result<(), St
 }
 
 /// One stored attempt, as [`drive`] sends it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct StoredAttempt {
     pub key: String,
     pub order_id: String,
@@ -141,44 +161,15 @@ pub(super) fn complete_key_of(
     Ok(())
 }
 
-fn cancel_requested(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
-    Ok(tx
-        .query_opt(
-            "SELECT 1 FROM cancel_requests WHERE order_id = $1",
-            &[&order_id],
-        )
-        .map_err(pg_err)?
-        .is_some())
-}
-
-fn hold_is_held(tx: &mut Tx<'_>, order_id: &str) -> Result<bool, StoreError> {
-    Ok(tx
-        .query_opt(
-            "SELECT 1 FROM reservations WHERE order_id = $1 AND state = 'held'",
-            &[&order_id],
-        )
-        .map_err(pg_err)?
-        .is_some())
-}
-
-/// An order's move, when it is still where this settlement expects it.
-fn advance(
-    tx: &mut Tx<'_>,
-    order_id: &str,
-    from: OrderState,
-    to: OrderState,
-    now_ms: UnixMs,
-) -> Result<(), StoreError> {
-    order::transition(tx, order_id, from, to, now_ms).map(|_| ())
-}
-
 /// What settling an attempt left to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Settled {
-    /// Nothing more to send.
-    Done,
-    /// This follow-up attempt, stored, is to be sent.
-    Next(String),
+    /// Nothing more to send; the order as its last move left it, when
+    /// this settlement moved it.
+    Done(Option<Order>),
+    /// This follow-up attempt, stored, is to be sent (with the attempt,
+    /// when this settlement stored it; `None`: it was stored before).
+    Next(String, Option<StoredAttempt>),
     /// The attempt had been settled before: nothing changed.
     Before,
 }
@@ -201,19 +192,30 @@ pub(super) fn settle(
     // The order is locked before its attempt, as webhooks, cancels and
     // the expiry pass lock it before anything of it: opposite orders
     // would deadlock (each victim retried only after `deadlock_timeout`).
-    // An attempt's order never changes, so it is read without a lock.
-    let Some(order_id) = tx
-        .query_opt(
-            "SELECT order_id FROM payment_attempts WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .map_err(pg_err)?
-        .map(|row| row.get::<_, String>(0))
-    else {
-        return Ok(Settled::Before);
+    // An attempt's order never changes, so it is read without a lock:
+    // with the order's row locked in one statement, or, when that finds
+    // none (no such attempt, or its order is gone), apart.
+    let (order_id, order) = match order::load_for_update_by_attempt(tx, key)? {
+        Some(order) => (order.order_id.clone(), Some(order)),
+        None => {
+            let Some(order_id) = tx
+                .query_opt(
+                    "SELECT order_id FROM payment_attempts WHERE idempotency_key = $1",
+                    &[&key],
+                )
+                .map_err(pg_err)?
+                .map(|row| row.get::<_, String>(0))
+            else {
+                return Ok(Settled::Before);
+            };
+            let order: Option<Order> = order::load_for_update(tx, &order_id)?;
+            (order_id, order)
+        }
     };
-    let order: Option<Order> = order::load_for_update(tx, &order_id)?;
-    // `was`: the row before this statement (its lease, see below).
+    // `was`: the row before this statement (its lease, see below). The
+    // order's hold and cancel flags come with it: read by a statement
+    // after the order's row lock, they see what every earlier holder of
+    // the lock committed.
     let Some(row) = tx
         .query_opt(
             "UPDATE payment_attempts a SET outcome = $2,
@@ -222,7 +224,10 @@ pub(super) fn settle(
              WHERE a.idempotency_key = $1 AND a.outcome = 'pending'
                AND was.idempotency_key = a.idempotency_key
              RETURNING a.operation, a.payment_id, a.amount_cents, was.updated_at_ms,
-                       a.created_at_ms",
+                       a.created_at_ms,
+                       EXISTS (SELECT 1 FROM reservations r
+                                WHERE r.order_id = a.order_id AND r.state = 'held'),
+                       EXISTS (SELECT 1 FROM cancel_requests c WHERE c.order_id = a.order_id)",
             &[&key, &outcome, &answered_id, &now_ms],
         )
         .map_err(pg_err)?
@@ -241,7 +246,16 @@ pub(super) fn settle(
     let leased_at_ms: Option<i64> =
         Some(row.get::<_, i64>(3)).filter(|_| row.get::<_, i64>(4) < now_ms);
     let follow = |tx: &mut Tx<'_>, op: Operation| {
-        let next = insert_attempt(tx, &order_id, op, amount, None, Some(&payment_id), now_ms)?;
+        let attempt = StoredAttempt {
+            key: attempt_key(&order_id, op),
+            order_id: order_id.clone(),
+            operation: op,
+            amount_cents: amount,
+            payment_method: None,
+            payment_id: Some(payment_id.clone()),
+            pending: true,
+        };
+        let (next, stored) = store_attempt(tx, attempt, now_ms)?;
         if follow_up == FollowUp::Due {
             // A provider event settled it: nobody stored the follow-up to
             // send it, but a call that stored this attempt before may be
@@ -256,16 +270,15 @@ pub(super) fn settle(
                 None => make_due(tx, &next, now_ms)?,
             }
         }
-        Ok(Settled::Next(next))
+        Ok(Settled::Next(next, stored))
     };
-    let facts = match &order {
-        Some(o) => Some(OrderFacts {
-            state: o.state,
-            payment_state: o.payment_state,
-            hold_held: o.state == OrderState::Authorizing && hold_is_held(tx, &order_id)?,
-        }),
-        None => None,
-    };
+    let (held, cancel_asked): (bool, bool) = (row.get(5), row.get(6));
+    let hold_held = held && order.as_ref().map(|o| o.state) == Some(OrderState::Authorizing);
+    let facts = order.as_ref().map(|o| OrderFacts {
+        state: o.state,
+        payment_state: o.payment_state,
+        hold_held,
+    });
     let attempted = Attempted {
         operation,
         outcome: if outcome == "succeeded" {
@@ -276,7 +289,7 @@ pub(super) fn settle(
             AttemptOutcome::Failed
         },
     };
-    let cancel = needs_cancel_flag(attempted, facts.as_ref()) && cancel_requested(tx, &order_id)?;
+    let cancel = needs_cancel_flag(attempted, facts.as_ref()) && cancel_asked;
     let settlement = decide(attempted, facts.as_ref(), cancel);
     // Applied in the settlement's order: the counters, the payment, the
     // hold, the order's moves (the key completed once it leaves
@@ -290,18 +303,39 @@ pub(super) fn settle(
         Some(Compensation::Refused(op)) => tally.compensation_refused(&order_id, op.as_str()),
         None => {}
     }
-    if let Some(state) = settlement.payment_to {
+    // The payment's change rides on the order's first move when it has
+    // one (one UPDATE of the row, not two; the hold's move in between
+    // touches other tables), alone otherwise.
+    let mut payment = settlement.payment_to.map(|state| {
         let id = matches!(state, PaymentState::Authorized | PaymentState::Captured)
             .then_some(payment_id.as_str());
-        order::set_payment(tx, &order_id, state, id, now_ms)?;
+        (state, id)
+    });
+    if settlement.order_to.is_empty() {
+        if let Some((state, id)) = payment.take() {
+            order::set_payment(tx, &order_id, state, id, now_ms)?;
+        }
     }
     if let Some(step) = settlement.hold {
         stock::move_hold(tx, &order_id, step, now_ms)?;
     }
-    for &(from, to) in &settlement.order_to {
-        advance(tx, &order_id, from, to, now_ms)?;
+    // The key is completed by the order's last move's statement, or
+    // apart when the order does not move.
+    let mut moved = None;
+    let moves = settlement.order_to.len();
+    for (n, &(from, to)) in settlement.order_to.iter().enumerate() {
+        let complete_key = settlement.completes_key() && n + 1 == moves;
+        moved = Some(order::transition_paying(
+            tx,
+            &order_id,
+            from,
+            to,
+            payment.take(),
+            complete_key,
+            now_ms,
+        )?);
     }
-    if settlement.completes_key() {
+    if settlement.completes_key() && moves == 0 {
         complete_key_of(tx, &order_id, now_ms)?;
     }
     match settlement.follow_up {
@@ -311,7 +345,7 @@ pub(super) fn settle(
             }
             follow(tx, op)
         }
-        None => Ok(Settled::Done),
+        None => Ok(Settled::Done(moved)),
     }
 }
 
@@ -393,18 +427,66 @@ pub(super) async fn drive_on(
     lookup_first: bool,
     now_ms: UnixMs,
 ) -> Result<bool, StoreError> {
-    let mut key = key;
+    let drove = drive_from(backend, steps, Start::Stored(key), lookup_first, now_ms).await?;
+    Ok(drove.answered)
+}
+
+/// Where a drive starts.
+pub(super) enum Start {
+    /// The attempt stored under this key, read first.
+    Stored(String),
+    /// An attempt the caller's own transaction stored moments ago and
+    /// knows (step 1's authorize attempt), sent without reading it back:
+    /// nobody else sends an attempt before its in-flight bound ran out,
+    /// and were one settled meanwhile, the provider answers the same key
+    /// with the same answer and [`settle`] changes nothing twice.
+    Known(StoredAttempt),
+}
+
+/// What a drive did.
+pub(super) struct Drove {
+    /// Whether every step got an answer.
+    pub answered: bool,
+    /// The order as the drive's last transaction left it, when that
+    /// transaction settled the last step (read in it: no connection of
+    /// its own for the caller's read after).
+    pub order: Option<Order>,
+}
+
+/// [`drive_on`] from `start`. Each answer's transaction also reads what
+/// the drive needs next (the follow-up attempt it stored, or the order
+/// once nothing follows), so no step reads on a connection of its own
+/// between two sends.
+pub(super) async fn drive_from(
+    backend: &PgBackend,
+    steps: &dyn Blocking,
+    start: Start,
+    lookup_first: bool,
+    now_ms: UnixMs,
+) -> Result<Drove, StoreError> {
+    let mut next = start;
     let mut lookup_first = lookup_first;
-    for _ in 0..=PAYMENT_STEPS_MAX {
-        let (b, k) = (backend.clone(), key.clone());
-        let loaded = step(steps, move || {
-            b.read_answer(|client| load_attempt(client, &k))
+    let answered = |order| {
+        Ok(Drove {
+            answered: true,
+            order,
         })
-        .await??;
-        let Some(attempt) = loaded else {
-            return Ok(true);
+    };
+    for _ in 0..=PAYMENT_STEPS_MAX {
+        let loaded = match next {
+            Start::Known(attempt) => Some(attempt),
+            Start::Stored(key) => {
+                let b = backend.clone();
+                step(steps, move || {
+                    b.read_answer(|client| load_attempt(client, &key))
+                })
+                .await??
+            }
         };
-        let settled = if attempt.pending {
+        let Some(attempt) = loaded else {
+            return answered(None);
+        };
+        let (settled, followed, order) = if attempt.pending {
             let Some(answer) = send(
                 backend.provider(),
                 backend.metrics(),
@@ -413,31 +495,48 @@ pub(super) async fn drive_on(
             )
             .await
             else {
-                return Ok(false);
+                return Ok(Drove {
+                    answered: false,
+                    order: None,
+                });
             };
             // Batched with this gateway's other answers: the hot stock
             // row a capture moves is locked once per batch.
-            let (b, job_key) = (backend.clone(), key.clone());
-            let (settled, tally) = step(steps, move || {
+            let (b, job_key, order_id) = (
+                backend.clone(),
+                attempt.key.clone(),
+                attempt.order_id.clone(),
+            );
+            let (settled, tally, followed, order) = step(steps, move || {
                 b.write_answer_batched(move |tx| {
                     let mut tally = Tally::default();
                     let settled =
                         settle(tx, &mut tally, &job_key, &answer, FollowUp::Driven, now_ms)?;
-                    Ok((settled, tally))
+                    let (followed, order) = match &settled {
+                        Settled::Next(_, Some(stored)) => (Some(stored.clone()), None),
+                        Settled::Next(next, None) => (load_attempt(tx, next)?, None),
+                        Settled::Done(Some(order)) => (None, Some(order.clone())),
+                        Settled::Done(None) => (None, order::load(tx, &order_id)?),
+                        Settled::Before => (None, None),
+                    };
+                    Ok((settled, tally, followed, order))
                 })
             })
             .await??;
             tally.apply(backend.metrics());
-            settled
+            (settled, followed, order)
         } else {
-            Settled::Before
+            (Settled::Before, None, None)
         };
-        key = match settled {
-            Settled::Next(next) => {
+        next = match settled {
+            Settled::Next(key, _) => {
                 lookup_first = false;
-                next
+                match followed {
+                    Some(attempt) => Start::Known(attempt),
+                    None => Start::Stored(key),
+                }
             }
-            Settled::Done => return Ok(true),
+            Settled::Done(_) => return answered(order),
             Settled::Before => {
                 // Someone else's follow-up may be waiting: adopt it (it may
                 // have been sent already, so ask the provider first).
@@ -449,12 +548,12 @@ pub(super) async fn drive_on(
                 match pending {
                     Some(next) if next != attempt.key => {
                         lookup_first = true;
-                        next
+                        Start::Stored(next)
                     }
-                    _ => return Ok(true),
+                    _ => return answered(None),
                 }
             }
         };
     }
-    Ok(true)
+    answered(None)
 }
