@@ -178,21 +178,28 @@ fn solver_thread(
     else {
         return;
     };
-    let stopped =
-        || stop.load(Ordering::Relaxed) || counters.sold_out.load(Ordering::Relaxed) || Instant::now() >= deadline;
-    let addresses = u64::from(plan.setup.addresses);
-    let next_address = || {
-        farm_address(counters.address.fetch_add(1, Ordering::Relaxed) % addresses).to_string()
+    let stopped = || {
+        stop.load(Ordering::Relaxed)
+            || counters.sold_out.load(Ordering::Relaxed)
+            || Instant::now() >= deadline
     };
+    let addresses = u64::from(plan.setup.addresses);
+    let next_address =
+        || farm_address(counters.address.fetch_add(1, Ordering::Relaxed) % addresses).to_string();
     let challenge_url = format!("{}/queue/{}/challenge", plan.public, plan.room);
     let join_url = format!("{}/queue/{}/join", plan.public, plan.room);
     let mut local = Tally::default();
     while !stopped() {
-        let fetched = rt.block_on(get_json(http.get(&challenge_url).header("x-forwarded-for", next_address())));
+        let fetched = rt.block_on(get_json(
+            http.get(&challenge_url)
+                .header("x-forwarded-for", next_address()),
+        ));
         local.challenges += 1;
         let (Some(challenge), Some(bits)) = (
             fetched.1["challenge"].as_str().map(str::to_string),
-            fetched.1["difficulty_bits"].as_u64().and_then(|b| u8::try_from(b).ok()),
+            fetched.1["difficulty_bits"]
+                .as_u64()
+                .and_then(|b| u8::try_from(b).ok()),
         ) else {
             local.refuse(format!("challenge {}", fetched.0));
             std::thread::sleep(FARM_BACKOFF);
@@ -205,15 +212,14 @@ fn solver_thread(
         local.hashes += solved.tries;
         *local.bits.entry(bits).or_default() += 1;
         let account = match plan.setup.accounts {
-            n if plan.store_key.is_some() => {
-                Some(farm_account(counters.account.fetch_add(1, Ordering::Relaxed) % u64::from(n)))
-            }
+            n if plan.store_key.is_some() => Some(farm_account(
+                counters.account.fetch_add(1, Ordering::Relaxed) % u64::from(n),
+            )),
             _ => None,
         };
         let mut body = serde_json::json!({"challenge": challenge, "solution": solved.solution});
         if let (Some(key), Some(a)) = (&plan.store_key, &account) {
-            body["enqueue_token"] =
-                super::store::enqueue_token(key, &plan.room, a).into();
+            body["enqueue_token"] = super::store::enqueue_token(key, &plan.room, a).into();
         }
         let join = |body: &Value| {
             rt.block_on(get_json(
@@ -258,7 +264,10 @@ fn solver_thread(
                 local.refuse(format!("410 {}", answer["error"].as_str().unwrap_or("")));
                 counters.sold_out.store(true, Ordering::Relaxed);
             }
-            _ => local.refuse(format!("{status} {}", answer["error"].as_str().unwrap_or(""))),
+            _ => local.refuse(format!(
+                "{status} {}",
+                answer["error"].as_str().unwrap_or("")
+            )),
         }
     }
     local.cpu_s = thread_cpu_s();
@@ -366,10 +375,9 @@ async fn follow_places(
             }
         });
     }
-    let _ = tokio::time::timeout_at(
-        (shared.deadline + FOLLOW_GRACE).into(),
-        async { while tasks.join_next().await.is_some() {} },
-    )
+    let _ = tokio::time::timeout_at((shared.deadline + FOLLOW_GRACE).into(), async {
+        while tasks.join_next().await.is_some() {}
+    })
     .await;
     tasks.abort_all();
 }
@@ -396,8 +404,8 @@ async fn wait_for_pass(s: &Shared, seq: u64, ticket: &str) -> Option<String> {
         let wait = match r {
             Ok(r) => {
                 let status = r.status().as_u16();
-                let body: Value =
-                    serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null);
+                let body: Value = serde_json::from_slice(&r.bytes().await.unwrap_or_default())
+                    .unwrap_or(Value::Null);
                 match (status, body["state"].as_str()) {
                     (200, Some("admitted")) => return body["pass"].as_str().map(str::to_string),
                     (200, Some("waiting" | "paused")) => body["poll_after_s"]
@@ -409,7 +417,9 @@ async fn wait_for_pass(s: &Shared, seq: u64, ticket: &str) -> Option<String> {
             }
             Err(_) => shopper::BACKOFF,
         };
-        shopper::pause(s, wait.min(Duration::from_secs(30))).await.ok()?;
+        shopper::pause(s, wait.min(Duration::from_secs(30)))
+            .await
+            .ok()?;
     }
     None
 }

@@ -407,14 +407,61 @@ fn farm_table(h: &mut String, f: &super::bot_farm::FarmReport) {
         .passes_reclaimed_idle
         .map_or("–".to_string(), |n| n.to_string());
     let rows = [
-        ("units bought: farm / honest", format!("{} / {} ({:.1} % to the farm)", f.units_farm, f.units_honest, f.farm_unit_share * 100.0)),
-        ("accounts: farm / honest", format!("{} / {} ({:.1} %; enqueue required: {})", f.farm_accounts, f.honest_accounts, f.farm_account_share * 100.0, f.enqueue_required)),
-        ("farm joins per CPU-second (got a place)", format!("{:.2}, predicted {:.2} ({:.0} H/CPU-s × 2^-bits, bits {:?})", f.joins_placed_per_cpu_s, f.predicted_per_cpu_s, f.hashes_per_cpu_s, f.difficulty_bits)),
-        ("farm work", format!("{} solver threads, {:.1} CPU-s, {} hashes, {} joins from {} addresses", f.solvers, f.farm_cpu_s, f.hashes, f.joins, f.addresses_used)),
-        ("places per farm account", format!("{} places; at most {}, mean {:.1}", f.places, f.places_per_account_max, f.places_per_account_mean)),
-        ("replayed solutions: answered / new places", format!("{} / {}", f.replays, f.replay_new_places)),
-        ("farm passes: collected / held / reclaimed idle (room)", format!("{} / {} / {idle}", f.passes, f.passes_held)),
-        ("honest phone solve time p50 / p95 (s)", format!("{:.2} / {:.2}", f.honest_solve_s_p50, f.honest_solve_s_p95)),
+        (
+            "units bought: farm / honest",
+            format!(
+                "{} / {} ({:.1} % to the farm)",
+                f.units_farm,
+                f.units_honest,
+                f.farm_unit_share * 100.0
+            ),
+        ),
+        (
+            "accounts: farm / honest",
+            format!(
+                "{} / {} ({:.1} %; enqueue required: {})",
+                f.farm_accounts,
+                f.honest_accounts,
+                f.farm_account_share * 100.0,
+                f.enqueue_required
+            ),
+        ),
+        (
+            "farm joins per CPU-second (got a place)",
+            format!(
+                "{:.2}, predicted {:.2} ({:.0} H/CPU-s × 2^-bits, bits {:?})",
+                f.joins_placed_per_cpu_s,
+                f.predicted_per_cpu_s,
+                f.hashes_per_cpu_s,
+                f.difficulty_bits
+            ),
+        ),
+        (
+            "farm work",
+            format!(
+                "{} solver threads, {:.1} CPU-s, {} hashes, {} joins from {} addresses",
+                f.solvers, f.farm_cpu_s, f.hashes, f.joins, f.addresses_used
+            ),
+        ),
+        (
+            "places per farm account",
+            format!(
+                "{} places; at most {}, mean {:.1}",
+                f.places, f.places_per_account_max, f.places_per_account_mean
+            ),
+        ),
+        (
+            "replayed solutions: answered / new places",
+            format!("{} / {}", f.replays, f.replay_new_places),
+        ),
+        (
+            "farm passes: collected / held / reclaimed idle (room)",
+            format!("{} / {} / {idle}", f.passes, f.passes_held),
+        ),
+        (
+            "honest phone solve time p50 / p95 (s)",
+            format!("{:.2} / {:.2}", f.honest_solve_s_p50, f.honest_solve_s_p95),
+        ),
     ];
     h.push_str("<h2>The bot farm</h2><table>");
     for (k, v) in rows {

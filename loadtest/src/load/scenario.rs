@@ -77,9 +77,8 @@ pub struct FarmSetup {
 impl FarmSetup {
     /// Solver threads: `solvers`, or every core.
     pub fn solver_threads(&self) -> u32 {
-        self.solvers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-        })
+        self.solvers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
     }
 }
 
@@ -877,7 +876,8 @@ impl Scenario {
             "`shoppers.phone_hashes_per_second` must be at least 1",
         )?;
         check(
-            g.pass_idle_s.is_none_or(|s| (10..=86_400).contains(&s) && s < g.pass_ttl_s),
+            g.pass_idle_s
+                .is_none_or(|s| (10..=86_400).contains(&s) && s < g.pass_ttl_s),
             "`gateway.pass_idle_s` must be 10 to 86400 and below `pass_ttl_s`",
         )?;
         let Some(f) = &self.farm else {
