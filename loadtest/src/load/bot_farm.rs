@@ -85,12 +85,9 @@ pub fn report(
         .enqueue
         .as_ref()
         .is_some_and(|e| e.required);
-    let farm_accounts = if required {
-        setup.map_or(0, |s| u64::from(s.accounts))
-    } else {
-        // Without tokens every place is an anonymous "account".
-        0
-    };
+    // The farm's accounts whether or not the room asks for them: with the
+    // challenge alone its share of the units is set against them too.
+    let farm_accounts = setup.map_or(0, |s| u64::from(s.accounts));
     let units = |farm: bool| -> i64 {
         orders
             .iter()

@@ -444,7 +444,7 @@ fn farm_table(h: &mut String, f: &super::bot_farm::FarmReport) {
             ),
         ),
         (
-            "places per farm account",
+            "places per farm account (one anonymous \"account\" without tokens)",
             format!(
                 "{} places; at most {}, mean {:.1}",
                 f.places, f.places_per_account_max, f.places_per_account_mean

@@ -1011,6 +1011,31 @@ over_s = 1
     }
 
     #[test]
+    fn a_farm_needs_the_challenge_and_one_gateway() {
+        let farm = "[farm]\naccounts = 3\naddresses = 100\n";
+        let challenge = "[gateway.challenge]\ndifficulty_bits = 12\n";
+        let with = |extra: &str| {
+            let text = MINIMAL.replace("[[products]]", &format!("{extra}\n[[products]]"));
+            Scenario::parse(&format!("{text}\n{farm}"), "f.toml")
+        };
+        let e = with("").unwrap_err().to_string();
+        assert!(e.contains("needs `[gateway.challenge]`"), "{e}");
+        let s = with(challenge).unwrap();
+        assert_eq!(s.farm.as_ref().unwrap().accounts, 3);
+        assert_eq!(s.shoppers.phone_hashes_per_second, PHONE_HASHES_PER_SECOND);
+        let e = with(&format!(
+            "{challenge}[fleet]\ngateways = 1\npostgres = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("one gateway"), "{e}");
+        let e = with(&challenge.replace("12", "29"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("difficulty_bits"), "{e}");
+    }
+
+    #[test]
     fn scaling_keeps_the_profile() {
         let s = Scenario::parse(MINIMAL, "t.toml").unwrap().with_shoppers(4);
         assert_eq!(s.limits.max_shoppers, 4);
