@@ -232,6 +232,82 @@ async fn hot_item_never_oversells() {
     );
 }
 
+/// `bot-farm` at test size: 300 honest shoppers over 5 s, 3 farm
+/// accounts (1 %) on one solver thread, 120 units let in at 10 a second,
+/// 12-bit challenges, passes idle after 10 s.
+fn short_bot_farm() -> Scenario {
+    let mut s = scenario("bot-farm");
+    s.arrivals = Arrivals::Spike {
+        shoppers: 300,
+        over_s: 5.0,
+    };
+    s.limits.max_shoppers = 300;
+    s.limits.max_duration_s = 45;
+    s.products[0].stock = 120;
+    // A sale of 12 s or more: long enough for the farm's places to be
+    // counted by the hundred.
+    s.gateway.release_per_second = 10;
+    s.gateway.challenge.as_mut().unwrap().difficulty_bits = 12;
+    s.gateway.pass_idle_s = Some(10);
+    let farm = s.farm.as_mut().unwrap();
+    farm.accounts = 3;
+    // One of its three passes held.
+    farm.hold_share = 0.34;
+    // One solver thread: the suite runs two tests at a time on two cores,
+    // and the file's farm takes every core (the rate is per CPU-second,
+    // so one thread measures it as well).
+    farm.solvers = Some(1);
+    s
+}
+
+/// The farm against one place per account, then against the challenge
+/// alone (one run after the other: both use every core).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bot_farm_gets_its_accounts_worth_and_pays_for_each_join() {
+    let s = short_bot_farm();
+    let (r, _dir) = play(&s).await;
+    let f = r.summary.bot_farm.clone().expect("a farm report");
+    for name in [
+        "farm: units by accounts",
+        "farm: one place per account",
+        "farm: held passes reclaimed idle",
+    ] {
+        passed(&r, name);
+    }
+    for name in ORDER_BOOKS {
+        passed(&r, name);
+    }
+    assert!(f.enqueue_required);
+    assert_eq!(f.places_per_account_max, 1, "{f:?}");
+    assert!(
+        f.joins > 10 * f.farm_accounts,
+        "the farm kept trying: {f:?}"
+    );
+    assert!(f.units_farm >= 1 && f.units_honest > 0, "{f:?}");
+    assert!(f.farm_unit_share <= f.farm_account_share + 0.02, "{f:?}");
+    assert!(f.passes_held >= 1, "{f:?}");
+    assert!(f.passes_reclaimed_idle.unwrap() >= f.passes_held, "{f:?}");
+    assert!(f.honest_solve_s_p50 > 0.0, "{f:?}");
+
+    // The challenge alone: every join a new place, each one priced.
+    let mut s = short_bot_farm();
+    s.gateway.enqueue = None;
+    let (r, _dir) = play(&s).await;
+    let f = r.summary.bot_farm.clone().expect("a farm report");
+    passed(&r, "farm: joins priced by the difficulty");
+    for name in ORDER_BOOKS {
+        passed(&r, name);
+    }
+    assert!(!f.enqueue_required);
+    assert!(f.places >= 100, "{f:?}");
+    let off = (f.joins_placed_per_cpu_s / f.predicted_per_cpu_s - 1.0).abs();
+    assert!(off <= 0.2, "{f:?}");
+    assert_eq!(f.replay_new_places, 0, "{f:?}");
+    // Without accounts the farm's cores buy it far more than 1 % of the
+    // units: what one place per account is for.
+    assert!(f.farm_unit_share > 0.03, "{f:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlog_holds_admissions_while_paused_then_drains() {
     let mut s = scenario("backlog");
@@ -822,6 +898,7 @@ fn every_shipped_scenario_file_is_valid() {
         [
             "backend-degrades",
             "backlog",
+            "bot-farm",
             "event-day",
             "flash-crowd",
             "fleet-gateway-dies",

@@ -26,6 +26,9 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// per shopper; the harness does not measure the limiter, so it is high.
 pub const JOINS_PER_MINUTE_PER_CLIENT: u32 = 100_000;
 
+/// The `kid` of the store's enqueue key the harness writes and signs with.
+pub const STORE_KID: &str = "store";
+
 /// What the gateways of one run share: the signing key (a ticket from one
 /// gateway is good at another), the `[cluster]` table (empty for a lone
 /// gateway) and extra environment.
@@ -573,9 +576,13 @@ pub fn gateway_config(
         None => g.release_per_second.to_string(),
     };
     out.push_str(&format!(
-        "\n[[rooms]]\nname = \"{}\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = {}\nmax_active = {}\nqueue_capacity = {}\npoll_min_s = {}\npoll_max_s = {}\npass_ttl_s = {}\nreservation_ttl_s = {}\njoins_per_minute_per_client = {JOINS_PER_MINUTE_PER_CLIENT}\n",
+        "\n[[rooms]]\nname = \"{}\"\nprotect = [\"/checkout\", \"/orders/*\"]\nrelease_per_second = {}\nmax_active = {}\nqueue_capacity = {}\npoll_min_s = {}\npoll_max_s = {}\npass_ttl_s = {}\nreservation_ttl_s = {}\njoins_per_minute_per_client = {}\n",
         g.room, release, g.max_active, g.queue_capacity, g.poll_min_s, g.poll_max_s, g.pass_ttl_s, g.reservation_ttl_s,
+        g.joins_per_minute_per_client.unwrap_or(JOINS_PER_MINUTE_PER_CLIENT),
     ));
+    if let Some(s) = g.pass_idle_s {
+        out.push_str(&format!("pass_idle_s = {s}\n"));
+    }
     if let Some(b) = g.burst {
         out.push_str(&format!("burst = {b}\n"));
     }
@@ -602,6 +609,22 @@ pub fn gateway_config(
         out.push_str(&format!(
             "[rooms.adaptive]\ntarget_p99_ms = {}\nmax_error_ratio = {}\nmin_per_second = {}\nmax_per_second = {}\n",
             a.target_p99_ms, a.max_error_ratio, a.min_per_second, a.max_per_second
+        ));
+    }
+    if let Some(c) = &g.challenge {
+        out.push_str(&format!(
+            "[rooms.challenge]\nkind = \"pow\"\ndifficulty_bits = {}\n",
+            c.difficulty_bits
+        ));
+        if let Some(t) = c.challenge_ttl_s {
+            out.push_str(&format!("challenge_ttl_s = {t}\n"));
+        }
+    }
+    if let Some(e) = &g.enqueue {
+        out.push_str(&format!(
+            "[rooms.enqueue]\nrequired = {}\n[[rooms.enqueue.keys]]\nkid = \"{STORE_KID}\"\nalg = \"HS256\"\nsecret = \"{}\"\n",
+            e.required,
+            e.store_key.as_deref().unwrap_or_default()
         ));
     }
     for p in &scenario.products {

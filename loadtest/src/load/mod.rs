@@ -12,7 +12,8 @@
 //! the [`record`]. At the end the [`books`] are checked with the system's
 //! own records (for a fleet, the line's too: [`fleet_books`]; for a
 //! backend that changes mid-run, whether the release rate [`follow`]ed
-//! it; for a campaign, the [`event_day`] checks), and the [`summary`] and an HTML [`report`] (with [`svg`] charts)
+//! it; for a campaign, the [`event_day`] checks; beside a [`farm`], the
+//! [`bot_farm`] checks), and the [`summary`] and an HTML [`report`] (with [`svg`] charts)
 //! are written. [`capacity`]
 //! finds the release rate to configure.
 //!
@@ -39,14 +40,20 @@
 //! | `run.rs` | a whole run |
 //! | `capacity.rs` | step the offered checkout rate up to the limit |
 //! | `cpu.rs` | CPU seconds of the gateways and PostgreSQL, from `/proc` |
+//! | `pow.rs` | the room's proof of work, solved as the contract says; a thread's CPU time |
+//! | `store.rs` | the store's enqueue tokens, signed for each account |
+//! | `farm.rs` | the bot farm: every core solving, thousands of addresses, a few accounts |
+//! | `bot_farm.rs` | the farm's verdict: units by accounts, joins priced by the difficulty, held passes reclaimed |
 
 pub mod arrivals;
 pub mod balancer;
 pub mod books;
+pub mod bot_farm;
 pub mod capacity;
 pub mod cpu;
 pub mod datetime;
 pub mod event_day;
+pub mod farm;
 pub mod faults;
 pub mod fleet;
 pub mod fleet_books;
@@ -55,6 +62,7 @@ pub mod gateway;
 pub mod http;
 pub mod phase_capacity;
 pub mod ports;
+pub mod pow;
 pub mod progress;
 pub mod record;
 pub mod report;
@@ -62,6 +70,7 @@ pub mod run;
 pub mod sampler;
 pub mod scenario;
 pub mod shopper;
+pub mod store;
 pub mod summary;
 pub mod svg;
 

@@ -221,6 +221,48 @@ pub struct Inner {
     pub faults: Vec<(f64, String)>,
     /// What a campaign's shoppers saw ([`EventSeen`]).
     pub event: EventSeen,
+    /// What the bot farm did and what honest shoppers paid ([`FarmSeen`]).
+    pub farm: FarmSeen,
+}
+
+/// A bot-farm rehearsal (`[farm]`): the farm's work and what it got, and
+/// the honest shoppers' solving.
+#[derive(Debug, Default, Clone)]
+pub struct FarmSeen {
+    /// Solver threads the farm ran.
+    pub solvers: u32,
+    /// SHA-256 hashes the farm's solvers computed.
+    pub hashes: u64,
+    /// CPU seconds its threads spent inside the solver.
+    pub solve_cpu_s: f64,
+    /// CPU seconds of its threads in all (solving, challenges, joins).
+    pub cpu_s: f64,
+    /// Challenges fetched, joins sent, joins answered with a place.
+    pub challenges: u64,
+    pub joins: u64,
+    pub joins_placed: u64,
+    /// Joins refused, by `status error`.
+    pub refused: BTreeMap<String, u64>,
+    /// Difficulty of the challenges it was given: bits → count.
+    pub bits: BTreeMap<u8, u64>,
+    /// A solved challenge sent again from another address: answers with
+    /// a place, and of those, places another than the first join's.
+    pub replays: u64,
+    pub replay_new_places: u64,
+    /// Places (`seq`) the farm got, by the account that got them (one
+    /// key, `""`, when the room takes no tokens).
+    pub places: BTreeMap<String, std::collections::BTreeSet<u64>>,
+    /// Addresses it sent requests from.
+    pub addresses_used: u64,
+    /// When its solvers stopped (second of the run).
+    pub stopped_s: f64,
+    /// Passes collected; of those held and never used, with when.
+    pub passes: u64,
+    pub held_at_s: Vec<f64>,
+    /// Order ids of the farm's checkouts.
+    pub orders: std::collections::BTreeSet<String>,
+    /// Seconds each honest shopper's phone took on its challenge.
+    pub honest_solve_s: Vec<f64>,
 }
 
 /// What shoppers saw of a room run as a campaign (`[event]`), in seconds

@@ -382,9 +382,13 @@ pub fn html(s: &Summary, rec: &Inner) -> String {
         }
         h.push_str("</td></tr>");
     }
+    h.push_str("</table>");
+    if let Some(f) = &s.bot_farm {
+        farm_table(&mut h, f);
+    }
     let _ = write!(
         h,
-        "</table><h2>Numbers</h2><table><tr><th></th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>count</th></tr>\
+        "<h2>Numbers</h2><table><tr><th></th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>count</th></tr>\
          <tr><td>wait before admission (s)</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>\
          <tr><td>checkout latency (ms)</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr></table>\
          <p>seed {} · target {} · <code>summary.json</code> holds every number.</p></body></html>",
@@ -395,6 +399,75 @@ pub fn html(s: &Summary, rec: &Inner) -> String {
     );
     h.push('\n');
     h
+}
+
+/// The bot farm against the honest shoppers: units, work, places.
+fn farm_table(h: &mut String, f: &super::bot_farm::FarmReport) {
+    let idle = f
+        .passes_reclaimed_idle
+        .map_or("–".to_string(), |n| n.to_string());
+    let rows = [
+        (
+            "units bought: farm / honest",
+            format!(
+                "{} / {} ({:.1} % to the farm)",
+                f.units_farm,
+                f.units_honest,
+                f.farm_unit_share * 100.0
+            ),
+        ),
+        (
+            "accounts: farm / honest",
+            format!(
+                "{} / {} ({:.1} %; enqueue required: {})",
+                f.farm_accounts,
+                f.honest_accounts,
+                f.farm_account_share * 100.0,
+                f.enqueue_required
+            ),
+        ),
+        (
+            "farm joins per CPU-second (got a place)",
+            format!(
+                "{:.2}, predicted {:.2} ({:.0} H/CPU-s × 2^-bits, bits {:?})",
+                f.joins_placed_per_cpu_s,
+                f.predicted_per_cpu_s,
+                f.hashes_per_cpu_s,
+                f.difficulty_bits
+            ),
+        ),
+        (
+            "farm work",
+            format!(
+                "{} solver threads, {:.1} CPU-s, {} hashes, {} joins from {} addresses",
+                f.solvers, f.farm_cpu_s, f.hashes, f.joins, f.addresses_used
+            ),
+        ),
+        (
+            "places per farm account (one anonymous \"account\" without tokens)",
+            format!(
+                "{} places; at most {}, mean {:.1}",
+                f.places, f.places_per_account_max, f.places_per_account_mean
+            ),
+        ),
+        (
+            "replayed solutions: answered / new places",
+            format!("{} / {}", f.replays, f.replay_new_places),
+        ),
+        (
+            "farm passes: collected / held / reclaimed idle (room)",
+            format!("{} / {} / {idle}", f.passes, f.passes_held),
+        ),
+        (
+            "honest phone solve time p50 / p95 (s)",
+            format!("{:.2} / {:.2}", f.honest_solve_s_p50, f.honest_solve_s_p95),
+        ),
+    ];
+    h.push_str("<h2>The bot farm</h2><table>");
+    for (k, v) in rows {
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+    }
+    h.push_str("</table>");
 }
 
 #[cfg(test)]

@@ -11,15 +11,17 @@ use anyhow::{Context, Result};
 use super::balancer::Balancer;
 use super::books::{self, Check};
 use super::datetime::civil_from_days;
+use super::farm::{Farm, FarmPlan};
 use super::fleet::Fleet;
 use super::fleet_books::{self, Line};
-use super::gateway::{find_sluice, sibling, Target};
+use super::gateway::{find_sluice, new_key, sibling, Target};
 use super::record::{OrderSeen, Recorder, Sample};
 use super::report;
 use super::scenario::Scenario;
+use super::shopper::Door;
 use super::shopper::{self, Shared};
 use super::summary::{self, Configured, Summary, TargetInfo};
-use super::{arrivals, event_day, faults, follow, phase_capacity, progress, sampler};
+use super::{arrivals, bot_farm, event_day, faults, follow, phase_capacity, progress, sampler};
 
 /// Idle keep-alive connections kept to the gateway.
 pub const POOL_IDLE_MAX: usize = 512;
@@ -81,6 +83,18 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             &timed
         }
         None => scenario,
+    };
+    // The harness plays the store: its enqueue key, written into the
+    // room's config, signs every account's token.
+    let keyed;
+    let scenario = match &scenario.gateway.enqueue {
+        Some(e) if e.store_key.is_none() => {
+            let mut s = scenario.clone();
+            s.gateway.enqueue.as_mut().expect("checked").store_key = Some(new_key());
+            keyed = s;
+            &keyed
+        }
+        _ => scenario,
     };
     let sluice = opts.sluice.clone().unwrap_or_else(find_sluice);
     // The capacity each phase's backend has at the target, measured
@@ -185,6 +199,15 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         deadline: start + max_duration,
         run_id: format!("sl{}-{:x}", scenario.seed, started_unix.as_millis()),
         event: scenario.event.is_some(),
+        door: Door {
+            challenge: scenario.gateway.challenge.is_some(),
+            store_key: scenario
+                .gateway
+                .enqueue
+                .as_ref()
+                .and_then(|e| e.store_key.clone()),
+            phone_hashes_per_second: scenario.shoppers.phone_hashes_per_second,
+        },
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -210,6 +233,31 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         start,
     ));
 
+    let farm = scenario.farm.as_ref().map(|setup| {
+        Farm::start(
+            FarmPlan {
+                setup: setup.clone(),
+                public: lb.public(0).to_string(),
+                room: scenario.gateway.room.clone(),
+                // Tokens only where the room requires them: with the
+                // challenge alone the farm joins anonymously, each join a
+                // new place.
+                store_key: scenario
+                    .gateway
+                    .enqueue
+                    .as_ref()
+                    .filter(|e| e.required)
+                    .and_then(|e| e.store_key.clone()),
+                sku: scenario
+                    .products
+                    .first()
+                    .map(|p| p.sku.clone())
+                    .unwrap_or_default(),
+                request_timeout: Duration::from_millis(scenario.shoppers.request_timeout_ms),
+            },
+            shared.clone(),
+        )
+    });
     let mut shoppers = tokio::task::JoinSet::new();
     for plan in plans.iter().cloned() {
         let at = start + Duration::from_secs_f64(plan.arrive_at_s);
@@ -225,6 +273,12 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
     })
     .await;
     shoppers.abort_all();
+    // The farm plays as long as the honest shoppers do.
+    if let Some(farm) = farm {
+        farm.stop().await;
+        let at = rec.now_s();
+        rec.with(|i| i.farm.stopped_s = at);
+    }
     // Faults still ahead of us are cut short with the run.
     if !faults.is_finished() {
         let left = shared.deadline.saturating_duration_since(Instant::now()) + STOP_GRACE;
@@ -262,6 +316,47 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         let line = event_day::LineSetup::of(scenario);
         checks.extend(rec.with(|i| event_day::checks(e, line, &i.event)));
     }
+    let farm_report = match &scenario.farm {
+        Some(_) => {
+            // A held pass is reclaimed only once it has been idle for
+            // `pass_idle_s`: the run's shoppers may be done sooner, so the
+            // count is read once the last held pass is due (and the release
+            // pass that ends it has run).
+            let last_held = rec.with(|i| {
+                i.farm
+                    .held_at_s
+                    .iter()
+                    .map(|&t| bot_farm::idle_from(scenario, &i.farm, t))
+                    .reduce(f64::max)
+            });
+            if let (Some(held), Some(idle_s)) = (last_held, scenario.gateway.pass_idle_s) {
+                let due = held + f64::from(idle_s) + bot_farm::IDLE_SLACK_S;
+                let wait = (due - rec.now_s()).max(0.0);
+                tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            }
+            let metrics = async {
+                http.get(format!("{}/metrics", target.admin))
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()
+            }
+            .await
+            .unwrap_or_default();
+            let idle = bot_farm::idle_ended(&metrics, &scenario.gateway.room);
+            let end_s = rec.now_s();
+            let (report, farm_checks) = rec.with(|i| {
+                let r = bot_farm::report(scenario, &i.farm, &i.orders, i.shoppers_started, idle);
+                let c = bot_farm::checks(scenario, &r, &i.farm, end_s);
+                (r, c)
+            });
+            checks.extend(farm_checks);
+            Some(report)
+        }
+        None => None,
+    };
     let mut phases = rec.with(|i| follow::phases(scenario, i, duration_s));
     let capacities: Vec<f64> = sweeps.iter().map(|(_, c)| c.capacity_per_s).collect();
     follow::set_capacities(&mut phases, &capacities);
@@ -279,7 +374,8 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
         configured,
         publics: fleet.publics(),
     };
-    let summary = rec.with(|i| Summary::assemble(run_info, i, checks, phases, inventory_end));
+    let mut summary = rec.with(|i| Summary::assemble(run_info, i, checks, phases, inventory_end));
+    summary.bot_farm = farm_report;
     let out = opts
         .out
         .clone()

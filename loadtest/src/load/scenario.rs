@@ -46,6 +46,61 @@ pub struct Scenario {
     /// The room as a campaign: pre-queue, opening draw, close.
     #[serde(default)]
     pub event: Option<EventSetup>,
+    /// A bot farm beside the honest shoppers ([`super::farm`]).
+    #[serde(default)]
+    pub farm: Option<FarmSetup>,
+}
+
+/// `[farm]`: the attacker the room's defences are for. It runs beside the
+/// honest shoppers from the run's start until they are done: `accounts`
+/// store accounts (used in turn when the room takes enqueue tokens),
+/// `addresses` client addresses (a new one for every request, in the
+/// shared address space 100.64.0.0/10, as residential proxies behind a
+/// carrier NAT look), one solver thread per core (`solvers`, default:
+/// every core the machine has) hashing challenges for real, and each pass
+/// it collects either bought with (`quantity` units, the most a pass may
+/// take) or, for a share `hold_share` of them, held and never used (the
+/// door kept shut).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FarmSetup {
+    pub accounts: u32,
+    pub addresses: u32,
+    #[serde(default)]
+    pub solvers: Option<u32>,
+    #[serde(default)]
+    pub hold_share: f64,
+    #[serde(default = "one_u32")]
+    pub quantity: u32,
+}
+
+impl FarmSetup {
+    /// Solver threads: `solvers`, or every core.
+    pub fn solver_threads(&self) -> u32 {
+        self.solvers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+    }
+}
+
+/// `[gateway.challenge]`: the room's proof of work (`kind = "pow"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChallengeSetup {
+    pub difficulty_bits: u8,
+    #[serde(default)]
+    pub challenge_ttl_s: Option<u32>,
+}
+
+/// `[gateway.enqueue]`: one place per account. The harness plays the
+/// store: it writes an HS256 key into the room's `[rooms.enqueue]` and
+/// signs every shopper's (and the farm's) token with it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueSetup {
+    pub required: bool,
+    /// The store's key (base64url), set by the harness, not the file.
+    #[serde(skip)]
+    pub store_key: Option<String>,
 }
 
 /// `[event]`: the room's schedule, in seconds from the run's start (the
@@ -162,6 +217,11 @@ pub struct PaysimSetup {
     pub faults: toml::Table,
 }
 
+/// A mid-range phone's Web Worker running the queue page's SHA-256: a few
+/// hundred thousand hashes a second (docs/waiting-room.md, "The join
+/// challenge"); 18 bits take it about a second.
+pub const PHONE_HASHES_PER_SECOND: f64 = 300_000.0;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -204,6 +264,17 @@ pub struct GatewaySetup {
     /// Extra TOML appended to `[gateway]` verbatim (e.g. payments keys).
     #[serde(default)]
     pub extra: String,
+    /// A pass nobody uses this long gives its slot back (`pass_idle_s`).
+    #[serde(default)]
+    pub pass_idle_s: Option<u32>,
+    /// The per-client join limit (the harness's default is high: one
+    /// budget per virtual shopper, not measured).
+    #[serde(default)]
+    pub joins_per_minute_per_client: Option<u32>,
+    #[serde(default)]
+    pub challenge: Option<ChallengeSetup>,
+    #[serde(default)]
+    pub enqueue: Option<EnqueueSetup>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -259,6 +330,11 @@ pub struct Behaviour {
     pub joins_max: u32,
     /// `GET /orders/{id}` polls until the order is final, at most.
     pub order_polls_max: u32,
+    /// A shopper's phone solving the room's challenge: SHA-256 per second
+    /// of the queue page's Web Worker. The harness finds the solution with
+    /// its own solver and waits out the rest of the time the phone would
+    /// have taken (tries ÷ this rate).
+    pub phone_hashes_per_second: f64,
 }
 
 impl Default for Behaviour {
@@ -273,6 +349,7 @@ impl Default for Behaviour {
             polls_max: 500,
             joins_max: 20,
             order_polls_max: 60,
+            phone_hashes_per_second: PHONE_HASHES_PER_SECOND,
         }
     }
 }
@@ -459,6 +536,9 @@ fn default_price_cents() -> u64 {
 fn one() -> f64 {
     1.0
 }
+fn one_u32() -> u32 {
+    1
+}
 
 /// A scenario that failed to load: the file and why.
 #[derive(Debug, thiserror::Error)]
@@ -516,6 +596,7 @@ impl Scenario {
         )?;
         self.validate_fleet()?;
         self.validate_event()?;
+        self.validate_farm()?;
         if !self.rooms_only() {
             check(
                 !self.products.is_empty(),
@@ -781,6 +862,57 @@ impl Scenario {
         Ok(())
     }
 
+    fn validate_farm(&self) -> Result<(), String> {
+        let g = &self.gateway;
+        if let Some(c) = &g.challenge {
+            check(
+                (1..=28).contains(&c.difficulty_bits),
+                "`gateway.challenge.difficulty_bits` must be 1 to 28",
+            )?;
+        }
+        check(
+            self.shoppers.phone_hashes_per_second.is_finite()
+                && self.shoppers.phone_hashes_per_second >= 1.0,
+            "`shoppers.phone_hashes_per_second` must be at least 1",
+        )?;
+        check(
+            g.pass_idle_s
+                .is_none_or(|s| (10..=86_400).contains(&s) && s < g.pass_ttl_s),
+            "`gateway.pass_idle_s` must be 10 to 86400 and below `pass_ttl_s`",
+        )?;
+        let Some(f) = &self.farm else {
+            return Ok(());
+        };
+        check(
+            self.fleet.is_none() && self.event.is_none(),
+            "`[farm]` runs against one gateway without an [event] (not built for a fleet yet)",
+        )?;
+        check(
+            g.challenge.is_some(),
+            "`[farm]` needs `[gateway.challenge]`: the farm solves the room's challenge",
+        )?;
+        check(
+            (1..=10_000).contains(&f.accounts),
+            "`farm.accounts` must be 1 to 10000",
+        )?;
+        check(
+            (1..=1 << 22).contains(&f.addresses),
+            "`farm.addresses` must be 1 to 4194304 (100.64.0.0/10)",
+        )?;
+        check(
+            f.solvers.is_none_or(|n| (1..=256).contains(&n)),
+            "`farm.solvers` must be 1 to 256",
+        )?;
+        check(
+            (0.0..=1.0).contains(&f.hold_share),
+            "`farm.hold_share` must be between 0 and 1",
+        )?;
+        check(
+            (1..=100).contains(&f.quantity),
+            "`farm.quantity` must be 1 to 100",
+        )
+    }
+
     fn validate_fleet(&self) -> Result<(), String> {
         let Some(f) = &self.fleet else {
             return Ok(());
@@ -876,6 +1008,31 @@ over_s = 1
             }
         );
         assert_eq!(s.faults[1].action, FaultAction::PauseAdmissions);
+    }
+
+    #[test]
+    fn a_farm_needs_the_challenge_and_one_gateway() {
+        let farm = "[farm]\naccounts = 3\naddresses = 100\n";
+        let challenge = "[gateway.challenge]\ndifficulty_bits = 12\n";
+        let with = |extra: &str| {
+            let text = MINIMAL.replace("[[products]]", &format!("{extra}\n[[products]]"));
+            Scenario::parse(&format!("{text}\n{farm}"), "f.toml")
+        };
+        let e = with("").unwrap_err().to_string();
+        assert!(e.contains("needs `[gateway.challenge]`"), "{e}");
+        let s = with(challenge).unwrap();
+        assert_eq!(s.farm.as_ref().unwrap().accounts, 3);
+        assert_eq!(s.shoppers.phone_hashes_per_second, PHONE_HASHES_PER_SECOND);
+        let e = with(&format!(
+            "{challenge}[fleet]\ngateways = 1\npostgres = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("one gateway"), "{e}");
+        let e = with(&challenge.replace("12", "29"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("difficulty_bits"), "{e}");
     }
 
     #[test]

@@ -128,6 +128,19 @@ pub struct Shared {
     /// The room runs as a campaign (`[event]`): what shoppers see of it
     /// is recorded for the [`super::event_day`] checks.
     pub event: bool,
+    /// What a join must carry: the room's challenge, an enqueue token.
+    pub door: Door,
+}
+
+/// What the room asks of a join, and how fast a shopper's phone solves.
+#[derive(Debug, Clone, Default)]
+pub struct Door {
+    /// The room has a pow challenge.
+    pub challenge: bool,
+    /// The store's key: each shopper joins with a token for its own
+    /// account, `shopper-<index>`.
+    pub store_key: Option<String>,
+    pub phone_hashes_per_second: f64,
 }
 
 /// Plays one shopper to the end of the visit.
@@ -157,7 +170,7 @@ async fn visit(s: &Shared, plan: &Plan, at: &mut Sticky) -> Result<Outcome, Outc
 /// through the balancer: counted under `route` and under that gateway; a
 /// request with no HTTP answer moves the shopper on. The reply and the
 /// gateway that was asked.
-async fn call(
+pub(crate) async fn call(
     s: &Shared,
     at: &mut Sticky,
     route: &str,
@@ -184,7 +197,7 @@ fn outcome_of(state: &str) -> Outcome {
 }
 
 /// Sleeps `d`, or fails the visit if the run's deadline comes first.
-async fn pause(s: &Shared, d: Duration) -> Result<(), Outcome> {
+pub(crate) async fn pause(s: &Shared, d: Duration) -> Result<(), Outcome> {
     let now = Instant::now();
     if now + d >= s.deadline {
         tokio::time::sleep_until(s.deadline.into()).await;
@@ -241,10 +254,20 @@ async fn line(
         // When the shopper last asked and heard it was still waiting: a
         // pass it gets later was released after this.
         let mut waiting_at_s = s.rec.now_s();
+        let Some(body) = door(s, plan, at).await? else {
+            continue;
+        };
         let (r, g) = call(s, at, "join", |base| {
-            s.http
+            let req = s
+                .http
                 .post(format!("{base}{join_path}"))
-                .header("x-forwarded-for", shopper_address(plan.index).to_string())
+                .header("x-forwarded-for", shopper_address(plan.index).to_string());
+            match &body {
+                Some(b) => req
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(b.to_string()),
+                None => req,
+            }
         })
         .await;
         if s.event {
@@ -389,6 +412,66 @@ async fn line(
     }
 }
 
+/// The join's body when the room asks for more than a bare join: the
+/// shopper's enqueue token, and a challenge solved at a phone's pace (the
+/// harness finds the solution, then waits out the rest of the time the
+/// phone's `phone_hashes_per_second` would have taken for as many tries).
+/// `Ok(None)`: no challenge this time (the shopper paused; join again).
+async fn door(
+    s: &Shared,
+    plan: &Plan,
+    at: &mut Sticky,
+) -> Result<Option<Option<serde_json::Value>>, Outcome> {
+    let d = &s.door;
+    if !d.challenge && d.store_key.is_none() {
+        return Ok(Some(None));
+    }
+    let mut body = serde_json::Map::new();
+    if let Some(key) = &d.store_key {
+        let account = format!("shopper-{}", plan.index);
+        body.insert(
+            "enqueue_token".into(),
+            super::store::enqueue_token(key, &s.room, &account).into(),
+        );
+    }
+    if d.challenge {
+        let (r, _) = call(s, at, "challenge", |base| {
+            s.http
+                .get(format!("{base}/queue/{}/challenge", s.room))
+                .header("x-forwarded-for", shopper_address(plan.index).to_string())
+        })
+        .await;
+        let (Some(challenge), Some(bits)) = (
+            r.str("challenge").map(str::to_string),
+            r.body["difficulty_bits"].as_u64(),
+        ) else {
+            pause(s, told(&r, BACKOFF)).await?;
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let deadline = s.deadline;
+        let c = challenge.clone();
+        let solved = tokio::task::spawn_blocking(move || {
+            let bits = u8::try_from(bits).unwrap_or(u8::MAX);
+            super::pow::solve(&c, bits, 0, u64::MAX, &|| Instant::now() >= deadline)
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or(Outcome::Failed)?;
+        let phone_s = solved.tries as f64 / d.phone_hashes_per_second;
+        s.rec.with(|i| i.farm.honest_solve_s.push(phone_s));
+        pause(
+            s,
+            Duration::from_secs_f64(phone_s).saturating_sub(started.elapsed()),
+        )
+        .await?;
+        body.insert("challenge".into(), challenge.into());
+        body.insert("solution".into(), solved.solution.into());
+    }
+    Ok(Some(Some(body.into())))
+}
+
 /// A campaign's answer as a shopper saw it: a refused early join, a
 /// ticket, the close, the room's message and the draw.
 fn event_seen(s: &Shared, r: &Reply) {
@@ -514,7 +597,7 @@ fn poll_after_of(r: &Reply, default: Duration) -> Duration {
 
 /// `POST /checkout` with one Idempotency-Key, retried on a lost answer;
 /// the order id and its state.
-async fn checkout(
+pub(crate) async fn checkout(
     s: &Shared,
     plan: &Plan,
     pass: &str,
@@ -631,7 +714,7 @@ async fn checkout(
 }
 
 /// Polls `GET /orders/{id}` until the order is final; its final state.
-async fn follow_order(
+pub(crate) async fn follow_order(
     s: &Shared,
     pass: &str,
     order_id: &str,

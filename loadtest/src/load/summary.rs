@@ -38,6 +38,9 @@ pub struct Summary {
     /// The phases of a backend that changed mid-run (one phase otherwise):
     /// release rate, checkout p99 and failures once settled.
     pub phases: Vec<super::follow::Phase>,
+    /// A bot-farm rehearsal's figures (`[farm]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bot_farm: Option<super::bot_farm::FarmReport>,
     /// `pass` or `fail`.
     pub verdict: String,
     pub violations: Vec<String>,
@@ -239,6 +242,7 @@ impl Summary {
             books,
             phases,
             inventory_end,
+            bot_farm: None,
         }
     }
 }
