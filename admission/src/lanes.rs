@@ -11,7 +11,8 @@
 //!   Position is per lane ([`LaneLines::position`]), and
 //!   [`LaneLines::take_release`] splits the places a release may give
 //!   with [`crate::lane_split::split_release`] (deficits kept here, across
-//!   releases) and hands back the places to release, in place order.
+//!   releases) and hands back the places to release, in place order;
+//!   [`LaneLines::release_part`] is the part a lane gets, for its wait.
 //! - [`bypass_admits`]: a bypass lane's join is admitted at once when the
 //!   room is open and a slot is free under `max_active`: the same rule as
 //!   standby's ([`crate::standby::admits_at_once`]), so both use one path.
@@ -221,6 +222,31 @@ impl LaneLines {
         out
     }
 
+    /// The part of each release lane `lane` gets while the lines stay as
+    /// they are: its share among the lanes with people waiting (the split's
+    /// weights; equal parts when none of them has a share), 1 for a bypass
+    /// lane (served first). A lane's wait is its position at the release
+    /// rate times this part ([`crate::wait_estimate`]).
+    pub fn release_part(&self, lanes: &RoomLanes, lane: usize) -> f64 {
+        if lanes.is_bypass(lane) {
+            return 1.0;
+        }
+        let rules = lanes.rules();
+        if lane >= rules.len() {
+            return 0.0;
+        }
+        let open: Vec<usize> = (0..rules.len())
+            .filter(|&i| !rules[i].bypass && (i == lane || self.waiting(i) > 0))
+            .collect();
+        let share = |i: usize| rules[i].share.max(0.0);
+        let total: f64 = open.iter().map(|&i| share(i)).sum();
+        if total > 0.0 {
+            share(lane) / total
+        } else {
+            1.0 / open.len() as f64
+        }
+    }
+
     /// The lanes as the watermark shows them.
     pub fn marks(&self, lanes: &RoomLanes) -> Vec<LaneMark> {
         lanes
@@ -337,5 +363,23 @@ mod tests {
         assert!(bypass_admits(true, 9, 10));
         assert!(!bypass_admits(true, 10, 10), "full: waits");
         assert!(!bypass_admits(false, 0, 10), "never before opens_at");
+    }
+
+    #[test]
+    fn a_lane_waits_by_its_part_of_the_release() {
+        let lanes = RoomLanes::new(&[lane("members", 0.7, false), lane("vip", 0.0, true)], 0.3);
+        let mut lines = LaneLines::new(&lanes);
+        assert_eq!(lines.release_part(&lanes, 1), 1.0, "alone: all of it");
+        lines.push(0, 0);
+        assert!((lines.release_part(&lanes, 1) - 0.7).abs() < 1e-9);
+        assert_eq!(lines.release_part(&lanes, 0), 1.0, "members empty: all");
+        lines.push(1, 1);
+        assert!((lines.release_part(&lanes, 0) - 0.3).abs() < 1e-9);
+        assert_eq!(lines.release_part(&lanes, 2), 1.0, "bypass: first");
+        let zero = RoomLanes::new(&[lane("members", 1.0, false)], 0.0);
+        let mut lines = LaneLines::new(&zero);
+        assert_eq!(lines.release_part(&zero, 0), 1.0, "no share, alone: all");
+        lines.push(1, 0);
+        assert_eq!(lines.release_part(&zero, 0), 0.0, "no share while others wait");
     }
 }
