@@ -40,6 +40,8 @@
 //! - [`join_limiter`]: joins per client address.
 //! - [`lane_split`]: a release's places split between lanes by share,
 //!   with a running deficit.
+//! - [`lanes`]: a room's lanes: the lane a join goes to, each lane's line and
+//!   position, the places a release takes from each, bypass admission.
 //! - [`stats`]: the room's numbers for metrics.
 //! - [`adaptive`]: the release rate that follows the backend's checkouts.
 //! - [`pace`], [`rate_meter`]: the release pace (GCRA, as on the fleet) and
@@ -57,6 +59,7 @@ pub mod fleet_rate;
 pub mod join_limiter;
 pub mod journal;
 pub mod lane_split;
+pub mod lanes;
 pub mod no_show;
 pub mod odds;
 pub mod pace;
