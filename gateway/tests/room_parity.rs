@@ -8,9 +8,11 @@
 //! Built on the room seam (`gateway/src/queue/backend.rs`): a scenario
 //! that passes here for one back end and not the other names a rule
 //! written twice. What the fleet's room does not do yet (passing over
-//! leavers, the fair start, idle passes) is listed in docs/scaling.md;
-//! each gets its scenario here when it is built. Lanes are built on
-//! neither back end yet.
+//! leavers) is listed in docs/scaling.md; each gets its scenario here when
+//! it is built. The fair start runs here on both (the order admitted is
+//! the one recomputed from the revealed seed; on the fleet one gateway is
+//! SIGKILLed during the pre-queue). Lanes are built on neither back end
+//! yet.
 
 mod common;
 
