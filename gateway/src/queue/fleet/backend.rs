@@ -107,13 +107,13 @@ impl FleetRoom {
         let key = presented.seq;
         // With a fair start, a pre-queue ticket's place is its drawn one
         // (kept by the store as the place); before the draw it waits.
-        let ticket = &match shared.locate(presented.seq) {
+        let ticket = &match shared.locate_now(presented.seq, now_ms).await {
             Located::Place(place) => Presented {
                 seq: place,
                 ..*presented
             },
             Located::PreQueue => {
-                let status = shared.pre_queue_status(now_ms);
+                let status = shared.pre_queue_status(presented.seq, now_ms);
                 shared.on_time(key, &status, now_ms).map_err(early)?;
                 return Ok(status);
             }
@@ -169,11 +169,11 @@ impl FleetRoom {
             },
         };
         let issued_at_s = now_ms / 1000;
-        let place = match shared.locate(seq) {
+        let place = match shared.locate_now(seq, now_ms).await {
             Located::Place(place) => place,
             Located::PreQueue => {
                 // In the pre-queue: its clock starts at the opening.
-                let status = shared.pre_queue_status(now_ms);
+                let status = shared.pre_queue_status(seq, now_ms);
                 let _ = shared.on_time(seq, &status, now_ms);
                 let Status::PreQueue(pre) = status else {
                     unreachable!("a pre-queue status")

@@ -20,6 +20,11 @@ use sluice_admission::Status;
 use super::redis::CALL_TIMEOUT;
 use super::SharedRoom;
 
+/// How long before the opening (by the store's clock, as measured here)
+/// a pre-queue answer reads the draw again first: more than the clock
+/// offset's error.
+const OPENING_MARGIN_MS: i64 = 200;
+
 /// A room's draw as this gateway knows it.
 pub(super) struct DrawState {
     /// The opening the config gives (unix ms); `None`: no fair start.
@@ -153,8 +158,35 @@ impl SharedRoom {
         }
     }
 
-    /// The answer to a pre-queue ticket at `now_ms`.
-    pub fn pre_queue_status(&self, now_ms: u64) -> Status {
+    /// [`Self::locate`], exact at the opening: from [`OPENING_MARGIN_MS`]
+    /// before the opening (the store's clock, as this gateway measures it)
+    /// until it has seen the pre-queue frozen, a ticket that would be told
+    /// it is in the pre-queue has the draw read again first (on the
+    /// fleet's runtime): a seq given after the store froze the pre-queue is
+    /// never told it is in it, nor counted in its entrants.
+    pub async fn locate_now(self: &Arc<Self>, seq: u64, now_ms: u64) -> Located {
+        let located = self.locate(seq);
+        let Some(opens_at_ms) = self.draw.opens_at_ms else {
+            return located;
+        };
+        let store_now_ms = now_ms as i64 + self.fleet.clock_offset_ms().unwrap_or(0);
+        if located != Located::PreQueue
+            || store_now_ms + OPENING_MARGIN_MS < opens_at_ms as i64
+        {
+            return located;
+        }
+        let room = self.clone();
+        let _ = self
+            .fleet
+            .rt
+            .spawn(async move { room.draw_once().await })
+            .await;
+        self.locate(seq)
+    }
+
+    /// The answer to pre-queue ticket `seq` at `now_ms` (the entrants
+    /// counted at least up to it: the shared numbers may be a tick old).
+    pub fn pre_queue_status(&self, seq: u64, now_ms: u64) -> Status {
         let policy = self.policy();
         let info = self.fair_start();
         let opens_at_ms = info
@@ -169,7 +201,10 @@ impl SharedRoom {
             policy.poll_max.as_secs() as u8,
             &mut rand::rng(),
         );
-        let entrants = info.map_or(0, |i| i.entrants);
+        let first = self.draw.seen().map_or(0, |d| d.stored.first);
+        let entrants = info
+            .map_or(0, |i| i.entrants)
+            .max((seq + 1).saturating_sub(first));
         pre_queue_status(opens_at_ms, entrants, poll, policy.ticket_ttl.as_secs())
     }
 

@@ -248,8 +248,17 @@ local function draw(keys, args)
   local key = keys[1]
   local ms = now_ms()
   local pushed_first = tonumber(args[2])
-  local stored = redis.call('HMGET', key, 'fs_commit', 'fs_known')
-  if not stored[1] or (stored[2] ~= '1' and pushed_first) then
+  local stored = redis.call('HMGET', key, 'fs_commit', 'fs_known', 'fs_seed', 'fs_first')
+  local replace = not stored[1]
+  if stored[1] and stored[2] ~= '1' and pushed_first then
+    if stored[3] == args[3] and num(stored[4]) == pushed_first then
+      -- The stored draw is the one this gateway saw: known from now on.
+      redis.call('HSET', key, 'fs_known', 1)
+    else
+      replace = true
+    end
+  end
+  if replace then
     local first = pushed_first
       or math.max(num(redis.call('HGET', key, 'next')), tonumber(args[6]) or 0)
     redis.call('HSET', key, 'fs_opens_ms', args[1], 'fs_first', string.format('%d', first),
