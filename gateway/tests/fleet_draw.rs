@@ -40,7 +40,11 @@ async fn draw(
     hw_next: u64,
 ) -> (String, String, String) {
     let (first, seed, n) = match known {
-        Some((first, seed, n)) => (first.to_string(), seed, n.map(|n| n.to_string()).unwrap_or_default()),
+        Some((first, seed, n)) => (
+            first.to_string(),
+            seed,
+            n.map(|n| n.to_string()).unwrap_or_default(),
+        ),
         None => (String::new(), own_seed, String::new()),
     };
     let commitment = hex::encode(Sha256::digest(hex::decode(seed).unwrap()));
@@ -57,7 +61,11 @@ async fn draw(
         .query_async(conn)
         .await
         .unwrap();
-    assert_eq!(r[3], commitment_of(&r[2]), "the commitment stored is the seed's");
+    assert_eq!(
+        r[3],
+        commitment_of(&r[2]),
+        "the commitment stored is the seed's"
+    );
     (r[1].clone(), r[2].clone(), r[4].clone())
 }
 
@@ -109,12 +117,21 @@ async fn one_draw_for_the_fleet_frozen_at_the_opening_and_kept_through_a_loss() 
     let opens_ms = redis_ms(&mut conn).await + 4_000;
 
     // Two gateways propose; the first seed stored stands.
-    assert_eq!(draw(&mut conn, opens_ms, None, &a, 0).await, ("0".into(), a.clone(), "".into()));
-    assert_eq!(draw(&mut conn, opens_ms, None, &b, 0).await, ("0".into(), a.clone(), "".into()));
+    assert_eq!(
+        draw(&mut conn, opens_ms, None, &a, 0).await,
+        ("0".into(), a.clone(), "".into())
+    );
+    assert_eq!(
+        draw(&mut conn, opens_ms, None, &b, 0).await,
+        ("0".into(), a.clone(), "".into())
+    );
     // Pre-queue joins; the tick releases nobody before the opening.
     assert_eq!(join(&store, 5).await, 0);
     let before = store.tick("r", &tick_args()).await.unwrap();
-    assert!(before.store_now_ms < opens_ms, "the joins ran past the opening");
+    assert!(
+        before.store_now_ms < opens_ms,
+        "the joins ran past the opening"
+    );
     assert_eq!((before.numbers.next, before.numbers.serving), (5, 0));
     // At the opening (Redis's clock) the first call freezes the entrants;
     // later joins are not in the draw, and the line moves.

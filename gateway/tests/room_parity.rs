@@ -634,7 +634,10 @@ async fn fair_start(mut setup: Setup, opens_at: u64, kill: bool) -> FairStart {
         joins.push((
             body["state"].as_str().unwrap().to_string(),
             body["pre_queue"] == true,
-            body["expires_at"].as_u64().unwrap().saturating_sub(opens_at),
+            body["expires_at"]
+                .as_u64()
+                .unwrap()
+                .saturating_sub(opens_at),
         ));
         let token = body["ticket"].as_str().unwrap().to_string();
         tickets.push((seq_of(&token), token));
@@ -645,11 +648,19 @@ async fn fair_start(mut setup: Setup, opens_at: u64, kill: bool) -> FairStart {
     let mut entrants = Vec::new();
     let mut commitment = None;
     for (i, (_, token)) in tickets.iter().enumerate() {
-        let body = poll_until(&client, &setup, "line", token, Duration::from_secs(10), |b| {
-            b["pre_queue"] == true && b["draw_commitment"].is_string()
-        })
+        let body = poll_until(
+            &client,
+            &setup,
+            "line",
+            token,
+            Duration::from_secs(10),
+            |b| b["pre_queue"] == true && b["draw_commitment"].is_string(),
+        )
         .await;
-        assert!(body["draw_seed"].is_null(), "{name}: seed shown early: {body}");
+        assert!(
+            body["draw_seed"].is_null(),
+            "{name}: seed shown early: {body}"
+        );
         entrants.push(body["entrants"].as_u64().unwrap());
         let c = body["draw_commitment"].as_str().unwrap().to_string();
         assert_eq!(
@@ -673,7 +684,10 @@ async fn fair_start(mut setup: Setup, opens_at: u64, kill: bool) -> FairStart {
     while now_s() + 1 < opens_at {
         for gw in &setup.gateways {
             let mark = watermark(&client, gw, "line").await;
-            assert_eq!(mark["serving"], 0, "{name}: released before the opening: {mark}");
+            assert_eq!(
+                mark["serving"], 0,
+                "{name}: released before the opening: {mark}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -732,14 +746,25 @@ async fn a_fair_start_draws_the_same_way_on_one_gateway_and_on_a_fleet() {
     let opens_at = now_s() + 25;
     let fleet = fair_start(Setup::fleet(&fair_room(opens_at)), opens_at, true).await;
     for got in [&embedded, &fleet] {
-        assert_eq!(got.admitted, got.drawn, "admitted in the drawn order: {got:?}");
+        assert_eq!(
+            got.admitted, got.drawn,
+            "admitted in the drawn order: {got:?}"
+        );
         assert_ne!(
             got.drawn,
             (0..ENTRANTS as u32).collect::<Vec<_>>(),
             "the draw reordered the arrivals"
         );
-        assert!(got.joins.iter().all(|j| j == &("waiting".into(), true, 600)), "{got:?}");
-        assert!(got.entrants.iter().all(|&n| n == ENTRANTS as u64), "{got:?}");
+        assert!(
+            got.joins
+                .iter()
+                .all(|j| j == &("waiting".into(), true, 600)),
+            "{got:?}"
+        );
+        assert!(
+            got.entrants.iter().all(|&n| n == ENTRANTS as u64),
+            "{got:?}"
+        );
     }
     // The same answers, but for the draw itself (each room its own seed).
     assert_eq!(embedded.joins, fleet.joins);

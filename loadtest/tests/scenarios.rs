@@ -240,7 +240,12 @@ async fn event_day_on_a_fleet_opens_draws_tells_and_closes() {
         .map(|c| c.result.as_str())
         .collect();
     assert_eq!(checks, ["pass"; 4], "{:#?}", r.summary.books);
-    let closed = r.summary.outcomes.get(&Outcome::Closed).copied().unwrap_or(0);
+    let closed = r
+        .summary
+        .outcomes
+        .get(&Outcome::Closed)
+        .copied()
+        .unwrap_or(0);
     assert!(closed > 0, "{:?}", r.summary.outcomes);
 }
 

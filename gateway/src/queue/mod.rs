@@ -1533,7 +1533,10 @@ mod tests {
         )
         .unwrap();
         let err = Rooms::open(&parsed, false, stock.clone()).err().unwrap();
-        assert!(err.contains("opens_at") && err.contains("[rooms.enqueue]"), "{err}");
+        assert!(
+            err.contains("opens_at") && err.contains("[rooms.enqueue]"),
+            "{err}"
+        );
         // A fleet that sells without a shared PostgreSQL would sell each
         // gateway's own stock: refused, naming the key that fixes it.
         let products = "[[products]]\nsku = \"a\"\nstock = 1\nprice_cents = 1\nroom = \"r\"\n";

@@ -77,11 +77,7 @@ fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
 
 impl FleetRoom {
     /// A poll: the pass carries its ticket's seq, as one gateway's does.
-    async fn poll_ticket(
-        &self,
-        presented: &Presented,
-        now_ms: u64,
-    ) -> Result<Status, PollRefused> {
+    async fn poll_ticket(&self, presented: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
         Ok(match self.poll_place(presented, now_ms).await? {
             Status::Admitted(admitted) => Status::Admitted(Admitted {
                 seq: presented.seq,
@@ -207,7 +203,6 @@ impl FleetRoom {
             status,
         }))
     }
-
 }
 
 #[async_trait]

@@ -52,7 +52,12 @@ impl DrawState {
 }
 
 /// `sluice_7_draw`'s arguments for what this gateway knows.
-fn draw_args(opens_at_ms: u64, own_seed: &[u8; 32], seen: Option<&Drawn>, hw_next: u64) -> Vec<String> {
+fn draw_args(
+    opens_at_ms: u64,
+    own_seed: &[u8; 32],
+    seen: Option<&Drawn>,
+    hw_next: u64,
+) -> Vec<String> {
     let (first, seed, entrants) = match seen {
         Some(d) => (
             d.stored.first.to_string(),
@@ -76,7 +81,10 @@ fn parse_reply(r: &[String]) -> Result<StoredDraw, String> {
     let [opens, first, seed, commit, entrants, _now] = r else {
         return Err(format!("sluice_7_draw gave {} items", r.len()));
     };
-    let number = |v: &str| v.parse::<u64>().map_err(|_| format!("sluice_7_draw gave {r:?}"));
+    let number = |v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| format!("sluice_7_draw gave {r:?}"))
+    };
     let entrants = if entrants.is_empty() {
         None
     } else {
@@ -129,7 +137,10 @@ impl SharedRoom {
                 );
             }
         }
-        if let Some(entrants) = stored.entrants.filter(|_| !seen.as_ref().is_some_and(|d| d.opened())) {
+        if let Some(entrants) = stored
+            .entrants
+            .filter(|_| !seen.as_ref().is_some_and(|d| d.opened()))
+        {
             tracing::info!(
                 room = self.name,
                 entrants,
@@ -170,9 +181,7 @@ impl SharedRoom {
             return located;
         };
         let store_now_ms = now_ms as i64 + self.fleet.clock_offset_ms().unwrap_or(0);
-        if located != Located::PreQueue
-            || store_now_ms + OPENING_MARGIN_MS < opens_at_ms as i64
-        {
+        if located != Located::PreQueue || store_now_ms + OPENING_MARGIN_MS < opens_at_ms as i64 {
             return located;
         }
         let room = self.clone();
@@ -236,11 +245,28 @@ mod tests {
         )
         .unwrap();
         let args = draw_args(5_000, &own, Some(&Drawn::new(stored.clone())), 12);
-        assert_eq!(args, vec!["5000", "3", &hex::encode(seed), &hex::encode(commitment(&seed)), "9", "12"]);
-        let reply: Vec<String> = ["5000", "3", &hex::encode(seed), &hex::encode(commitment(&seed)), "9", "1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        assert_eq!(
+            args,
+            vec![
+                "5000",
+                "3",
+                &hex::encode(seed),
+                &hex::encode(commitment(&seed)),
+                "9",
+                "12"
+            ]
+        );
+        let reply: Vec<String> = [
+            "5000",
+            "3",
+            &hex::encode(seed),
+            &hex::encode(commitment(&seed)),
+            "9",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(parse_reply(&reply), Ok(stored));
         let mut bad = reply.clone();
         bad[3] = hex::encode(commitment(&own));
