@@ -41,6 +41,35 @@ pub fn draw_order(seed: &[u8; 32], n: u32) -> Vec<u32> {
     order
 }
 
+/// The inverse of [`draw_order`]: `places[arrival] = place`.
+pub fn places_of_arrivals(seed: &[u8; 32], n: u32) -> Vec<u32> {
+    let order = draw_order(seed, n);
+    let mut places = vec![0; order.len()];
+    for (place, &arrival) in order.iter().enumerate() {
+        places[arrival as usize] = place as u32;
+    }
+    places
+}
+
+/// The poll interval of a pre-queue ticket at `now_ms`: come back around
+/// the opening, never sooner than `min_s` nor later than `max_s`.
+pub fn poll_before_opening_s(
+    now_ms: u64,
+    opens_at_ms: u64,
+    min_s: u8,
+    max_s: u8,
+    rng: &mut impl rand::Rng,
+) -> u8 {
+    let until_open_s = opens_at_ms.saturating_sub(now_ms).div_ceil(1000);
+    // Four times the time to opening, so `poll_after_s`'s quarter lands on it.
+    crate::poll::poll_after_s(until_open_s.saturating_mul(4), min_s, max_s, rng)
+}
+
+/// A pre-queue ticket's expiry: its clock starts at the opening.
+pub fn ticket_expires_at_s(opens_at_ms: u64, ticket_ttl_s: u64) -> u64 {
+    opens_at_ms / 1000 + ticket_ttl_s
+}
+
 /// What the room publishes about its draw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FairStartInfo {

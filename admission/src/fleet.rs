@@ -194,6 +194,8 @@ pub fn too_early(due_ms: u64, now_ms: u64) -> Option<u64> {
 pub fn poll_due_ms(status: &Status, now_ms: u64) -> Option<u64> {
     match status {
         Status::Waiting(w) | Status::Paused(w) => Some(now_ms + u64::from(w.poll_after_s) * 1000),
+        // A pre-queue ticket is held to its time too, as one gateway's is.
+        Status::PreQueue(p) => Some(now_ms + u64::from(p.poll_after_s) * 1000),
         _ => None,
     }
 }

@@ -55,6 +55,7 @@ pub mod enqueue;
 pub mod event_window;
 pub mod fair_start;
 pub mod fleet;
+pub mod fleet_draw;
 pub mod fleet_rate;
 pub mod join_limiter;
 pub mod journal;

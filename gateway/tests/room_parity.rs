@@ -8,9 +8,11 @@
 //! Built on the room seam (`gateway/src/queue/backend.rs`): a scenario
 //! that passes here for one back end and not the other names a rule
 //! written twice. What the fleet's room does not do yet (passing over
-//! leavers, the fair start, idle passes) is listed in docs/scaling.md;
-//! each gets its scenario here when it is built. Lanes are built on
-//! neither back end yet.
+//! leavers) is listed in docs/scaling.md; each gets its scenario here when
+//! it is built. The fair start runs here on both (the order admitted is
+//! the one recomputed from the revealed seed; on the fleet one gateway is
+//! SIGKILLed during the pre-queue). Lanes are built on neither back end
+//! yet.
 
 mod common;
 
@@ -542,4 +544,229 @@ async fn one_place_per_account_reads_the_same_on_one_gateway_and_on_a_fleet() {
         }
     );
     assert_eq!(fleet, embedded);
+}
+
+/// Unix seconds now.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A TOML datetime (RFC 3339, UTC) for a unix second.
+fn datetime(unix_s: u64) -> String {
+    // Howard Hinnant's civil-from-days.
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// The published draw (docs/waiting-room.md), written again here from its
+/// text: `order[place] = arrival`.
+fn published_draw(seed: &[u8], n: u32) -> Vec<u32> {
+    use sha2::{Digest, Sha256};
+    let mut order: Vec<u32> = (0..n).collect();
+    for i in (1..n).rev() {
+        let h = Sha256::new()
+            .chain_update(seed)
+            .chain_update(u64::from(i).to_be_bytes())
+            .finalize();
+        let j = u64::from_be_bytes(h[..8].try_into().unwrap()) % (u64::from(i) + 1);
+        order.swap(i as usize, j as usize);
+    }
+    order
+}
+
+/// A room with a fair start at `opens_at`, one slot, passes of one second:
+/// after the opening the drawn places are let in one at a time, so the
+/// order they are admitted in is the draw's.
+fn fair_room(opens_at: u64) -> String {
+    format!(
+        "[[rooms]]\nname = \"line\"\nopens_at = {}\nrelease_per_second = 5\nburst = 1\nmax_active = 1\nqueue_capacity = 1000\njoins_per_minute_per_client = 100000\npoll_min_s = 1\npoll_max_s = 2\npass_ttl_s = 1\nticket_ttl_s = 600\n",
+        datetime(opens_at)
+    )
+}
+
+/// Pre-queue tickets taken.
+const ENTRANTS: usize = 9;
+
+/// What a shopper of a fair start sees: the same on both back ends.
+#[derive(Debug, PartialEq)]
+struct FairStart {
+    /// Each join's answer: (`state`, `pre_queue`, `expires_at` − opening).
+    joins: Vec<(String, bool, u64)>,
+    /// `entrants` told to every pre-queue ticket once all had joined.
+    entrants: Vec<u64>,
+    /// The admissions in arrival numbers, in the order they came, and the
+    /// order recomputed from the revealed seed.
+    admitted: Vec<u32>,
+    drawn: Vec<u32>,
+}
+
+/// Pre-queue joins over every gateway before `opens_at`; the commitment is
+/// the same everywhere and no seed is shown; with `kill`, the last gateway
+/// is SIGKILLed during the pre-queue (its tickets are then polled through
+/// the others); nobody is admitted before the opening; after it the seed
+/// is shown, is the commitment's, and the tickets are admitted in the
+/// order the seed draws.
+async fn fair_start(mut setup: Setup, opens_at: u64, kill: bool) -> FairStart {
+    let client = client();
+    let name = setup.name;
+    let mut tickets = Vec::new();
+    let mut joins = Vec::new();
+    for i in 0..ENTRANTS {
+        let body = ticket(&client, setup.gw(i), "line").await;
+        joins.push((
+            body["state"].as_str().unwrap().to_string(),
+            body["pre_queue"] == true,
+            body["expires_at"]
+                .as_u64()
+                .unwrap()
+                .saturating_sub(opens_at),
+        ));
+        let token = body["ticket"].as_str().unwrap().to_string();
+        tickets.push((seq_of(&token), token));
+    }
+    assert!(now_s() < opens_at, "{name}: the joins ran past the opening");
+    // Before the opening: every ticket is in the pre-queue, told how many
+    // entered, with one commitment on every gateway and no seed.
+    let mut entrants = Vec::new();
+    let mut commitment = None;
+    for (i, (_, token)) in tickets.iter().enumerate() {
+        let body = poll_until(
+            &client,
+            &setup,
+            "line",
+            token,
+            Duration::from_secs(10),
+            |b| b["pre_queue"] == true && b["draw_commitment"].is_string(),
+        )
+        .await;
+        assert!(
+            body["draw_seed"].is_null(),
+            "{name}: seed shown early: {body}"
+        );
+        entrants.push(body["entrants"].as_u64().unwrap());
+        let c = body["draw_commitment"].as_str().unwrap().to_string();
+        assert_eq!(
+            commitment.get_or_insert(c.clone()),
+            &c,
+            "{name}: ticket {i} was shown another commitment"
+        );
+    }
+    let commitment = commitment.unwrap();
+    for gw in &setup.gateways {
+        let fair = &gw.admin_json("/admin/state")["rooms"][0]["fair_start"];
+        assert_eq!(fair["commitment"], commitment.as_str(), "{name}: {fair}");
+        assert!(fair["seed"].is_null(), "{name}: {fair}");
+    }
+    if kill {
+        // Its pre-queue tickets are in the shared store, not in it.
+        let mut dead = setup.gateways.pop().unwrap();
+        dead.kill9();
+    }
+    // Nobody is let in before the opening (a margin for the clocks).
+    while now_s() + 1 < opens_at {
+        for gw in &setup.gateways {
+            let mark = watermark(&client, gw, "line").await;
+            assert_eq!(
+                mark["serving"], 0,
+                "{name}: released before the opening: {mark}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // After the opening: poll everyone (through the gateways still up) and
+    // note who is admitted, in order; one slot, so one at a time.
+    let first_seq = tickets.iter().map(|(seq, _)| *seq).min().unwrap();
+    let mut admitted: Vec<u32> = Vec::new();
+    let mut seed = None;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut i = 0;
+    while admitted.len() < ENTRANTS {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: admitted so far {admitted:?}"
+        );
+        for (seq, token) in &tickets {
+            let arrival = (seq - first_seq) as u32;
+            if admitted.contains(&arrival) {
+                continue;
+            }
+            let body = status(&client, setup.gw(i), "line", token).await;
+            i += 1;
+            if let Some(s) = body["draw_seed"].as_str() {
+                assert_eq!(seed.get_or_insert(s.to_string()), s, "{name}: two seeds");
+            }
+            match body["state"].as_str() {
+                Some("admitted") => admitted.push(arrival),
+                Some("waiting") | None => {}
+                other => panic!("{name}: ticket {arrival}: {other:?} {body}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let seed = hex::decode(seed.expect("the seed is shown after the opening")).unwrap();
+    {
+        use sha2::{Digest, Sha256};
+        assert_eq!(
+            hex::encode(Sha256::digest(&seed)),
+            commitment,
+            "{name}: the seed is not the commitment's"
+        );
+    }
+    FairStart {
+        joins,
+        entrants,
+        admitted,
+        drawn: published_draw(&seed, ENTRANTS as u32),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_start_draws_the_same_way_on_one_gateway_and_on_a_fleet() {
+    let opens_at = now_s() + 12;
+    let embedded = fair_start(Setup::embedded(&fair_room(opens_at)), opens_at, false).await;
+    // Three gateways take longer to start, and one is killed on the way.
+    let opens_at = now_s() + 25;
+    let fleet = fair_start(Setup::fleet(&fair_room(opens_at)), opens_at, true).await;
+    for got in [&embedded, &fleet] {
+        assert_eq!(
+            got.admitted, got.drawn,
+            "admitted in the drawn order: {got:?}"
+        );
+        assert_ne!(
+            got.drawn,
+            (0..ENTRANTS as u32).collect::<Vec<_>>(),
+            "the draw reordered the arrivals"
+        );
+        assert!(
+            got.joins
+                .iter()
+                .all(|j| j == &("waiting".into(), true, 600)),
+            "{got:?}"
+        );
+        assert!(
+            got.entrants.iter().all(|&n| n == ENTRANTS as u64),
+            "{got:?}"
+        );
+    }
+    // The same answers, but for the draw itself (each room its own seed).
+    assert_eq!(embedded.joins, fleet.joins);
+    assert_eq!(embedded.entrants, fleet.entrants);
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use sluice_loadtest::load::books::ORDER_BOOKS;
 use sluice_loadtest::load::record::Outcome;
-use sluice_loadtest::load::scenario::{Arrivals, Cut, Fault, FaultAction, Store};
+use sluice_loadtest::load::scenario::{Arrivals, Cut, Fault, FaultAction, FleetSetup, Store};
 use sluice_loadtest::load::shopper::FINAL_STATES;
 use sluice_loadtest::load::{run, RunOptions, RunResult, Scenario};
 
@@ -202,6 +202,51 @@ async fn event_day_opens_draws_tells_and_closes() {
     let outcomes = &r.summary.outcomes;
     let closed = outcomes.get(&Outcome::Closed).copied().unwrap_or(0);
     assert!(closed > 0, "{outcomes:?}");
+}
+
+/// `event-day` at test size on three gateways sharing a throwaway Redis
+/// (rooms only: nothing is sold): the same edges, one draw for the fleet,
+/// recomputed from the seed the gateways reveal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_day_on_a_fleet_opens_draws_tells_and_closes() {
+    let mut s = scenario("event-day");
+    s.products.clear();
+    s.fleet = Some(FleetSetup {
+        gateways: 3,
+        redis: true,
+        postgres: false,
+    });
+    s.arrivals = Arrivals::Constant {
+        per_second: 20.0,
+        for_s: 24.0,
+    };
+    s.limits.max_shoppers = 480;
+    s.limits.max_duration_s = 40;
+    s.gateway.burst = Some(5);
+    s.gateway.poll_max_s = 1;
+    let e = s.event.as_mut().unwrap();
+    e.prequeue_after_s = 3;
+    e.opens_after_s = 8;
+    e.closes_after_s = 18;
+    // Three gateways and Redis take longer to start.
+    e.setup_s = 20;
+    s.faults[0].at_s = 11.0;
+    let (r, _dir) = play(&s).await;
+    let checks: Vec<&str> = r
+        .summary
+        .books
+        .iter()
+        .filter(|c| c.name.starts_with("event:"))
+        .map(|c| c.result.as_str())
+        .collect();
+    assert_eq!(checks, ["pass"; 4], "{:#?}", r.summary.books);
+    let closed = r
+        .summary
+        .outcomes
+        .get(&Outcome::Closed)
+        .copied()
+        .unwrap_or(0);
+    assert!(closed > 0, "{:?}", r.summary.outcomes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

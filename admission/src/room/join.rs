@@ -1,9 +1,10 @@
 //! Taking a place in line.
 
 use super::{JoinError, Joined, PreQueue, Status, Wait, WaitingRoom};
+use crate::fair_start;
 use crate::journal::RoomEvent;
 use crate::no_show::releasable;
-use crate::poll::{paced_poll_after_s, poll_after_s};
+use crate::poll::paced_poll_after_s;
 use crate::store::{QueueStore, Slot, SlotState};
 
 impl<S: QueueStore> WaitingRoom<S> {
@@ -126,7 +127,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         let now_s = self.room_s(now_ms);
         let opens_at_ms = self.pre_queue.as_ref()?.opens_at_ms;
         let poll = self.poll_before_opening(now_ms, opens_at_ms);
-        let opening_s = self.room_s(opens_at_ms);
         let ticket_ttl_s = self.policy.ticket_ttl.as_secs();
         let pre = self.pre_queue.as_mut()?;
         let seq = pre.entrants();
@@ -135,7 +135,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             seq,
             joined_s: now_s,
         });
-        let expires_at_s = self.epoch_s + u64::from(opening_s) + ticket_ttl_s;
+        let expires_at_s = fair_start::ticket_expires_at_s(opens_at_ms, ticket_ttl_s);
         Some(Joined {
             seq,
             ticket_id: self.ids.derive(&self.name, seq),
@@ -169,13 +169,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
-    /// The poll interval for someone `wait_s` from their turn.
-    pub(super) fn poll_for(&mut self, wait_s: u64) -> u8 {
-        let min = self.policy.poll_min.as_secs() as u8;
-        let max = self.policy.poll_max.as_secs() as u8;
-        poll_after_s(wait_s, min, max, &mut self.rng)
-    }
-
     /// The poll interval for someone in line `wait_s` from their turn with
     /// `in_line` live places before theirs, paced at the front
     /// ([`crate::poll`]) while the line moves at the rate: not paused, and
@@ -193,8 +186,8 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// Before the opening: come back around the opening, never sooner than
     /// `poll_min` nor later than `poll_max`.
     pub(super) fn poll_before_opening(&mut self, now_ms: u64, opens_at_ms: u64) -> u8 {
-        let until_open_s = opens_at_ms.saturating_sub(now_ms).div_ceil(1000);
-        // Four times the time to opening, so `poll_for`'s quarter lands on it.
-        self.poll_for(until_open_s.saturating_mul(4))
+        let min = self.policy.poll_min.as_secs() as u8;
+        let max = self.policy.poll_max.as_secs() as u8;
+        fair_start::poll_before_opening_s(now_ms, opens_at_ms, min, max, &mut self.rng)
     }
 }

@@ -1,7 +1,7 @@
 //! The fair-start pre-queue of a room: tickets taken before the opening,
 //! then drawn into places (see [`crate::fair_start`]).
 
-use crate::fair_start::{commitment, draw_order, FairStartInfo};
+use crate::fair_start::{commitment, draw_order, places_of_arrivals, FairStartInfo};
 use crate::store::{QueueStore, Slot};
 
 #[derive(Debug)]
@@ -60,11 +60,7 @@ impl PreQueueState {
     /// map from arrival to place is needed again (the places themselves
     /// come back from the snapshot).
     pub fn restore_drawn(&mut self, entrants: u32) {
-        let order = draw_order(&self.seed, entrants);
-        self.place_of_seq = vec![0; order.len()];
-        for (place, &arrival) in order.iter().enumerate() {
-            self.place_of_seq[arrival as usize] = place as u32;
-        }
+        self.place_of_seq = places_of_arrivals(&self.seed, entrants);
         self.slots = Vec::new();
         self.opened = true;
     }

@@ -2,6 +2,7 @@
 
 use super::view::too_early_by;
 use super::{Admitted, PollError, PreQueue, Status, Wait, WaitingRoom, CLAIM_SLACK_S};
+use crate::fair_start;
 use crate::journal::RoomEvent;
 use crate::no_show::claim_window_ms;
 use crate::store::{QueueStore, Slot, SlotState};
@@ -181,8 +182,8 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
         self.check_on_time(&slot, now_s)?;
         let poll = self.poll_before_opening(now_ms, opens_at_ms);
-        let opening_s = self.room_s(opens_at_ms);
-        let expires_at_s = self.epoch_s + u64::from(opening_s) + self.policy.ticket_ttl.as_secs();
+        let expires_at_s =
+            fair_start::ticket_expires_at_s(opens_at_ms, self.policy.ticket_ttl.as_secs());
         if let Some(entry) = self.pre_queue.as_mut().and_then(|p| p.slots.get_mut(i)) {
             entry.last_poll_s = now_s;
             entry.poll_after_s = poll;

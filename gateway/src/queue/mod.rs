@@ -1503,7 +1503,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_fleet_must_list_its_signing_keys_and_cannot_have_a_fair_start() {
+    fn a_fleet_must_list_its_signing_keys_and_has_no_fair_start_with_account_places() {
         let room =
             "[[rooms]]\nname = \"r\"\nmax_active = 1\nqueue_capacity = 1\nrelease_per_second = 1\n";
         let src = format!("[gateway]\n[cluster]\nredis_url = \"redis://127.0.0.1:7000\"\n{room}");
@@ -1520,10 +1520,23 @@ mod tests {
         assert!(err.contains("[[keys]]"), "{err}");
         let keys = "[[keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"\n";
         let fair = format!("{src}opens_at = 2099-01-01T00:00:00Z\n{keys}");
-        let err = Rooms::open(&parse(&fair), false, stock.clone())
-            .err()
-            .unwrap();
-        assert!(err.contains("opens_at"), "{err}");
+        assert!(Rooms::open(&parse(&fair), false, stock.clone()).is_ok());
+        // A fair start with one place per account is not built on a fleet.
+        let accounts = format!(
+            "{}opens_at = 2099-01-01T00:00:00Z\n[rooms.enqueue]\nrequired = true\n[[rooms.enqueue.keys]]\nkid = \"s\"\nalg = \"HS256\"\nsecret = \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"\n{keys}",
+            src.replace("[cluster]\n", "[cluster]\naccount_hash_key_env = \"K\"\n")
+        );
+        let parsed = sluice_policies::validate::parse_with_env(
+            &accounts,
+            std::path::Path::new("p.toml"),
+            &|_| Some("an-account-hash-key-of-32-bytes-or-more".into()),
+        )
+        .unwrap();
+        let err = Rooms::open(&parsed, false, stock.clone()).err().unwrap();
+        assert!(
+            err.contains("opens_at") && err.contains("[rooms.enqueue]"),
+            "{err}"
+        );
         // A fleet that sells without a shared PostgreSQL would sell each
         // gateway's own stock: refused, naming the key that fixes it.
         let products = "[[products]]\nsku = \"a\"\nstock = 1\nprice_cents = 1\nroom = \"r\"\n";

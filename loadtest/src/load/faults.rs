@@ -83,7 +83,11 @@ async fn act(f: &Fault, fleet: &Fleet, rec: &Recorder) -> (String, Result<()>) {
             )
         }
         FaultAction::SetMessage { message } => {
-            let r = fleet.first().set_message(message);
+            // The message is each gateway's config: every one is edited.
+            let r = fleet
+                .gateways
+                .iter()
+                .try_for_each(|g| g.set_message(message));
             if r.is_ok() {
                 let at = rec.now_s();
                 rec.with(|i| i.event.messages_set.push((at, message.clone())));

@@ -309,7 +309,13 @@ pub async fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunResult> {
             max_active: configured.max_active,
             poll_s: poll_interval_s(scenario),
         };
-        checks.extend(rec.with(|i| fleet_checks(i, line)));
+        // A fair start's pre-queue is drawn, not FIFO: its order is the
+        // event's draw check; FIFO holds for the joins after the opening.
+        let drawn_until_s = scenario
+            .event
+            .as_ref()
+            .map(|e| e.opens_after_s as f64 + super::event_day::EDGE_SLACK_S);
+        checks.extend(rec.with(|i| fleet_checks(i, line, drawn_until_s)));
     }
     checks.push(books::faults_check(&rec.with(|i| i.faults.clone())));
     if let Some(e) = &scenario.event {
@@ -432,12 +438,18 @@ pub fn poll_interval_s(scenario: &Scenario) -> f64 {
 }
 
 /// The line's books, fleet-wide.
-fn fleet_checks(i: &super::record::Inner, line: Line) -> Vec<Check> {
+fn fleet_checks(i: &super::record::Inner, line: Line, drawn_until_s: Option<f64>) -> Vec<Check> {
+    let after_draw: Vec<_> = i
+        .tickets
+        .iter()
+        .filter(|t| drawn_until_s.is_none_or(|until| t.joined_s > until))
+        .cloned()
+        .collect();
     vec![
         fleet_books::rate_check(&i.samples, line, &i.store_resets_s),
         fleet_books::seen_rate_check(&i.admitted_seen, line, &i.store_resets_s),
         fleet_books::max_active_check(&i.fleet_samples, &i.samples, line.max_active),
-        fleet_books::fifo_check(&i.tickets, line.poll_s),
+        fleet_books::fifo_check(&after_draw, line.poll_s),
         fleet_books::places_check(i.moved_waiting, &i.places_lost),
     ]
 }

@@ -839,9 +839,11 @@ impl Scenario {
             (5..=600).contains(&e.setup_s),
             "`event.setup_s` must be 5 to 600",
         )?;
+        // On a fleet every gateway's config carries the same schedule, and
+        // the fair start is one draw for the fleet.
         check(
-            self.fleet.is_none(),
-            "`[event]` runs on one gateway (the fleet's fair start is not built yet)",
+            self.fleet.as_ref().is_none_or(|f| f.redis),
+            "`[event]` on a `[fleet]` needs `redis = true` (the fair start is one draw on the shared line)",
         )?;
         let messages = self
             .faults

@@ -12,11 +12,12 @@ use sluice_admission::adaptive::Outcome;
 use sluice_admission::enqueue::AccountHash;
 use sluice_admission::fair_start::FairStartInfo;
 use sluice_admission::fleet::{self as decide, ClaimReply, PollDecision, Presented};
+use sluice_admission::fleet_draw::Located;
 use sluice_admission::room::Watermark;
 use sluice_admission::stats::WaitHistogram;
 use sluice_admission::tokens::Claims;
 use sluice_admission::{
-    JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId, Wait,
+    Admitted, JoinError, Joined, PassEnd, PassOrders, Policy, RoomStats, Status, TicketId, Wait,
 };
 
 use super::{AccountPlace, FleetLimits, SharedRoom};
@@ -74,11 +75,45 @@ fn held_at_front(shared: &SharedRoom, ticket: &Presented) -> Status {
     })
 }
 
-#[async_trait]
-impl RoomBackend for FleetRoom {
-    async fn poll(&self, ticket: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
+impl FleetRoom {
+    /// A poll: the pass carries its ticket's seq, as one gateway's does.
+    async fn poll_ticket(&self, presented: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
+        Ok(match self.poll_place(presented, now_ms).await? {
+            Status::Admitted(admitted) => Status::Admitted(Admitted {
+                seq: presented.seq,
+                ..admitted
+            }),
+            other => other,
+        })
+    }
+
+    /// The place of ticket (or pass) `seq`: its drawn one with a fair
+    /// start (a pass exists only once drawn), else itself.
+    fn place(&self, seq: u64) -> u64 {
+        match self.shared.locate(seq) {
+            Located::Place(place) => place,
+            Located::PreQueue => seq,
+        }
+    }
+
+    async fn poll_place(&self, presented: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
         let shared = &self.shared;
         let early = |retry_after_s| PollRefused::TooEarly { retry_after_s };
+        // When each ticket may poll next is kept by its own seq.
+        let key = presented.seq;
+        // With a fair start, a pre-queue ticket's place is its drawn one
+        // (kept by the store as the place); before the draw it waits.
+        let ticket = &match shared.locate_now(presented.seq, now_ms).await {
+            Located::Place(place) => Presented {
+                seq: place,
+                ..*presented
+            },
+            Located::PreQueue => {
+                let status = shared.pre_queue_status(presented.seq, now_ms);
+                shared.on_time(key, &status, now_ms).map_err(early)?;
+                return Ok(status);
+            }
+        };
         // A pass already collected is shown again from memory, also while
         // the store is away: passes already issued keep working.
         if let Some(known) = shared.known_claim(ticket.seq) {
@@ -88,7 +123,7 @@ impl RoomBackend for FleetRoom {
         }
         match shared.decide_poll(ticket, now_ms) {
             PollDecision::Answer(status) => {
-                shared.on_time(ticket.seq, &status, now_ms).map_err(early)?;
+                shared.on_time(key, &status, now_ms).map_err(early)?;
                 Ok(status)
             }
             PollDecision::Claim => {
@@ -108,13 +143,13 @@ impl RoomBackend for FleetRoom {
                 // A released place collects its pass whenever it asks; one
                 // told to wait at the front (no slot free yet) is held to
                 // the time it was told, as a waiting one is.
-                shared.on_time(ticket.seq, &status, now_ms).map_err(early)?;
+                shared.on_time(key, &status, now_ms).map_err(early)?;
                 Ok(status)
             }
         }
     }
 
-    async fn join(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError> {
+    async fn join_place(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError> {
         let shared = &self.shared;
         let (seq, ticket_id) = match req.account {
             None => {
@@ -130,8 +165,26 @@ impl RoomBackend for FleetRoom {
             },
         };
         let issued_at_s = now_ms / 1000;
+        let place = match shared.locate_now(seq, now_ms).await {
+            Located::Place(place) => place,
+            Located::PreQueue => {
+                // In the pre-queue: its clock starts at the opening.
+                let status = shared.pre_queue_status(seq, now_ms);
+                let _ = shared.on_time(seq, &status, now_ms);
+                let Status::PreQueue(pre) = status else {
+                    unreachable!("a pre-queue status")
+                };
+                return Ok(Entered::New(Joined {
+                    seq,
+                    ticket_id,
+                    issued_at_s,
+                    expires_at_s: pre.expires_at_s,
+                    status,
+                }));
+            }
+        };
         let ticket = Presented {
-            seq,
+            seq: place,
             ticket_id,
             expires_at_s: issued_at_s + shared.policy().ticket_ttl.as_secs(),
         };
@@ -150,6 +203,17 @@ impl RoomBackend for FleetRoom {
             status,
         }))
     }
+}
+
+#[async_trait]
+impl RoomBackend for FleetRoom {
+    async fn poll(&self, presented: &Presented, now_ms: u64) -> Result<Status, PollRefused> {
+        self.poll_ticket(presented, now_ms).await
+    }
+
+    async fn join(&self, req: JoinRequest, now_ms: u64) -> Result<Entered, JoinError> {
+        self.join_place(req, now_ms).await
+    }
 
     fn account_pass(&self, account: &AccountHash, seq: u64, expires_at_s: u64) {
         self.shared.account_pass(*account, seq, expires_at_s);
@@ -162,23 +226,23 @@ impl RoomBackend for FleetRoom {
     }
 
     fn fair_start(&self) -> Option<FairStartInfo> {
-        None
+        self.shared.fair_start()
     }
 
     fn may_start(&self, seq: u64, _ticket_id: &TicketId, _now_ms: u64) -> bool {
-        self.shared.may_start(seq)
+        self.shared.may_start(self.place(seq))
     }
 
     fn touch_pass(&self, seq: u64, _ticket_id: &TicketId, _now_ms: u64) {
-        self.shared.touch_pass(seq);
+        self.shared.touch_pass(self.place(seq));
     }
 
     fn pass_checkout(&self, seq: u64, _ticket_id: &TicketId, running: bool, _now_ms: u64) {
-        self.shared.pass_checkout(seq, running);
+        self.shared.pass_checkout(self.place(seq), running);
     }
 
     fn end_pass(&self, pass: &Claims, why: PassEnd, _now_ms: u64) -> bool {
-        let ended = self.shared.end_pass(pass.seq, pass.exp);
+        let ended = self.shared.end_pass(self.place(pass.seq), pass.exp);
         if ended {
             self.shared.count_ended(why);
         }
@@ -186,7 +250,7 @@ impl RoomBackend for FleetRoom {
     }
 
     fn pass_ended(&self, seq: u64, now_ms: u64) -> bool {
-        self.shared.pass_ended(seq, now_ms)
+        self.shared.pass_ended(self.place(seq), now_ms)
     }
 
     fn give_back_if_spent(&self, seq: u64, orders: PassOrders, now_ms: u64) -> bool {
@@ -194,7 +258,7 @@ impl RoomBackend for FleetRoom {
         orders.spent(policy.max_orders_per_pass.get())
             && self
                 .shared
-                .give_back(seq, now_ms / 1000 + policy.pass_ttl.as_secs())
+                .give_back(self.place(seq), now_ms / 1000 + policy.pass_ttl.as_secs())
     }
 
     fn policy(&self) -> Policy {

@@ -39,10 +39,18 @@ pub fn check_config(config: &Config) -> Result<(), String> {
             ));
         }
     }
-    if let Some(room) = config.rooms.iter().find(|r| r.opens_at_unix.is_some()) {
+    // A fleet's account places are kept by seq, and a fair start's places
+    // are drawn from the seqs at the opening: the two together are not
+    // built on a fleet.
+    if let Some(room) = config
+        .rooms
+        .iter()
+        .find(|r| r.opens_at_unix.is_some() && !r.enqueue.keys.is_empty())
+    {
         return Err(format!(
-            "room {:?}: a fair start (opens_at) is not built for rooms on [cluster] \
-             redis_url yet; leave opens_at out",
+            "room {:?}: a fair start (opens_at) with one place per account \
+             ([rooms.enqueue]) is not built for rooms on [cluster] redis_url; leave one \
+             of them out",
             room.name
         ));
     }

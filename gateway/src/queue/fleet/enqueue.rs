@@ -1,5 +1,5 @@
 //! One place per account on the fleet's line: a join with an account is
-//! one call of `sluice_6_enqueue` (not batched with the others), which
+//! one call of `sluice_7_enqueue` (not batched with the others), which
 //! answers the account's live place, or gives one new place by the join's
 //! own rules and keeps it as the account's, atomically: two gateways
 //! joining the same account at once give one place. Redis keeps only the

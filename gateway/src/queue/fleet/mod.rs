@@ -28,6 +28,8 @@
 //!   next, so an early poll is refused without a record in the store.
 //! - [`serving_seen`]: the room's `serving` over the last claim windows,
 //!   so a reseed says which released places may still be collected.
+//! - [`fair_start`]: a room's fair-start draw (`opens_at`) as the store
+//!   holds it, and where a ticket stands by it.
 //!
 //! The store's tasks run on a runtime of their own ([`Fleet`]), never on a
 //! pingora worker: request handlers only send to them and await answers.
@@ -36,6 +38,7 @@ mod backend;
 pub mod challenge;
 mod config;
 mod enqueue;
+mod fair_start;
 mod pass_ends;
 mod poll_due;
 pub mod redis;
@@ -275,6 +278,7 @@ impl Fleet {
     ) -> Arc<SharedRoom> {
         let (joins, waiting) = mpsc::channel(JOINS_WAITING_MAX);
         let room = Arc::new(SharedRoom {
+            draw: fair_start::DrawState::new(policy.opens_at_ms),
             name: name.to_owned(),
             fleet: self.clone(),
             config: ArcSwap::from_pointee(policy.clone()),
@@ -422,6 +426,8 @@ pub struct SharedRoom {
     adaptive: Mutex<FleetAdaptive>,
     /// The adaptive decision in force, as the last tick read it.
     decision: ArcSwap<Option<StoredDecision>>,
+    /// The fair start's draw, as the last tick read it.
+    draw: fair_start::DrawState,
 }
 
 /// What `/admin/state` shows of a fleet room's adaptive rate.
@@ -1225,6 +1231,7 @@ async fn tick_loop(room: Weak<SharedRoom>) {
     loop {
         every.tick().await;
         let Some(room) = room.upgrade() else { return };
+        room.draw_once().await;
         room.tick_once().await;
         room.passes_once().await;
     }

@@ -43,7 +43,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// One call including reconnecting and reloading the Functions, at most.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Passes re-counted in one `sluice_6_reseed` call, at most.
+/// Passes re-counted in one `sluice_7_reseed` call, at most.
 pub const RESEED_BATCH_MAX: usize = 512;
 
 pub struct RedisStore {
@@ -203,7 +203,7 @@ pub fn keys_with_spent(room: &str) -> [String; 4] {
 }
 
 /// The room, its slots, its passes' last activity and its stream of passes
-/// ended before their time (`sluice_6_pass_end`, `sluice_6_passes`).
+/// ended before their time (`sluice_7_pass_end`, `sluice_7_passes`).
 pub fn pass_keys(room: &str) -> [String; 4] {
     let [line, slots, _] = keys(room);
     [
@@ -264,8 +264,8 @@ impl RoomStore for RedisStore {
             a.ticket_ttl_ms.to_string(),
             a.keep_ms.to_string(),
         ];
-        let r: Vec<String> = self.fcall_str("sluice_6_enqueue", &keys, &args).await?;
-        let bad = || StoreError::Protocol(format!("sluice_6_enqueue gave {r:?}"));
+        let r: Vec<String> = self.fcall_str("sluice_7_enqueue", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_7_enqueue gave {r:?}"));
         let n = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(bad);
         match r.first().map(String::as_str) {
             Some("1") => Ok(AccountReply::Held {
@@ -295,7 +295,7 @@ impl RoomStore for RedisStore {
     ) -> Result<bool, StoreError> {
         let written: u64 = self
             .fcall(
-                "sluice_6_enqueue_pass",
+                "sluice_7_enqueue_pass",
                 &[account_key(room, account)],
                 &[seq, pass_expires_ms],
             )
@@ -327,13 +327,13 @@ impl RoomStore for RedisStore {
             });
             args.push(k.to_string());
         }
-        let r: Vec<u64> = self.fcall_str("sluice_6_join", &keys, &args).await?;
+        let r: Vec<u64> = self.fcall_str("sluice_7_join", &keys, &args).await?;
         let (&[first, granted, serving, paused, sold_out, warming], limited) = r
             .split_first_chunk::<6>()
-            .ok_or_else(|| StoreError::Protocol(format!("sluice_6_join gave {r:?}")))?;
+            .ok_or_else(|| StoreError::Protocol(format!("sluice_7_join gave {r:?}")))?;
         if limited.len() != n {
             return Err(StoreError::Protocol(format!(
-                "sluice_6_join answered {} joins of {n}",
+                "sluice_7_join answered {} joins of {n}",
                 limited.len()
             )));
         }
@@ -371,8 +371,8 @@ impl RoomStore for RedisStore {
         let mut args: Vec<String> = numbers.iter().map(u64::to_string).collect();
         args.push(self.id.clone());
         args.push(a.queue_capacity.to_string());
-        let r: Vec<String> = self.fcall_str("sluice_6_tick", &keys, &args).await?;
-        let bad = || StoreError::Protocol(format!("sluice_6_tick gave {r:?}"));
+        let r: Vec<String> = self.fcall_str("sluice_7_tick", &keys, &args).await?;
+        let bad = || StoreError::Protocol(format!("sluice_7_tick gave {r:?}"));
         if r.len() != 25 {
             return Err(bad());
         }
@@ -447,7 +447,7 @@ impl RoomStore for RedisStore {
                     .flat_map(|c| c.iter().map(u64::to_string)),
             );
             let n: u64 = self
-                .fcall_str("sluice_6_reseed", &keys_with_spent(room), &args)
+                .fcall_str("sluice_7_reseed", &keys_with_spent(room), &args)
                 .await?;
             changed += n;
         }
@@ -457,7 +457,7 @@ impl RoomStore for RedisStore {
     async fn claim(&self, room: &str, seq: u64, a: &ClaimArgs) -> Result<ClaimReply, StoreError> {
         let r: Vec<u64> = self
             .fcall(
-                "sluice_6_claim",
+                "sluice_7_claim",
                 &keys_with_spent(room),
                 &[
                     seq,
@@ -472,14 +472,14 @@ impl RoomStore for RedisStore {
             [1, expires_at_ms] => Ok(ClaimReply::Admitted { expires_at_ms }),
             [2, _] => Ok(ClaimReply::Gone),
             [3, _] => Ok(ClaimReply::Full),
-            _ => Err(StoreError::Protocol(format!("sluice_6_claim gave {r:?}"))),
+            _ => Err(StoreError::Protocol(format!("sluice_7_claim gave {r:?}"))),
         }
     }
 
     async fn give_back(&self, room: &str, seq: u64, pass_ttl_ms: u64) -> Result<bool, StoreError> {
         let [line, slots, _] = keys(room);
         let freed: u64 = self
-            .fcall("sluice_6_give_back", &[line, slots], &[seq, pass_ttl_ms])
+            .fcall("sluice_7_give_back", &[line, slots], &[seq, pass_ttl_ms])
             .await?;
         Ok(freed == 1)
     }
@@ -493,7 +493,7 @@ impl RoomStore for RedisStore {
     ) -> Result<bool, StoreError> {
         let freed: u64 = self
             .fcall(
-                "sluice_6_pass_end",
+                "sluice_7_pass_end",
                 &pass_keys(room),
                 &[seq, ends_ms, pass_ttl_ms],
             )
@@ -510,9 +510,9 @@ impl RoomStore for RedisStore {
         ];
         args.extend(a.touched.iter().map(u64::to_string));
         let r: Vec<String> = self
-            .fcall_str("sluice_6_passes", &pass_keys(room), &args)
+            .fcall_str("sluice_7_passes", &pass_keys(room), &args)
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_6_passes gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_7_passes gave {} items", r.len()));
         let number = |v: &String| v.parse::<u64>().map_err(|_| bad());
         let [now, n_idle, rest @ ..] = &r[..] else {
             return Err(bad());
@@ -542,7 +542,7 @@ impl RoomStore for RedisStore {
     ) -> Result<u64, StoreError> {
         let [line, _, _] = keys(room);
         self.fcall(
-            "sluice_6_set_state",
+            "sluice_7_set_state",
             &[line],
             &[flag(paused), flag(sold_out), flag(only_if_new)],
         )
@@ -561,7 +561,7 @@ impl RoomStore for RedisStore {
         let [checkouts, leader] = adaptive_keys(room);
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_6_adapt",
+                "sluice_7_adapt",
                 &[line, checkouts, leader],
                 &[
                     id.to_string(),
@@ -571,7 +571,7 @@ impl RoomStore for RedisStore {
                 ],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_6_adapt gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_7_adapt gave {} items", r.len()));
         if r.len() < 8 || !r.len().is_multiple_of(2) {
             return Err(bad());
         }
@@ -599,7 +599,7 @@ impl RoomStore for RedisStore {
         let [rate, reason, at, state] = fleet_rate::encode_decision(next);
         let written: u64 = self
             .fcall_str(
-                "sluice_6_decide",
+                "sluice_7_decide",
                 &[line, leader],
                 &[
                     id.to_string(),
@@ -617,12 +617,12 @@ impl RoomStore for RedisStore {
     async fn heartbeat(&self, id: &str, region: &str) -> Result<Heartbeat, StoreError> {
         let r: Vec<String> = self
             .fcall_str(
-                "sluice_6_heartbeat",
+                "sluice_7_heartbeat",
                 &[FLEET_KEY.to_string()],
                 &[id.to_string(), region.to_string()],
             )
             .await?;
-        let bad = || StoreError::Protocol(format!("sluice_6_heartbeat gave {} items", r.len()));
+        let bad = || StoreError::Protocol(format!("sluice_7_heartbeat gave {} items", r.len()));
         let (now, rest) = r.split_first().ok_or_else(bad)?;
         let now: u64 = now.parse().map_err(|_| bad())?;
         if rest.len() % 3 != 0 {

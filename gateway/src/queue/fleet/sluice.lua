@@ -1,9 +1,9 @@
-#!lua name=sluice_6
+#!lua name=sluice_7
 --[[
 Sluice's waiting rooms on Redis: every change to a room goes through one of
 these Functions, so each is atomic, and each reads Redis's own clock (TIME).
 
-The library and every function carry a version (`sluice_6`): a change of a
+The library and every function carry a version (`sluice_7`): a change of a
 function's arguments or of the keys' layout makes a new version, so during a
 rolling upgrade the old gateways keep calling their own library (FUNCTION
 LOAD REPLACE of one version never removes another's functions). Both
@@ -12,12 +12,14 @@ key prefix.
 
 Keys of room R, under one hash tag so Redis Cluster keeps a room on one slot
 (prefix "sluice2": sluice_2 changed what the slots hold, so its rooms do not
-share keys with sluice_1's; sluice_3, sluice_4, sluice_5 and sluice_6 only
+share keys with sluice_1's; sluice_3 to sluice_7 only
 added keys, fields and arguments (the fleet's adaptive rate; the re-seeding
 of slots and the lost_* fields after Redis lost a room; the fleet's
 per-client join limit and its published limits; one place per account and
-passes that end fleet-wide), which the older versions ignore, so
-all share the "sluice2" keys and a rolling upgrade keeps the line):
+passes that end fleet-wide; the fair-start draw's fs_* fields, which an
+older tick ignores: see "The fair-start draw" below), which the older
+versions ignore, so all share the "sluice2" keys and a rolling upgrade
+keeps the line):
   sluice2:{R}          HASH  next (next seq to give), serving (seqs below it are
                              released), tat_us (GCRA of the release),
                              paused, sold_out (0/1), version (bumped by
@@ -200,7 +202,85 @@ local function client_join(tat_us, now, period_us, burst)
   return next_tat, 0
 end
 
--- FCALL sluice_6_join 1+k <room> <client keys 1..k>
+--[[ The fair-start draw (a room with `opens_at`), in fields of the room hash:
+  fs_opens_ms  the opening (unix ms), by Redis's clock
+  fs_first     the first pre-queue seq: the pre-queue's tickets are the seqs
+               fs_first .. fs_first + fs_n - 1, in arrival order
+  fs_seed      the seed (64 hex digits), fs_commit its SHA-256 (hex): the
+               gateways publish the commitment before the opening and the
+               seed only once fs_n is set
+  fs_n         the entrants, frozen by the first join, tick or draw call at
+               or after fs_opens_ms (absent before: the pre-queue still
+               takes joins, and the tick releases nothing)
+  fs_known     1 once a gateway that had seen the draw pushed it
+Set by the first sluice_7_draw (each gateway proposes a seed of its own: the
+first stored stands); every gateway pushes back the draw it saw, so a Redis
+that lost the room gets the same draw again. Redis keeps nothing per
+entrant: each gateway computes the places with
+sluice_admission::fair_start::draw_order(seed, fs_n) and asks for places,
+which the line releases in order as it releases any seq.
+]]
+
+-- Whether the line of room `key` may move at `ms` (its `next` is `next`):
+-- it has no draw, or the draw's pre-queue is frozen (frozen now, if the
+-- opening has come).
+local function draw_opened(key, ms, next)
+  local v = redis.call('HMGET', key, 'fs_opens_ms', 'fs_first', 'fs_n')
+  if not v[1] or v[3] then return true end
+  if ms < num(v[1]) then return false end
+  redis.call('HSET', key, 'fs_n', string.format('%d', math.max(0, next - num(v[2]))))
+  return true
+end
+
+-- FCALL sluice_7_draw 1 <room> <opens_at_ms> <first> <seed> <commitment>
+--       <entrants> <hw_next>
+-- A gateway's view of the room's draw: the draw it saw (<first>, <seed>,
+-- <commitment>, <entrants> as last answered here, "" for <first> and
+-- <entrants> when not known), or, having seen none, a seed of its own
+-- with <first> "". With no draw stored, the proposal is stored (<first>
+-- "": the room's `next`, or <hw_next> if higher); a draw stored by a gateway that had seen none
+-- (fs_known unset: after Redis lost the room, the first caller may be one
+-- that just started) gives way to one pushed by a gateway that had seen
+-- it. Then the pre-queue is frozen if the opening has come.
+-- -> {opens_ms, first, seed, commitment, entrants ("" before the opening),
+--     now_ms} (all strings)
+local function draw(keys, args)
+  local key = keys[1]
+  local ms = now_ms()
+  local pushed_first = tonumber(args[2])
+  local stored = redis.call('HMGET', key, 'fs_commit', 'fs_known', 'fs_seed', 'fs_first')
+  local replace = not stored[1]
+  if stored[1] and stored[2] ~= '1' and pushed_first then
+    if stored[3] == args[3] and num(stored[4]) == pushed_first then
+      -- The stored draw is the one this gateway saw: known from now on.
+      redis.call('HSET', key, 'fs_known', 1)
+    else
+      replace = true
+    end
+  end
+  if replace then
+    local first = pushed_first
+      or math.max(num(redis.call('HGET', key, 'next')), tonumber(args[6]) or 0)
+    redis.call('HSET', key, 'fs_opens_ms', args[1], 'fs_first', string.format('%d', first),
+      'fs_seed', args[3], 'fs_commit', args[4])
+    if pushed_first then redis.call('HSET', key, 'fs_known', 1) end
+    local n = tonumber(args[5])
+    if n then
+      redis.call('HSET', key, 'fs_n', string.format('%d', n))
+      if num(redis.call('HGET', key, 'next')) < first + n then
+        redis.call('HSET', key, 'next', string.format('%d', first + n))
+      end
+    else
+      redis.call('HDEL', key, 'fs_n')
+    end
+  end
+  local next = math.max(num(redis.call('HGET', key, 'next')), tonumber(args[6]) or 0)
+  draw_opened(key, ms, next)
+  local v = redis.call('HMGET', key, 'fs_opens_ms', 'fs_first', 'fs_seed', 'fs_commit', 'fs_n')
+  return {v[1], v[2], v[3], v[4], v[5] or '', string.format('%d', ms)}
+end
+
+-- FCALL sluice_7_join 1+k <room> <client keys 1..k>
 --       <n> <capacity> <hw_next> <period_us> <burst> <client index 1..n>
 -- Gives up to n consecutive seqs (fewer when the line would pass capacity,
 -- the smallest the live gateways' configs give: lim_capacity) to the joins
@@ -216,6 +296,8 @@ local function join(keys, args)
   local period_us, burst = tonumber(args[4]), tonumber(args[5])
   local ms = now_ms()
   local r = load(keys[1], hw_next, 0, 0, ms)
+  -- At the opening, the pre-queue is frozen before anyone joins after it.
+  draw_opened(keys[1], ms, r.next)
   local granted = 0
   local warming = 0
   local limited = {}
@@ -295,7 +377,7 @@ local function stored_decision(key)
   return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or ''}
 end
 
--- FCALL sluice_6_tick 4 <room> <slots> <released> <limits> <rate> <burst>
+-- FCALL sluice_7_tick 4 <room> <slots> <released> <limits> <rate> <burst>
 --       <max_active> <claim_window_ms> <hw_next> <hw_serving> <sold_out_seen>
 --       <share_milli> <pass_ttl_ms> <adaptive 0/1> <min_per_second>
 --       <max_per_second> <hw_tat_us> <members_live> <id> <capacity>
@@ -379,7 +461,9 @@ local function tick(keys, args)
     redis.call('HSET', keys[1], 'members_seen', args[14])
   end
   local warming = ms - r.born_ms < WARM_UP_MS or reseed_hold(keys[1], r.born_ms, ms)
-  if not warming and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
+  -- Before a fair start's opening nobody is released.
+  local opened = draw_opened(keys[1], ms, r.next)
+  if not warming and opened and r.paused == 0 and r.sold_out == 0 and r.next > r.serving then
     local step = interval_us(rate, share_milli)
     local tat = math.max(r.tat_us, us)
     local allowed = math.floor((us + burst * step - tat) / step)
@@ -414,7 +498,7 @@ local HORIZON_MS = 30000
 -- Batches one read returns at most (the reader asks again from the last).
 local READ_MAX = 1000
 
--- FCALL sluice_6_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
+-- FCALL sluice_7_adapt 3 <room> <checkouts> <leader> <id> <lease_ms> <after>
 --       <batch>
 -- Once a second from every gateway of an adaptive room: appends <batch>
 -- (its checkouts since its last call, "" none; dated by the entry's id,
@@ -454,7 +538,7 @@ local function adapt(keys, args)
   return out
 end
 
--- FCALL sluice_6_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
+-- FCALL sluice_7_decide 2 <room> <leader> <id> <rate> <reason> <at_ms>
 --       <state> <previous_at_ms>
 -- The leader's step: written only while <id> holds the lease and the
 -- decision stored is still the one it stepped from (its ad_at_ms, "" for
@@ -469,7 +553,7 @@ local function decide(keys, args)
   return 1
 end
 
--- FCALL sluice_6_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
+-- FCALL sluice_7_claim 4 <room> <slots> <released> <spent> <seq> <pass_ttl_ms>
 --       <max_active> <claim_window_ms>
 -- The pass of a released place. The first claim takes a slot, if one is
 -- free (of the smallest max_active the live gateways' configs give:
@@ -534,7 +618,7 @@ local function claim(keys, args)
   return {1, ms + ttl}
 end
 
--- FCALL sluice_6_reseed 4 <room> <slots> <released> <spent> <pending_seen>
+-- FCALL sluice_7_reseed 4 <room> <slots> <released> <spent> <pending_seen>
 --       <lost_from> <id> <last 0/1> <read_ms> <n> <seq1> <ends_ms1> ...
 --       <seq_n> <ends_ms_n> <spent_seq1> <spent_seq2> ...
 -- After Redis lost the room, a gateway counts again the slots of the n
@@ -611,7 +695,7 @@ local function reseed(keys, args)
   return changed
 end
 
--- FCALL sluice_6_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
+-- FCALL sluice_7_give_back 2 <room> <slots> <seq> <pass_ttl_ms>
 -- A pass that can start no more checkouts frees its slot (and says how
 -- long it held it). -> 1 if it held one
 local function give_back(keys, args)
@@ -623,7 +707,7 @@ local function give_back(keys, args)
   return 1
 end
 
--- FCALL sluice_6_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
+-- FCALL sluice_7_set_state 1 <room> <paused 0/1> <sold_out 0/1> <only_if_new 0/1>
 -- The kill switch and sold out, written when a gateway's config changes
 -- them; with only_if_new (a gateway starting, or one that saw Redis lose
 -- the room) nothing changes when the room already has a state.
@@ -649,7 +733,7 @@ end
 -- A gateway not seen for this long is forgotten.
 local FORGET_MS = 3600000
 
--- FCALL sluice_6_heartbeat 1 sluice:fleet <id> <region>
+-- FCALL sluice_7_heartbeat 1 sluice:fleet <id> <region>
 -- Marks gateway <id> seen now and lists the fleet.
 -- -> {now_ms, id1, region1, seen_ms1, id2, ...} (all strings)
 local function heartbeat(keys, args)
@@ -705,7 +789,7 @@ local function account_place(keys, rec, ms)
   return (due ~= nil and due > ms), seq, id, texp
 end
 
--- FCALL sluice_6_enqueue 4|5 <room> <slots> <released> <account> [<client>]
+-- FCALL sluice_7_enqueue 4|5 <room> <slots> <released> <account> [<client>]
 --       <capacity> <hw_next> <period_us> <burst> <ticket id> <ticket_ttl_ms>
 --       <keep_ms>
 -- A join with an account: its live place if it holds one, else one new
@@ -738,7 +822,7 @@ local function enqueue(keys, args)
   return {0, out[1], out[2], out[3], out[4], out[5], out[6], out[7]}
 end
 
--- FCALL sluice_6_enqueue_pass 1 <account> <seq> <pass exp ms>
+-- FCALL sluice_7_enqueue_pass 1 <account> <seq> <pass exp ms>
 -- The pass of the account's place <seq> was collected: it holds the account
 -- until its expiry, given back or not. -> 1 if recorded
 local function enqueue_pass(keys, args)
@@ -760,7 +844,7 @@ Keys of room R (same hash tag):
                              room has pass_idle_s: "c<seq>", score = unix ms of
                              the last request with the pass (or checkout
                              running) that any gateway saw, pushed with its
-                             next sluice_6_passes call (every tick). At most
+                             next sluice_7_passes call (every tick). At most
                              the passes holding a slot, plus those ended
                              within one idle window.
   sluice2:{R}:ended   STREAM passes ended before their time (idle, or by the
@@ -782,7 +866,7 @@ local function note_ended(ended_key, seq, ends_ms, ms, ttl)
   redis.call('PEXPIRE', ended_key, ttl + 1000)
 end
 
--- FCALL sluice_6_pass_end 4 <room> <slots> <active> <ended> <seq> <ends_ms>
+-- FCALL sluice_7_pass_end 4 <room> <slots> <active> <ended> <seq> <ends_ms>
 --       <pass_ttl_ms>
 -- Ends pass `seq` before its time (the origin said so): its slot goes back
 -- at once and every gateway refuses it until <ends_ms>. -> 1 if it held a
@@ -807,7 +891,7 @@ local IDLE_SWEEP_MAX = 256
 -- Ended passes one call reads, at most (the next reads on from the last).
 local ENDED_READ_MAX = 1000
 
--- FCALL sluice_6_passes 4 <room> <slots> <active> <ended> <idle_ms>
+-- FCALL sluice_7_passes 4 <room> <slots> <active> <ended> <idle_ms>
 --       <pass_ttl_ms> <after> <n> <seq_1> .. <seq_n>
 -- Every tick of every gateway: the passes used on this gateway since its
 -- last call (a request carried them, or a checkout of theirs runs) are
@@ -862,17 +946,18 @@ local function passes(keys, args)
 end
 -- (end of the passes-that-end section)
 
-redis.register_function('sluice_6_heartbeat', heartbeat)
-redis.register_function('sluice_6_join', join)
-redis.register_function('sluice_6_tick', tick)
-redis.register_function('sluice_6_claim', claim)
-redis.register_function('sluice_6_reseed', reseed)
-redis.register_function('sluice_6_give_back', give_back)
-redis.register_function('sluice_6_set_state', set_state)
-redis.register_function('sluice_6_adapt', adapt)
-redis.register_function('sluice_6_decide', decide)
-redis.register_function('sluice_6_enqueue', enqueue)
-redis.register_function('sluice_6_enqueue_pass', enqueue_pass)
+redis.register_function('sluice_7_heartbeat', heartbeat)
+redis.register_function('sluice_7_join', join)
+redis.register_function('sluice_7_tick', tick)
+redis.register_function('sluice_7_claim', claim)
+redis.register_function('sluice_7_reseed', reseed)
+redis.register_function('sluice_7_give_back', give_back)
+redis.register_function('sluice_7_set_state', set_state)
+redis.register_function('sluice_7_adapt', adapt)
+redis.register_function('sluice_7_decide', decide)
+redis.register_function('sluice_7_enqueue', enqueue)
+redis.register_function('sluice_7_enqueue_pass', enqueue_pass)
 
-redis.register_function('sluice_6_pass_end', pass_end)
-redis.register_function('sluice_6_passes', passes)
+redis.register_function('sluice_7_pass_end', pass_end)
+redis.register_function('sluice_7_draw', draw)
+redis.register_function('sluice_7_passes', passes)
