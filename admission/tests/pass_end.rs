@@ -114,16 +114,29 @@ fn an_idle_pass_gives_its_slot_back_and_use_keeps_it() {
     assert_eq!(room.stats(T0_MS + 141_000).passes_ended_idle, 1);
 }
 
+/// The page's status calls are the pass's use: the gateway's status route
+/// notes each one (`touch_pass`) after the room's answer. The room's answer
+/// by itself is not use: it is also how a join of the account holding the
+/// place is answered, and that join carries neither pass nor ticket.
 #[test]
-fn status_polls_of_an_admitted_ticket_are_use() {
+fn status_polls_of_an_admitted_ticket_are_use_the_answer_alone_is_not() {
     let mut room = room(one_slot());
     let (a, a_id) = admitted(&mut room, T0_MS);
     for s in (10..=60).step_by(10) {
         let now = T0_MS + s * 1000;
         assert!(is_admitted(&mut room, a, &a_id, now));
+        room.touch_pass(a, &a_id, now);
         room.release_once(now, 100);
     }
     assert!(room.may_start(a, &a_id, T0_MS + 60_000));
+    // Answered without the touch from then on: idle 30 s after 60 s.
+    for s in (70..=90).step_by(10) {
+        let now = T0_MS + s * 1000;
+        assert!(is_admitted(&mut room, a, &a_id, now));
+        room.release_once(now, 100);
+    }
+    assert!(room.pass_ended(a, T0_MS + 90_000));
+    assert!(!room.may_start(a, &a_id, T0_MS + 90_000));
 }
 
 #[test]

@@ -764,3 +764,50 @@ async fn a_challenge_and_an_account_together_embedded() {
 async fn a_challenge_and_an_account_together_on_three_gateways() {
     challenge_and_account(&Setup::fleet(&challenge_room())).await;
 }
+
+/// A join with the account that holds a pass is answered with that place,
+/// but it is not the pass's use (`pass_idle_s`): it carries neither the
+/// pass nor the ticket. Alice's account joins again every second and never
+/// uses its pass; the pass idles out and Bob, next in line, gets the one
+/// slot. (Before: each such join counted as the page's status call, so a
+/// farm holding an account kept its unused pass alive for one solved
+/// challenge a join — seen in the bot-farm rehearsal.)
+async fn an_accounts_join_is_not_its_pass_use(setup: &Setup) {
+    let client = client();
+    let alice = join_as(&client, setup.gw(0), "alice").await;
+    let ticket = alice["ticket"].as_str().unwrap().to_owned();
+    pass_of(&client, setup, &ticket).await;
+    let bob = join_as(&client, setup.gw(1), "bob").await;
+    let bob_ticket = bob["ticket"].as_str().unwrap().to_owned();
+    // Idle after 10 s; the release tick ends it within a second more.
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let mut rejoins = 0;
+    loop {
+        join_as(&client, setup.gw(2), "alice").await;
+        rejoins += 1;
+        let b = status(&client, setup.gw(1), &bob_ticket).await;
+        if b["pass"].is_string() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {rejoins} joins of Alice's account kept her unused pass alive; Bob: {b}",
+            setup.name
+        );
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+}
+
+fn idle_room() -> String {
+    room(600).replacen("[rooms.enqueue]", "pass_idle_s = 10\n[rooms.enqueue]", 1)
+}
+
+#[tokio::test]
+async fn an_accounts_join_is_not_its_pass_use_embedded() {
+    an_accounts_join_is_not_its_pass_use(&Setup::embedded(&idle_room())).await;
+}
+
+#[tokio::test]
+async fn an_accounts_join_is_not_its_pass_use_on_three_gateways() {
+    an_accounts_join_is_not_its_pass_use(&Setup::fleet(&idle_room())).await;
+}

@@ -100,7 +100,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             let free = self.active.len() < self.policy.max_active.get() as usize;
             if now_unix_s < pending.pass.expires_at_s && free {
                 self.uncollected.remove(&place);
-                self.active.insert(place, pending.pass);
+                // Collected now: in use from here (its idle time counts
+                // from its collection, not its release).
+                let mut pass = pending.pass;
+                pass.last_active_s = pass.last_active_s.max(now_unix_s);
+                self.active.insert(place, pass);
                 self.no_shows.record(now_unix_s, 1, 0);
                 self.emit(RoomEvent::Collected { place });
                 self.account_collected(seq, pending.pass.expires_at_s);
@@ -125,10 +129,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             }
         }
         let now_unix_s = Self::unix_s(now_ms);
-        match self.active.get_mut(&place) {
+        match self.active.get(&place) {
             Some(pass) if now_unix_s < pass.expires_at_s => {
-                // The page's status calls are the pass's use too.
-                pass.last_active_s = pass.last_active_s.max(now_unix_s);
+                // Not the pass's use by itself: the gateway notes the
+                // page's status calls as use (`touch_pass`), and a join
+                // answered with this place (an account's) is not one.
                 Status::Admitted(Admitted {
                     seq,
                     ticket_id: *ticket_id,

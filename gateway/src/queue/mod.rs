@@ -883,6 +883,7 @@ impl Rooms {
                 match entry.backend.poll(&ticket, now).await {
                     Ok(Status::Expired | Status::SoldOut) | Err(PollRefused::UnknownPlace) => {}
                     Ok(status) => {
+                        page_used(entry, &ticket, &status, now);
                         let shown = Shown {
                             token,
                             ticket: &ticket,
@@ -1167,6 +1168,7 @@ impl Rooms {
         }
         match entry.backend.poll(&ticket, now).await {
             Ok(status) => {
+                page_used(entry, &ticket, &status, now);
                 let shown = Shown {
                     token,
                     ticket: &ticket,
@@ -1379,6 +1381,17 @@ pub(crate) fn join_refused(e: JoinError) -> LocalResponse {
             .retry_after(retry_after_s as u32),
         ),
         JoinError::RateLimited { retry_after_s } => too_many_joins(retry_after_s),
+    }
+}
+
+/// The page's status call (or its join carrying its own ticket) with an
+/// admitted place is the pass's use (`pass_idle_s`), as the contract says.
+/// A join answered with an account's place is not: it carries neither the
+/// pass nor the ticket, and would let anyone holding the account's enqueue
+/// token keep an unused pass alive.
+fn page_used(entry: &RoomEntry, ticket: &Presented, status: &Status, now: u64) {
+    if matches!(status, Status::Admitted(_)) {
+        entry.backend.touch_pass(ticket.seq, &ticket.ticket_id, now);
     }
 }
 

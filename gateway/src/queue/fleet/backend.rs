@@ -117,8 +117,8 @@ impl FleetRoom {
         // A pass already collected is shown again from memory, also while
         // the store is away: passes already issued keep working.
         if let Some(known) = shared.known_claim(ticket.seq) {
-            // The page's status calls with an admitted place are its use.
-            shared.touch_pass(ticket.seq);
+            // Not the pass's use by itself: the status route notes it
+            // (`touch_pass`); a join answered with the place is not one.
             return Ok(decide::claimed(ticket, known, &shared.policy()));
         }
         match shared.decide_poll(ticket, now_ms) {
