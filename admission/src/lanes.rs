@@ -380,6 +380,10 @@ mod tests {
         let mut lines = LaneLines::new(&zero);
         assert_eq!(lines.release_part(&zero, 0), 1.0, "no share, alone: all");
         lines.push(1, 0);
-        assert_eq!(lines.release_part(&zero, 0), 0.0, "no share while others wait");
+        assert_eq!(
+            lines.release_part(&zero, 0),
+            0.0,
+            "no share while others wait"
+        );
     }
 }

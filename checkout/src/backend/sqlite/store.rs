@@ -468,7 +468,7 @@ impl Store {
         conn.prepare_cached("SELECT price_cents, reservation_ttl_ms FROM stock WHERE sku = ?1")?
             .query_row([sku], |row| Ok((row.get(0)?, row.get(1)?)))
             .optional()?
-        .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))
+            .ok_or_else(|| StoreError::UnknownSku(sku.to_owned()))
     }
 }
 
@@ -497,6 +497,9 @@ mod tests {
         let temp_store: i64 = conn
             .pragma_query_value(None, "temp_store", |r| r.get(0))
             .unwrap();
-        assert_eq!(temp_store, 2, "2 is MEMORY: savepoint sub-journals off disk");
+        assert_eq!(
+            temp_store, 2,
+            "2 is MEMORY: savepoint sub-journals off disk"
+        );
     }
 }
