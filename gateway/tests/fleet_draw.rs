@@ -164,3 +164,68 @@ async fn one_draw_for_the_fleet_frozen_at_the_opening_and_kept_through_a_loss() 
         .unwrap();
     assert!(next >= 5, "{next}");
 }
+
+/// A room used for a later event (its `opens_at` set after the stored
+/// draw's opening had come, the gateways restarted): the new pre-queue gets
+/// a draw of its own, from the line's `next`, and nobody of it is released
+/// before the new opening; a gateway still configured with the old opening
+/// never brings the old draw back.
+#[tokio::test]
+async fn a_later_event_in_the_same_room_gets_a_draw_of_its_own() {
+    let redis = Redis::start();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    store.tick("other", &tick_args()).await.unwrap();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (a, b, c) = ("aa".repeat(32), "bb".repeat(32), "cc".repeat(32));
+
+    // The first event: three in its pre-queue, frozen at its opening.
+    let first_opens = redis_ms(&mut conn).await + 4_000;
+    draw(&mut conn, first_opens, None, &a, 0).await;
+    assert_eq!(join(&store, 3).await, 0);
+    while redis_ms(&mut conn).await < first_opens {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        store.tick("r", &tick_args()).await.unwrap().numbers.serving,
+        3
+    );
+    let frozen = draw(&mut conn, first_opens, Some((0, &a, None)), &a, 3).await;
+    assert_eq!(frozen, ("0".into(), a.clone(), "3".into()));
+
+    // The restock: a restarted gateway configured with a later opening.
+    let second_opens = redis_ms(&mut conn).await + 2_000;
+    let fresh = draw(&mut conn, second_opens, None, &b, 3).await;
+    assert_eq!(
+        fresh,
+        ("3".into(), b.clone(), "".into()),
+        "a new draw from next"
+    );
+    assert_eq!(join(&store, 4).await, 3);
+    let before = store.tick("r", &tick_args()).await.unwrap();
+    assert!(
+        before.store_now_ms < second_opens,
+        "the joins ran past the opening"
+    );
+    assert_eq!(
+        before.numbers.serving, 3,
+        "nobody of the new pre-queue before its opening"
+    );
+    // A gateway still on the first event's config pushes the draw it saw.
+    let stale = draw(&mut conn, first_opens, Some((0, &a, Some(3))), &c, 7).await;
+    assert_eq!(
+        stale,
+        ("3".into(), b.clone(), "".into()),
+        "the old draw stays gone"
+    );
+    // At the new opening its four entrants are frozen and released.
+    while redis_ms(&mut conn).await < second_opens {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        store.tick("r", &tick_args()).await.unwrap().numbers.serving,
+        7
+    );
+    let second = draw(&mut conn, second_opens, Some((3, &b, None)), &b, 7).await;
+    assert_eq!(second, ("3".into(), b.clone(), "4".into()));
+}

@@ -33,6 +33,11 @@ pub(super) struct DrawState {
     own_seed: [u8; 32],
     /// The stored draw, as last read.
     seen: ArcSwap<Option<Arc<Drawn>>>,
+    /// Held while the draw is read and its places computed: one read at a
+    /// time per room, so the tick and a storm of pre-queue answers at the
+    /// opening share one instead of each calling Redis and drawing (and a
+    /// reply read before the freeze is never stored after one read after).
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl DrawState {
@@ -43,6 +48,7 @@ impl DrawState {
             opens_at_ms,
             own_seed,
             seen: ArcSwap::from_pointee(None),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -101,6 +107,7 @@ impl SharedRoom {
         let Some(opens_at_ms) = self.draw.opens_at_ms else {
             return;
         };
+        let _one_at_a_time = self.draw.reading.lock().await;
         let seen = self.draw.seen();
         let hw_next = self.hw_next.load(std::sync::atomic::Ordering::Relaxed);
         let args = draw_args(opens_at_ms, &self.draw.own_seed, seen.as_deref(), hw_next);
@@ -188,7 +195,15 @@ impl SharedRoom {
         let _ = self
             .fleet
             .rt
-            .spawn(async move { room.draw_once().await })
+            .spawn(async move {
+                // A read already under way answers this one too: wait for
+                // it rather than queue a read of one's own behind it.
+                if room.draw.reading.try_lock().is_err() {
+                    let _ = room.draw.reading.lock().await;
+                } else {
+                    room.draw_once().await;
+                }
+            })
             .await;
         self.locate(seq)
     }

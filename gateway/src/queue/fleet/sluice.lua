@@ -248,22 +248,37 @@ local function draw(keys, args)
   local key = keys[1]
   local ms = now_ms()
   local pushed_first = tonumber(args[2])
-  local stored = redis.call('HMGET', key, 'fs_commit', 'fs_known', 'fs_seed', 'fs_first')
+  local opens = tonumber(args[1]) or 0
+  local stored = redis.call('HMGET', key, 'fs_commit', 'fs_known', 'fs_seed', 'fs_first',
+    'fs_opens_ms')
+  local stored_opens = num(stored[5])
   local replace = not stored[1]
-  if stored[1] and stored[2] ~= '1' and pushed_first then
+  if stored[1] and opens > stored_opens and ms >= stored_opens then
+    -- A later event in the same room (its opening set after the stored
+    -- draw's had come): a draw of its own, from the line's `next`. Without
+    -- this the old, revealed draw would stand and the new pre-queue be
+    -- released as it came.
+    replace = true
+  elseif stored[1] and stored[2] ~= '1' and pushed_first then
     if stored[3] == args[3] and num(stored[4]) == pushed_first then
       -- The stored draw is the one this gateway saw: known from now on.
       redis.call('HSET', key, 'fs_known', 1)
-    else
+    elseif opens >= stored_opens then
       replace = true
     end
+    -- (A gateway still configured with an earlier opening never brings
+    -- its event's draw back over a later one.)
   end
   if replace then
     local first = pushed_first
       or math.max(num(redis.call('HGET', key, 'next')), tonumber(args[6]) or 0)
     redis.call('HSET', key, 'fs_opens_ms', args[1], 'fs_first', string.format('%d', first),
       'fs_seed', args[3], 'fs_commit', args[4])
-    if pushed_first then redis.call('HSET', key, 'fs_known', 1) end
+    if pushed_first then
+      redis.call('HSET', key, 'fs_known', 1)
+    else
+      redis.call('HDEL', key, 'fs_known')
+    end
     local n = tonumber(args[5])
     if n then
       redis.call('HSET', key, 'fs_n', string.format('%d', n))
