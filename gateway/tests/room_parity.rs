@@ -554,27 +554,9 @@ fn now_s() -> u64 {
         .as_secs()
 }
 
-/// A TOML datetime (RFC 3339, UTC) for a unix second.
-fn datetime(unix_s: u64) -> String {
-    // Howard Hinnant's civil-from-days.
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
+/// A TOML datetime (RFC 3339, UTC) for a unix second: the load
+/// harness's, tested there.
+use sluice_loadtest::load::datetime::toml_datetime as datetime;
 
 /// The published draw (docs/waiting-room.md), written again here from its
 /// text: `order[place] = arrival`.
